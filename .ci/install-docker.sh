@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install Docker Engine >= 25 (CDI capable) and Compose v2 from Debian trixie, pinned low so
+# nothing else on this bookworm machine is upgraded. Idempotent; needs root.
+set -euo pipefail
+have_cdi_dockerd() {
+  command -v dockerd >/dev/null 2>&1 || return 1
+  local v; v=$(dockerd --version | sed -E 's/^Docker version ([0-9]+).*/\1/')
+  [ "${v:-0}" -ge 25 ]
+}
+if have_cdi_dockerd && command -v busybox >/dev/null 2>&1 && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; }; then
+  echo "docker engine: $(dockerd --version)"; exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+src=/etc/apt/sources.list.d/debian.sources
+if [ ! -f /etc/apt/sources.list.d/trixie.sources ]; then
+  # First stanza's Types/URIs/Signed-By, re-pointed at trixie main.
+  awk 'BEGIN{RS="";FS="\n"} NR==1{for(i=1;i<=NF;i++) if ($i ~ /^(Types|URIs|Signed-By):/) print $i; exit}' "$src" \
+    > /tmp/trixie.head
+  { cat /tmp/trixie.head; echo "Suites: trixie"; echo "Components: main"; } > /etc/apt/sources.list.d/trixie.sources
+  printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' > /etc/apt/preferences.d/trixie-low
+fi
+apt-get update -qq
+dv=$(apt-cache madison docker.io | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^26\.' | head -n1)
+cv=$(apt-cache madison docker-compose | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^2\.' | head -n1)
+echo "installing docker.io=$dv docker-compose=$cv"
+apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" busybox-static haproxy >/dev/null
+dockerd --version

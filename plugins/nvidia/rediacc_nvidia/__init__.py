@@ -1,0 +1,1 @@
+"""rediacc_nvidia plugin for rediacc-core: hook implementations only."""

@@ -1,0 +1,1 @@
+"""rediacc_amd plugin for rediacc-core: hook implementations only."""

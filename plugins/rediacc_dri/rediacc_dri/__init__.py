@@ -1,0 +1,1 @@
+"""rediacc_dri plugin for rediacc-core: hook implementations only."""

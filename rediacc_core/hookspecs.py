@@ -1,0 +1,104 @@
+"""The contract between the core and vendor plugins.
+
+Every hook is prefixed `rdc_`. A plugin implements any subset with `@rediacc_core.hookimpl`.
+Each hook has a worked example in `docs/hooks.md`, and `tests/test_hook_docs.py` fails when a hook
+lacks either a doc section or a test that names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from rediacc_core.machine import Machine
+    from rediacc_core.model import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, SetupStep, Verdict
+
+PROJECT = "rediacc"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+
+@hookspec
+def rdc_discover(machine: Machine) -> list[Gpu]:
+    """Find the GPUs this plugin knows how to see on `machine`.
+
+    Read everything through `machine.path(...)` and run tools through `machine.run(...)` so
+    simulated machines work. Return `[]` when there is nothing: a machine without GPUs is normal.
+    Raise `rediacc_core.errors.ToolError` only when a tool that should work failed.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_setup_options() -> list[click.Option]:
+    """Options this plugin adds to `rdc machine setup`.
+
+    The parsed values reach `SetupContext.options` under each option's parameter name.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_setup_steps(ctx: SetupContext) -> list[SetupStep]:
+    """Steps to prepare the machine before specs are written (install a toolkit, write a unit).
+
+    Each step says what it will do in `plan`, so `rdc machine setup --dry-run` prints the plan
+    and changes nothing.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_cdi_specs(ctx: SetupContext) -> list[CdiSpecFile]:
+    """The CDI spec files this plugin owns, produced from the discovered GPUs.
+
+    The core validates every produced spec before writing any of them, writes them atomically to
+    `<root>/etc/cdi`, and removes an owned file returned without content. A spec's `deviceNodes`
+    keep `path` as the container sees it and set `hostPath` under the machine root.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_validate_grant(name: str, machine: Machine, defined: frozenset[str]) -> list[str]:
+    """Problems with granting the qualified CDI `name` on `machine`, as sentences; `[]` if none.
+
+    The core has already checked that `name` is well formed and defined by a spec on the machine
+    (`defined` holds every defined name). Return nothing for names of other vendors.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+    """The hardware a qualified CDI `name` reaches, so exclusive grants can follow hardware.
+
+    A unit is a `/`-separated path that starts at the card's PCI bus id, lower case with domain
+    (`pci:0000:01:00.0`); a slice of a card adds segments (`pci:0000:01:00.0/mig:1`). Two names
+    overlap when a unit of one equals, or is an ancestor of, a unit of the other. Return None for
+    names this plugin does not own; the first non-None answer wins.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
+    """Refusals or rewrites for one Docker API request reaching a repo's gate.
+
+    Called for every request whose body the gate decoded (container create, volume create, plugin
+    pull, service create/update) after the repo's grants for `request.cdi_devices` were checked.
+    Return `Refusal`s naming the CDI form to use instead, `Rewrite`s that turn a legacy request
+    into the CDI form, or `[]`.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_cli_commands() -> list[click.Command]:
+    """Extra `rdc` commands, added at the top level under the command's own name."""
+    raise NotImplementedError

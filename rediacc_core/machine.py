@@ -1,0 +1,142 @@
+"""A machine: where its filesystem root is and how commands run on it.
+
+Every path the project reads or writes on a machine goes through `Machine.path`, so a machine whose
+root is a directory (a simulated machine, a test) behaves exactly like `/`. Commands go through a
+`Transport`, the seam where remote (SSH) machines will plug in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+Platform = Literal["native", "wsl"]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class Transport(Protocol):
+    """How commands reach a machine."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult: ...
+
+    def which(self, program: str) -> str | None: ...
+
+
+class LocalTransport:
+    """Runs commands on this host, with the caller's PATH (stand-in tools are put first there)."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        try:
+            proc = subprocess.run(
+                list(argv), env=full_env, input=input, capture_output=True, text=True, timeout=timeout
+            )
+        except FileNotFoundError as exc:
+            return CommandResult(tuple(argv), 127, "", f"{argv[0]}: {exc.strerror}")
+        except subprocess.TimeoutExpired:
+            return CommandResult(tuple(argv), 124, "", f"{argv[0]}: timed out after {timeout}s")
+        return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def which(self, program: str) -> str | None:
+        return shutil.which(program)
+
+
+@dataclass
+class Machine:
+    """A machine known to `rdc`: a name, a filesystem root and per-machine settings."""
+
+    name: str
+    root: Path = Path("/")
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    transport: Transport = field(default_factory=LocalTransport)
+
+    def path(self, absolute: str | os.PathLike[str]) -> Path:
+        """The host path of `absolute` as this machine sees it (`/etc/cdi` -> `<root>/etc/cdi`)."""
+        text = os.fspath(absolute)
+        if not text.startswith("/"):
+            raise ValueError(f"machine paths are absolute, got {text!r}")
+        return self.root / text.lstrip("/") if text != "/" else self.root
+
+    @property
+    def is_host(self) -> bool:
+        """True when this machine is the host itself, where real hardware APIs may be used."""
+        return self.root.resolve() == Path("/")
+
+    @property
+    def platform(self) -> Platform:
+        # WSL2 exposes the Windows GPU paravirtualisation device; that is an OS fact, not a vendor's.
+        return "wsl" if self.path("/dev/dxg").exists() else "native"
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        return self.transport.run(argv, env=env, input=input, timeout=timeout)
+
+    def which(self, program: str) -> str | None:
+        return self.transport.which(program)
+
+    # Well-known places, all under the machine root.
+    @property
+    def cdi_dir(self) -> Path:
+        return self.path("/etc/cdi")
+
+    @property
+    def state_dir(self) -> Path:
+        return self.path("/etc/rediacc")
+
+    @property
+    def gpu_dir(self) -> Path:
+        return self.path("/etc/rediacc/gpu")
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.path("/etc/rediacc/gpu/inventory.json")
+
+    @property
+    def grants_path(self) -> Path:
+        return self.path("/etc/rediacc/gpu/grants.json")
+
+    @property
+    def repos_path(self) -> Path:
+        return self.path("/etc/rediacc/repos.json")
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path("/run/rediacc")

@@ -1,0 +1,162 @@
+"""The dataclasses that flow between the core and its plugins.
+
+Hooks return these, never bare dicts, so a plugin author's editor can tell them what a field means
+and `mypy` can tell them when they got it wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from rediacc_core.machine import Machine
+
+Scalar = str | int | float | bool | None
+
+
+# --- discovery -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuPartition:
+    """A slice of a GPU that can be handed out on its own (a partition or MIG-style instance)."""
+
+    index: int
+    uuid: str | None = None
+    profile: str | None = None
+    memory_mib: int | None = None
+    cdi_names: tuple[str, ...] = ()
+    attributes: Mapping[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as a plugin discovered it.
+
+    `vendor` is the hardware vendor, lower case, as the plugin names it; `source` is the plugin that
+    found it. Several plugins may report the same card (a generic render-node plugin and the
+    card vendor's own): `pci_bus_id` ties them together. `cdi_names` are the qualified names the plugin expects
+    to address this GPU; the inventory keeps only those that a spec on the machine really defines.
+    """
+
+    vendor: str
+    source: str
+    name: str
+    index: int | None = None
+    pci_bus_id: str | None = None
+    driver: str | None = None
+    driver_version: str | None = None
+    memory_mib: int | None = None
+    cdi_names: tuple[str, ...] = ()
+    attributes: Mapping[str, Scalar] = field(default_factory=dict)
+    partitions: tuple[GpuPartition, ...] = ()
+
+
+# --- setup -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetupContext:
+    """What setup hooks get: the machine, the discovered GPUs and the plugin options' values."""
+
+    machine: Machine
+    gpus: tuple[Gpu, ...]
+    options: Mapping[str, Any]
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class SetupStep:
+    """One step of `rdc machine setup`.
+
+    `plan` lines are what a dry run prints (each command, each file); `apply` does the work and is
+    never called on a dry run. Steps run in ascending `order`, then in plugin order.
+    """
+
+    title: str
+    plan: tuple[str, ...]
+    apply: Callable[[], None] | None = None
+    order: int = 50
+    slow: bool = False  # e.g. a package install: the CLI shows a spinner
+
+
+@dataclass(frozen=True)
+class CdiSpecFile:
+    """A CDI spec file a plugin owns, under `<root>/etc/cdi/<filename>`.
+
+    Exactly one way to produce it: `spec` (the document itself), or `command` (argv that writes it;
+    the literal `{output}` in an argument is replaced by a staging path). Neither means: the plugin
+    owns this file and there is nothing to describe now, so the core removes it.
+    """
+
+    filename: str
+    spec: Mapping[str, Any] | None = None
+    command: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+# --- the gate --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """A Docker API request as the daemon will read it.
+
+    `path` is URL-decoded with the `/v1.xx` prefix removed; `body` is the canonical decoded JSON
+    (object keys spelled as the daemon's Go structs spell them) or None. `cdi_devices` are the
+    qualified CDI names the request asks for, after the core has folded Compose's legacy
+    `HostConfig.Devices` form into the CDI device request.
+    """
+
+    method: str
+    path: str
+    query: Mapping[str, tuple[str, ...]]
+    body: Any = None
+    api_version: str | None = None
+    cdi_devices: tuple[str, ...] = ()
+
+    @property
+    def is_container_create(self) -> bool:
+        return self.method == "POST" and self.path == "/containers/create"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request may not pass, and what to use instead."""
+
+    message: str
+    replacement: str | None = None
+    status: Literal[400, 403] = 403
+    rule: str = ""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A change to a container-create request that makes it the CDI form.
+
+    Data only, applied by the core, so every rewrite is visible in the gate's log and every CDI name
+    it adds is checked against the repo's grants like any other.
+    """
+
+    description: str
+    add_cdi_devices: tuple[str, ...] = ()
+    remove_env: tuple[str, ...] = ()
+
+
+Verdict = Refusal | Rewrite
+
+
+@dataclass(frozen=True)
+class GateContext:
+    """What request rules may consult. Everything here is read live for each decision."""
+
+    repo_name: str
+    repo_ref: str  # e.g. "alpha@m1", for messages that show the grant command
+    machine: Machine
+    grants: frozenset[str]
+    inventory: Mapping[str, Any] | None
+    settings: Mapping[str, Any]
+    image_config: Callable[[str], Mapping[str, Any] | None]
+    log: Callable[[str], None]

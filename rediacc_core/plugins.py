@@ -1,0 +1,140 @@
+"""Loading plugins and calling them.
+
+Plugins are found only through the `rediacc` entry-point group: the three vendor plugins in this
+repository register exactly as a third-party one would. A plugin that fails to load is recorded and
+reported (`rdc plugins`), never a crash. `Plugins` is the typed facade the rest of the core calls
+instead of `pm.hook`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from rediacc_core import hookspecs
+from rediacc_core.hookspecs import PROJECT
+
+if TYPE_CHECKING:
+    import click
+
+    from rediacc_core.machine import Machine
+    from rediacc_core.model import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, SetupStep, Verdict
+
+ENTRY_POINT_GROUP = "rediacc"
+LOAD_ENV = "REDIACC_LOAD_PLUGINS"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What `rdc plugins` shows for one entry point."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    hooks: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin could not be loaded; `rdc` goes on without it."""
+
+
+def _wanted() -> frozenset[str] | None:
+    raw = os.environ.get(LOAD_ENV)
+    if raw is None:
+        return None
+    return frozenset(part.strip() for part in raw.split(",") if part.strip())
+
+
+@dataclass
+class Plugins:
+    """The loaded plugins, and typed calls of every hook."""
+
+    pm: pluggy.PluginManager
+    infos: list[PluginInfo] = field(default_factory=list)
+
+    # --- typed facade over pm.hook ------------------------------------------------------------
+    def discover(self, machine: Machine) -> list[Gpu]:
+        return [gpu for found in self.pm.hook.rdc_discover(machine=machine) for gpu in found]
+
+    def setup_options(self) -> list[click.Option]:
+        return [opt for opts in self.pm.hook.rdc_setup_options() for opt in opts]
+
+    def setup_steps(self, ctx: SetupContext) -> list[SetupStep]:
+        steps = [step for found in self.pm.hook.rdc_setup_steps(ctx=ctx) for step in found]
+        return sorted(steps, key=lambda s: s.order)  # stable: plugin order within an order value
+
+    def cdi_specs(self, ctx: SetupContext) -> list[CdiSpecFile]:
+        return [spec for found in self.pm.hook.rdc_cdi_specs(ctx=ctx) for spec in found]
+
+    def validate_grant(self, name: str, machine: Machine, defined: frozenset[str]) -> list[str]:
+        results = self.pm.hook.rdc_validate_grant(name=name, machine=machine, defined=defined)
+        return [problem for problems in results for problem in problems]
+
+    def hardware_units(self, name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+        result: list[str] | None = self.pm.hook.rdc_hardware_units(name=name, inventory=inventory)
+        return result
+
+    def request_rules(self, request: ApiRequest, ctx: GateContext) -> list[Verdict]:
+        return [v for found in self.pm.hook.rdc_request_rules(request=request, ctx=ctx) for v in found]
+
+    def cli_commands(self) -> list[click.Command]:
+        return [cmd for found in self.pm.hook.rdc_cli_commands() for cmd in found]
+
+    # --- introspection ------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        return [info.name for info in self.infos if info.error is None]
+
+
+def _hook_names(pm: pluggy.PluginManager, plugin: object) -> tuple[str, ...]:
+    callers = pm.get_hookcallers(plugin) or []
+    return tuple(sorted(caller.name for caller in callers))
+
+
+def load_plugins(extra: list[tuple[str, object]] | None = None) -> Plugins:
+    """Build a plugin manager from the `rediacc` entry points (and `extra`, for tests)."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    wanted = _wanted()
+    infos: list[PluginInfo] = []
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if wanted is not None and ep.name not in wanted:
+            continue
+        dist = ep.dist.name if ep.dist is not None else None
+        version = ep.dist.version if ep.dist is not None else None
+        if pm.has_plugin(ep.name):
+            continue  # the same distribution seen twice on sys.path
+        try:
+            module = ep.load()
+            pm.register(module, name=ep.name)
+        except Exception as exc:  # any import-time failure is the plugin's, not rdc's
+            message = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"plugin {ep.name!r} ({dist}) failed to load: {message}", PluginLoadWarning, stacklevel=2)
+            infos.append(PluginInfo(ep.name, dist, version, error=message))
+            continue
+        infos.append(PluginInfo(ep.name, dist, version, _hook_names(pm, module)))
+    for name, plugin in extra or []:
+        pm.register(plugin, name=name)
+        infos.append(PluginInfo(name, None, None, _hook_names(pm, plugin)))
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise RuntimeError(f"a plugin implements a hook that does not exist: {exc}") from exc
+    return Plugins(pm, infos)
+
+
+@cache
+def get_plugins() -> Plugins:
+    """The process-wide plugins, loaded once."""
+    return load_plugins()
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    return get_plugins().pm

@@ -1,0 +1,43 @@
+"""pytest fixtures for rediacc-core and plugin authors (registered through the `pytest11` entry point)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rediacc_core.testing.fakemachine import FakeMachine
+
+
+@pytest.fixture
+def rdc_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty, private `rdc` config file (`$REDIACC_CONFIG`)."""
+    config = tmp_path / "rdc-config.yaml"
+    monkeypatch.setenv("REDIACC_CONFIG", str(config))
+    return config
+
+
+@pytest.fixture
+def make_fake_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str], FakeMachine]]:
+    """A factory of simulated machines; their stand-in tools come first on PATH."""
+
+    def make(name: str = "fake") -> FakeMachine:
+        fm = FakeMachine(tmp_path / f"{name}-root", tmp_path / f"{name}-bin", name=name)
+        monkeypatch.setenv("PATH", f"{fm.bin_dir}:{monkeypatch_path()}")
+        return fm
+
+    original = __import__("os").environ.get("PATH", "")
+
+    def monkeypatch_path() -> str:
+        return original
+
+    yield make
+
+
+@pytest.fixture
+def fake_machine(make_fake_machine: Callable[[str], FakeMachine]) -> FakeMachine:
+    """One simulated machine named `fake`."""
+    return make_fake_machine("fake")
