@@ -113,27 +113,63 @@ def load_plugins(extra: list[tuple[str, object]] | None = None) -> Plugins:
             continue  # the same distribution seen twice on sys.path
         try:
             module = ep.load()
-            pm.register(module, name=ep.name)
         except Exception as exc:  # any import-time failure is the plugin's, not rdc's
-            message = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"plugin {ep.name!r} ({dist}) failed to load: {message}", PluginLoadWarning, stacklevel=2)
-            infos.append(PluginInfo(ep.name, dist, version, error=message))
+            infos.append(_broken(ep.name, dist, version, f"{type(exc).__name__}: {exc}"))
             continue
-        infos.append(PluginInfo(ep.name, dist, version, _hook_names(pm, module)))
+        error = _register(pm, ep.name, module)
+        if error:
+            infos.append(_broken(ep.name, dist, version, error))
+        else:
+            infos.append(PluginInfo(ep.name, dist, version, _hook_names(pm, module)))
     for name, plugin in extra or []:
-        pm.register(plugin, name=name)
-        infos.append(PluginInfo(name, None, None, _hook_names(pm, plugin)))
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        raise RuntimeError(f"a plugin implements a hook that does not exist: {exc}") from exc
+        error = _register(pm, name, plugin)
+        infos.append(
+            _broken(name, None, None, error)
+            if error
+            else PluginInfo(name, None, None, _hook_names(pm, plugin))
+        )
     return Plugins(pm, infos)
 
 
+def _register(pm: pluggy.PluginManager, name: str, plugin: object) -> str | None:
+    """Register one plugin and check it alone, so a bad plugin is dropped rather than breaking rdc."""
+    try:
+        pm.register(plugin, name=name)
+        # Checked per plugin: every plugin before this one already passed, so a failure is this one's.
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        if pm.is_registered(plugin):
+            pm.unregister(plugin)
+        return f"invalid hook implementation: {exc}"
+    return None
+
+
+def _broken(name: str, dist: str | None, version: str | None, error: str) -> PluginInfo:
+    warnings.warn(
+        f"plugin {name!r} ({dist or 'no distribution'}) failed to load: {error}",
+        PluginLoadWarning,
+        stacklevel=3,
+    )
+    return PluginInfo(name, dist, version, error=error)
+
+
 @cache
-def get_plugins() -> Plugins:
-    """The process-wide plugins, loaded once."""
+def _from_entry_points() -> Plugins:
     return load_plugins()
+
+
+_chosen: Plugins | None = None
+
+
+def get_plugins() -> Plugins:
+    """The process-wide plugins: loaded once from entry points, unless `set_plugins` chose others."""
+    return _chosen if _chosen is not None else _from_entry_points()
+
+
+def set_plugins(plugins: Plugins | None) -> None:
+    """Make `get_plugins()` answer `plugins` (tests, embedders); None goes back to the entry points."""
+    global _chosen
+    _chosen = plugins
 
 
 def get_plugin_manager() -> pluggy.PluginManager:

@@ -1,14 +1,142 @@
-"""The `rdc` command line."""
+"""The `rdc` command line.
+
+Errors reach the user as two lines on stderr, `Error: <what>` and `What to do: <next step>`, and
+the process exits with the error's code (see `rediacc_core.errors`), so scripts can branch on it.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
+import traceback
+import warnings
+from typing import Any
+
 import click
 
+from rediacc_core import __version__
+from rediacc_core.errors import EXIT_GENERAL, RdcError
+from rediacc_core.plugins import PluginLoadWarning, get_plugins
 
-@click.group()
+DEBUG_ENV = "RDC_DEBUG"
+
+
+def report_error(exc: RdcError) -> None:
+    click.echo(f"Error: {exc.what}", err=True)
+    if exc.todo:
+        click.echo(f"What to do: {exc.todo}", err=True)
+
+
+class RdcGroup(click.Group):
+    """The root group: adds the plugins' commands, and turns RdcError into the two-line report."""
+
+    def _plugin_commands(self) -> dict[str, click.Command]:
+        found: dict[str, click.Command] = {}
+        try:
+            commands = get_plugins().cli_commands()
+        except Exception as exc:  # a plugin's bug must not take the whole CLI down
+            click.echo(f"Warning: plugin commands could not be loaded: {type(exc).__name__}: {exc}", err=True)
+            return found
+        for command in commands:
+            if command.name and command.name not in self.commands and command.name not in found:
+                found[command.name] = command
+        return found
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugin_commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            command = self._plugin_commands().get(cmd_name)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RdcError as exc:
+            report_error(exc)
+            raise click.exceptions.Exit(exc.exit_code) from exc
+
+
+@click.group(cls=RdcGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rdc")
 def cli() -> None:
     """rdc: hand GPUs to isolated Docker workloads through CDI grants."""
 
 
-def main() -> None:
-    cli()
+def _add_groups() -> None:
+    from rediacc_core.cli.demo import demo
+    from rediacc_core.cli.machine import machine
+    from rediacc_core.cli.plugins import plugins
+
+    for command in (machine, plugins, demo):
+        cli.add_command(command)
+    # Written separately and attached when present, so the CLI works while they are being built.
+    try:
+        from rediacc_core.cli.repo import repo
+    except ImportError as exc:
+        if exc.name != "rediacc_core.cli.repo":
+            raise
+    else:
+        cli.add_command(repo)
+        try:  # importing it attaches its commands to `repo`
+            importlib.import_module("rediacc_core.cli.repo_run")
+        except ImportError as exc:
+            if exc.name != "rediacc_core.cli.repo_run":
+                raise
+
+
+_add_groups()
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    if issubclass(category, PluginLoadWarning):
+        click.echo(f"Warning: {message}", err=True)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = warnings.showwarning
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `rdc` console script."""
+    warnings.showwarning = _show_warning
+    try:
+        # Not standalone, so unexpected exceptions reach the handler below; click then hands back
+        # the exit code of a `ctx.exit(code)` (our commands return None otherwise).
+        code = cli.main(args=argv, prog_name="rdc", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # usage errors: click's own message and exit code (2)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(EXIT_GENERAL)
+    except RdcError as exc:  # raised outside a command (e.g. while building one)
+        report_error(exc)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)
+        click.echo(
+            f"What to do: this is a bug in rdc or a plugin; rerun with {DEBUG_ENV}=1 to see where it "
+            "happened, and report it",
+            err=True,
+        )
+        sys.exit(EXIT_GENERAL)
+    sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)

@@ -1,0 +1,73 @@
+"""`rdc demo`: set up a simulated machine and list its GPUs, no GPU or Docker needed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rediacc_core.cli.machine import TerminalProgress, live_grants, render_gpu_table
+from rediacc_core.cli.output import note
+from rediacc_core.config import Config
+from rediacc_core.demo import DEMO_MACHINE, build_demo_machine, is_demo_root
+from rediacc_core.errors import StateError
+from rediacc_core.inventory import load_inventory
+from rediacc_core.plugins import get_plugins
+from rediacc_core.setup import run_setup
+
+
+@click.command("demo")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to build the simulated machine (default: a new temporary directory).",
+)
+def demo(workdir: Path | None) -> None:
+    """Build a simulated machine, register it as `demo`, set it up and list its GPUs."""
+    workdir = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="rdc-demo-"))
+    built = build_demo_machine(workdir)
+    fake = built.fake
+    for problem in built.problems:
+        note(f"Warning: {problem}")
+    if built.layouts:
+        note(f"Simulated machine at {fake.root} with hardware from: {', '.join(built.layouts)}")
+    else:
+        note(f"Simulated machine at {fake.root}; no plugin offers a demo layout, so it has no GPUs.")
+    config = Config.load()
+    if config.has(DEMO_MACHINE):
+        old_root = config.machine(DEMO_MACHINE).root
+        if old_root != fake.root and old_root.exists() and not is_demo_root(old_root):
+            raise StateError(
+                f"a machine named {DEMO_MACHINE!r} already exists with root {old_root}, "
+                "not made by `rdc demo`",
+                f"remove it with `rdc machine remove {DEMO_MACHINE}`, "
+                "or point REDIACC_CONFIG at another file",
+            )
+        config.remove(DEMO_MACHINE)
+    target = config.add(DEMO_MACHINE, fake.root)
+    config.save()
+
+    plugins = get_plugins()
+    ctx = click.get_current_context()
+    options: dict[str, Any] = {opt.name: opt.get_default(ctx) for opt in plugins.setup_options() if opt.name}
+    # The stand-in vendor tools must be found by setup, exactly as the test fixture arranges it;
+    # PATH is put back afterwards so an embedding process keeps its own.
+    saved_path = os.environ.get("PATH")
+    os.environ["PATH"] = f"{fake.bin_dir}{os.pathsep}{saved_path or ''}"
+    try:
+        report = run_setup(target, plugins, options, progress=TerminalProgress())
+    finally:
+        if saved_path is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = saved_path
+    for warning in report.warnings:
+        note(f"Warning: {warning}")
+    note("")
+    click.echo(render_gpu_table(load_inventory(target) or {}, live_grants(target)))
+    note("")
+    note(f"Next: rdc machine gpu list {DEMO_MACHINE} -o json   (the inventory as recorded)")

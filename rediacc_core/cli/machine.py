@@ -1,0 +1,372 @@
+"""`rdc machine …`: register machines, set them up, and list their GPUs."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, TextIO
+
+import click
+
+from rediacc_core.cli.output import emit, note, output_option, table
+from rediacc_core.config import SETTINGS, Config
+from rediacc_core.errors import RdcError, StateError, ValidationError
+from rediacc_core.inventory import age, load_inventory, read_inventory_text
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import get_plugins
+from rediacc_core.setup import SetupReport, run_setup
+
+
+@click.group()
+def machine() -> None:
+    """Machines: where their root is, their settings, setup and GPUs."""
+
+
+# --- registry of machines ---------------------------------------------------------------------
+
+
+@machine.command("add")
+@click.argument("name")
+@click.option(
+    "--root",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The machine's filesystem root (/sys, /dev, /etc … are read and written under it).",
+)
+def add(name: str, root: Path) -> None:
+    """Register the local machine NAME whose filesystem root is DIR."""
+    config = Config.load()
+    added = config.add(name, root)
+    config.save()
+    note(f"Added machine {added.name} with root {added.root}.")
+    note(f"Next: rdc machine setup {added.name}")
+
+
+@machine.command("list")
+@output_option()
+def list_machines(fmt: str) -> None:
+    """List the configured machines (localhost always among them)."""
+    rows = [_machine_row(m) for m in Config.load().machines()]
+    emit(
+        rows,
+        fmt,
+        lambda data: table(
+            ["NAME", "ROOT", "PLATFORM", "SETTINGS", "INVENTORY"],
+            [
+                [
+                    r["name"],
+                    r["root"],
+                    r["platform"],
+                    ", ".join(f"{k}={v}" for k, v in r["settings"].items()) or None,
+                    r["inventory"],
+                ]
+                for r in data
+            ],
+        ),
+    )
+
+
+def _machine_row(m: Machine) -> dict[str, Any]:
+    try:
+        inventory = load_inventory(m)
+        state = "not set up" if inventory is None else f"written {age(inventory['generatedAt'])}"
+    except RdcError:
+        state = "unreadable"
+    return {
+        "name": m.name,
+        "root": str(m.root),
+        "platform": m.platform,
+        "settings": dict(m.settings),
+        "inventory": state,
+    }
+
+
+@machine.command("remove")
+@click.argument("name")
+def remove(name: str) -> None:
+    """Forget the machine NAME (nothing under its root is touched)."""
+    config = Config.load()
+    root = config.machine(name).root
+    config.remove(name)
+    config.save()
+    note(f"Removed machine {name}; nothing under {root} was changed.")
+
+
+@machine.command("config")
+@click.argument("name")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set a per-machine setting.")
+@click.option("--unset", "unset", multiple=True, metavar="KEY", help="Go back to a setting's default.")
+@output_option()
+def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], fmt: str) -> None:
+    """Show or change the per-machine settings of NAME.
+
+    \b
+    Settings:
+      legacy-visible-devices=refuse|translate
+    """
+    config = Config.load()
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or not key:
+            raise ValidationError(
+                f"--set expects KEY=VALUE, got {assignment!r}",
+                "for example: --set legacy-visible-devices=translate",
+            )
+        config.set_setting(name, key.strip(), value.strip())
+    for key in unset:
+        config.unset_setting(name, key)
+    if assignments or unset:
+        config.save()
+    settings = config.machine(name).settings
+    rows = [
+        {
+            "setting": s.name,
+            "value": settings.get(s.name, s.default),
+            "source": "machine" if s.name in settings else "default",
+            "choices": list(s.choices),
+        }
+        for s in SETTINGS.values()
+    ]
+    emit(
+        rows,
+        fmt,
+        lambda data: table(
+            ["SETTING", "VALUE", "SOURCE", "CHOICES"],
+            [[r["setting"], r["value"], r["source"], "|".join(r["choices"])] for r in data],
+        ),
+    )
+
+
+# --- setup ------------------------------------------------------------------------------------
+
+
+class _SetupCommand(click.Command):
+    """`setup` with the options the plugins contribute, asked for when the command is parsed."""
+
+    _clashes: ClassVar[set[str]] = set()
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        taken = {p.name for p in params}
+        for option in get_plugins().setup_options():
+            if option.name in taken:
+                # Said once per process: click asks for the parameters several times per call.
+                if option.name not in self._clashes:
+                    self._clashes.add(str(option.name))
+                    note(f"Warning: ignoring a plugin's setup option {option.opts[0]}: the name is taken")
+                continue
+            taken.add(option.name)
+            params.append(option)
+        return params
+
+
+class TerminalProgress:
+    """A step list on stderr; slow steps get a spinner, and only when stderr is a terminal."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, stream: TextIO | None = None, interval: float = 0.1) -> None:
+        self.stream = stream if stream is not None else click.get_text_stream("stderr")
+        self.interval = interval
+        self.tty = self.stream.isatty()
+        self.title = ""
+        self._stop = threading.Event()
+        self._spinner: threading.Thread | None = None
+
+    def start(self, title: str, slow: bool = False) -> None:
+        self.title = title
+        if not self.tty:
+            self.stream.write(f"- {title}\n")
+            self.stream.flush()
+            return
+        self.stream.write(f"  {title} …")
+        self.stream.flush()
+        if slow:
+            self._stop.clear()
+            self._spinner = threading.Thread(target=self._spin, daemon=True)
+            self._spinner.start()
+
+    def _spin(self) -> None:
+        frame = 0
+        while not self._stop.wait(self.interval):
+            self.stream.write(f"\r{self.FRAMES[frame % len(self.FRAMES)]} {self.title} …")
+            self.stream.flush()
+            frame += 1
+
+    def finish(self, ok: bool) -> None:
+        if self._spinner is not None:
+            self._stop.set()
+            self._spinner.join()
+            self._spinner = None
+        if self.tty:
+            self.stream.write(f"\r{'✓' if ok else '✗'} {self.title}  \n")
+            self.stream.flush()
+
+
+@machine.command("setup", cls=_SetupCommand)
+@click.argument("name")
+@click.option("--dry-run", is_flag=True, help="Print the plan (each command, each file) and change nothing.")
+def setup(name: str, dry_run: bool, **options: Any) -> None:
+    """Discover the GPUs of NAME, write its CDI specs and its inventory."""
+    target = Config.load().machine(name)
+    report = run_setup(
+        target, get_plugins(), options, dry_run=dry_run, progress=None if dry_run else TerminalProgress()
+    )
+    if dry_run:
+        print_plan(report)
+        return
+    for warning in report.warnings:
+        note(f"Warning: {warning}")
+    inventory = report.inventory or {}
+    note(
+        f"Machine {name} is set up: {len(report.gpus)} GPU(s), {len(inventory.get('devices', []))} grantable "
+        f"CDI device(s); inventory at {target.inventory_path}."
+    )
+    for path in report.written:
+        note(f"  wrote {path}")
+    for path in report.removed:
+        note(f"  removed {path}")
+    note(f"Next: rdc machine gpu list {name}")
+
+
+def print_plan(report: SetupReport) -> None:
+    note(f"Dry run for machine {report.machine.name}: nothing was changed. The plan:")
+    lines = []
+    for number, step in enumerate(report.plan, 1):
+        lines.append(f"{number}. {step.title}")
+        lines.extend(f"   {line}" for line in step.lines)
+    click.echo("\n".join(lines))
+
+
+# --- GPUs -------------------------------------------------------------------------------------
+
+
+@machine.group("gpu")
+def gpu() -> None:
+    """The GPUs of a machine."""
+
+
+@gpu.command("list")
+@click.argument("name")
+@output_option()
+def gpu_list(name: str, fmt: str) -> None:
+    """Each GPU, every grantable CDI name, and the grants in force (read live).
+
+    `-o json` prints the inventory exactly as it is recorded on the machine.
+    """
+    target = Config.load().machine(name)
+    text = read_inventory_text(target)
+    if text is None:
+        raise StateError(
+            f"machine {name} has not been set up: there is no {target.inventory_path}",
+            f"run `rdc machine setup {name}`",
+        )
+    if fmt == "json":
+        click.echo(text.rstrip("\n"))
+        return
+    inventory = load_inventory(target) or {}
+    if fmt == "yaml":
+        emit(inventory, fmt, lambda _: "")
+        return
+    click.echo(render_gpu_table(inventory, live_grants(target)))
+
+
+def live_grants(target: Machine) -> dict[str, list[str]]:
+    """Device name -> holders such as `alpha:gpu (exclusive)`, read from the machine now.
+
+    The grants module comes with repos; without it (or without any grant) this is empty.
+    """
+    try:
+        grants_module: Any = importlib.import_module("rediacc_core.grants")
+    except ModuleNotFoundError as exc:
+        if exc.name != "rediacc_core.grants":
+            raise
+        return {}
+    grants = grants_module.GrantStore(target, get_plugins()).all()
+    labels: dict[str, str] = {}
+    try:
+        repos_module: Any = importlib.import_module("rediacc_core.repos")
+        store = repos_module.RepoStore(target)
+    except ModuleNotFoundError:
+        store = None
+    held: dict[str, list[str]] = {}
+    for grant in grants:
+        if grant.repo_id not in labels:
+            labels[grant.repo_id] = _repo_label(store, grant.repo_id)
+        holder = labels[grant.repo_id] + (" (exclusive)" if grant.exclusive else "")
+        held.setdefault(grant.device, []).append(holder)
+    return held
+
+
+def _repo_label(store: Any, repo_id: str) -> str:
+    if store is None:
+        return repo_id
+    try:
+        repo = store.by_id(repo_id)
+    except RdcError:
+        repo = None
+    return str(repo.label) if repo is not None else f"{repo_id} (unknown repo)"
+
+
+def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str]]) -> str:
+    generated = str(inventory.get("generatedAt", ""))
+    out = [
+        f"Machine {inventory.get('machine')}: platform {inventory.get('platform')}, "
+        f"inventory written {age(generated)} ({generated})",
+        "",
+    ]
+    gpus = inventory.get("gpus", [])
+    if gpus:
+        rows: list[list[object]] = []
+        for g in gpus:
+            rows.append(
+                [
+                    g.get("index"),
+                    g.get("name"),
+                    g.get("vendor"),
+                    g.get("driverVersion"),
+                    _mib(g.get("memoryMiB")),
+                    inventory.get("platform"),
+                    g.get("pciBusId"),
+                    ", ".join(g.get("cdiNames", [])) or None,
+                ]
+            )
+            for p in g.get("partitions", []):
+                rows.append(
+                    [
+                        f"└ {p.get('index')}",
+                        p.get("profile") or "partition",
+                        "",  # a partition shares its GPU's vendor, driver, platform and bus
+                        "",
+                        _mib(p.get("memoryMiB")),
+                        "",
+                        "",
+                        ", ".join(p.get("cdiNames", [])) or None,
+                    ]
+                )
+        out.append(
+            table(["GPU", "NAME", "VENDOR", "DRIVER", "MEMORY", "PLATFORM", "PCI BUS ID", "CDI NAMES"], rows)
+        )
+    else:
+        out.append("GPUs: none found")
+    out.append("")
+    devices = inventory.get("devices", [])
+    names = {d["name"] for d in devices}
+    device_rows: list[list[object]] = [
+        [d["name"], d.get("spec"), ", ".join(grants.get(d["name"], [])) or None] for d in devices
+    ]
+    # A grant whose name no spec defines any more (hardware gone, toolkit off) is shown, not hidden.
+    for device, holders in sorted(grants.items()):
+        if device not in names:
+            device_rows.append([device, "(not defined on the machine)", ", ".join(holders)])
+    if device_rows:
+        out.append(table(["CDI DEVICE", "SPEC", "GRANTED TO"], device_rows))
+    else:
+        out.append("Grantable CDI devices: none")
+    return "\n".join(out)
+
+
+def _mib(value: object) -> str | None:
+    return f"{value} MiB" if isinstance(value, int) else None

@@ -1,0 +1,173 @@
+"""The machine's GPU inventory: `<root>/etc/rediacc/gpu/inventory.json`.
+
+Written by `rdc machine setup` from what the plugins discovered and from the CDI specs actually on
+the machine, so a name listed as grantable is one a repo daemon can really inject. Validated against
+`schema/inventory.schema.json` on every read and write; a broken file is an error naming it, never
+"no GPUs".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rediacc_core.errors import ValidationError
+from rediacc_core.files import atomic_write_json, schema_errors
+
+if TYPE_CHECKING:
+    from rediacc_core.cdi.registry import Registry
+    from rediacc_core.machine import Machine
+    from rediacc_core.model import Gpu, GpuPartition
+
+SCHEMA = "inventory.schema.json"
+SCHEMA_VERSION = 1
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_inventory(
+    machine: Machine, gpus: Iterable[Gpu], registry: Registry, *, now: datetime | None = None
+) -> dict[str, Any]:
+    """The inventory document for `machine`.
+
+    A GPU's CDI names are kept only when a spec on the machine defines them: a plugin may expect a
+    name that its tool did not generate (toolkit off, driver too old), and listing it would invite
+    a grant that can never work.
+    """
+    defined = registry.names()
+    devices = [
+        {
+            "name": name,
+            "kind": name.split("=", 1)[0],
+            "spec": entry.spec.path.name if entry.spec.path is not None else "",
+        }
+        for name, entry in sorted(registry.devices.items())
+    ]
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "generatedAt": iso(now or now_utc()),
+        "machine": machine.name,
+        "platform": machine.platform,
+        "gpus": [_gpu(gpu, defined) for gpu in gpus],
+        "devices": devices,
+    }
+
+
+def _names(names: Iterable[str], defined: frozenset[str]) -> list[str]:
+    seen: list[str] = []
+    for name in names:
+        if name in defined and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def _partition(part: GpuPartition, defined: frozenset[str]) -> dict[str, Any]:
+    return {
+        "index": part.index,
+        "uuid": part.uuid,
+        "profile": part.profile,
+        "memoryMiB": part.memory_mib,
+        "cdiNames": _names(part.cdi_names, defined),
+        "attributes": dict(part.attributes),
+    }
+
+
+def _gpu(gpu: Gpu, defined: frozenset[str]) -> dict[str, Any]:
+    return {
+        "vendor": gpu.vendor,
+        "source": gpu.source,
+        "name": gpu.name,
+        "index": gpu.index,
+        "pciBusId": gpu.pci_bus_id,
+        "driver": gpu.driver,
+        "driverVersion": gpu.driver_version,
+        "memoryMiB": gpu.memory_mib,
+        "cdiNames": _names(gpu.cdi_names, defined),
+        "attributes": dict(gpu.attributes),
+        "partitions": [_partition(part, defined) for part in gpu.partitions],
+    }
+
+
+def check_inventory(document: Any, source: str) -> None:
+    """Raise ValidationError naming `source` when `document` is not a valid inventory."""
+    if isinstance(document, Mapping) and isinstance(document.get("schemaVersion"), int):
+        version = document["schemaVersion"]
+        if version > SCHEMA_VERSION:
+            raise ValidationError(
+                f"inventory {source} has schemaVersion {version}, newer than this rdc understands "
+                f"({SCHEMA_VERSION})",
+                "upgrade rdc, or run `rdc machine setup` again with this version to rewrite it",
+            )
+    problems = schema_errors(document, SCHEMA)
+    if problems:
+        raise ValidationError(
+            f"inventory {source} does not match its schema: " + "; ".join(problems[:5]),
+            "run `rdc machine setup` to regenerate it",
+        )
+
+
+def read_inventory_text(machine: Machine) -> str | None:
+    """The inventory file's text exactly as recorded, after validation; None when never set up."""
+    path = machine.inventory_path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValidationError(
+            f"cannot read inventory {path}: {exc.strerror}", f"check the permissions of {path}"
+        ) from exc
+    _parse(text, str(path))
+    return text
+
+
+def load_inventory(machine: Machine) -> dict[str, Any] | None:
+    """The machine's inventory, or None when `rdc machine setup` never ran there."""
+    text = read_inventory_text(machine)
+    return None if text is None else _parse(text, str(machine.inventory_path))
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(
+            f"inventory {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            "run `rdc machine setup` to regenerate it",
+        ) from exc
+    check_inventory(document, source)
+    result: dict[str, Any] = document
+    return result
+
+
+def write_inventory(machine: Machine, document: Mapping[str, Any]) -> None:
+    """Validate, then replace the inventory atomically: a bad document never reaches the disk."""
+    check_inventory(document, str(machine.inventory_path))
+    atomic_write_json(machine.inventory_path, document)
+
+
+def age(generated_at: str, now: datetime | None = None) -> str:
+    """How long ago `generated_at` was, as people say it: `just now`, `3m ago`, `2d ago`."""
+    try:
+        then = datetime.fromisoformat(generated_at.replace("Z", "+00:00"))
+    except ValueError:
+        return "unknown"
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    seconds = int(((now or now_utc()) - then).total_seconds())
+    if seconds < 0:
+        return "in the future"
+    if seconds < 10:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"

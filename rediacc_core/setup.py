@@ -1,0 +1,291 @@
+"""`rdc machine setup`: discovery, the plugins' setup steps, CDI specs, then the inventory.
+
+The order protects what is recorded: every spec is produced and validated in a staging directory
+before any is written, and the inventory is written last from the specs really on the machine. A
+tool that fails or produces an invalid spec stops setup with the tool's own message, and the
+previous specs and inventory stay as they were.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rediacc_core.cdi.registry import Registry
+from rediacc_core.cdi.spec import dump_spec, parse_spec_text, validate_spec
+from rediacc_core.errors import RdcError, ToolError, ValidationError
+from rediacc_core.files import atomic_write_text
+from rediacc_core.inventory import build_inventory, write_inventory
+from rediacc_core.machine import Machine
+from rediacc_core.model import CdiSpecFile, Gpu, SetupContext
+from rediacc_core.plugins import Plugins
+from rediacc_core.statelock import state_lock
+
+# Only these suffixes are read by the CDI loader, so a spec under any other name would be lost.
+_SPEC_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(yaml|json)$")
+OUTPUT_PLACEHOLDER = "{output}"
+
+
+class Progress(Protocol):
+    """Told when each step starts and ends, so a terminal can show a step list and a spinner."""
+
+    def start(self, title: str, slow: bool = False) -> None: ...
+
+    def finish(self, ok: bool) -> None: ...
+
+
+class _Silent:
+    def start(self, title: str, slow: bool = False) -> None:
+        pass
+
+    def finish(self, ok: bool) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One step as a dry run prints it."""
+
+    title: str
+    lines: tuple[str, ...]
+
+
+@dataclass
+class SetupReport:
+    """What setup did (or, on a dry run, would do)."""
+
+    machine: Machine
+    dry_run: bool
+    gpus: list[Gpu] = field(default_factory=list)
+    plan: list[PlannedStep] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)
+    inventory: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Produced:
+    """A spec ready to write: its final place and its exact text."""
+
+    path: Path
+    text: str
+
+
+def _again(machine: Machine) -> str:
+    return (
+        f"fix the problem above, then run `rdc machine setup {machine.name}` again; "
+        "the previous CDI specs and inventory were kept"
+    )
+
+
+@contextmanager
+def _step(progress: Progress, title: str, slow: bool = False) -> Iterator[None]:
+    progress.start(title, slow)
+    try:
+        yield
+    except BaseException:
+        progress.finish(False)
+        raise
+    progress.finish(True)
+
+
+def run_setup(
+    machine: Machine,
+    plugins: Plugins,
+    options: Mapping[str, Any],
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> SetupReport:
+    """Set `machine` up; with `dry_run`, only plan (discovery reads, nothing is changed)."""
+    progress = progress or _Silent()
+    report = SetupReport(machine, dry_run)
+
+    with _step(progress, "Discover GPUs"):
+        report.gpus = plugins.discover(machine)
+    report.plan.append(
+        PlannedStep("Discover GPUs", tuple(_describe(gpu) for gpu in report.gpus) or ("none found",))
+    )
+
+    ctx = SetupContext(machine, tuple(report.gpus), dict(options), dry_run)
+    for step in plugins.setup_steps(ctx):
+        report.plan.append(PlannedStep(step.title, step.plan))
+        if not dry_run and step.apply is not None:
+            with _step(progress, step.title, step.slow):
+                step.apply()
+
+    # Asked only after the steps ran: a step may have installed the tool a spec is generated with.
+    spec_files = plugins.cdi_specs(ctx)
+    _check_filenames(spec_files)
+    report.plan.extend(_plan_specs(machine, spec_files))
+    inventory_line = (
+        f"write {machine.inventory_path} ({len(report.gpus)} GPU(s), grantable names from {machine.cdi_dir})"
+    )
+    report.plan.append(PlannedStep("Write the inventory", (inventory_line,)))
+    if dry_run:
+        for spec_file in spec_files:
+            if spec_file.spec is not None:
+                _validated_text(spec_file.spec, machine.cdi_dir / spec_file.filename, machine)
+        return report
+
+    with _step(progress, "Generate and check CDI specs"):
+        produced = _produce(machine, spec_files)
+    # Under the machine's state lock, so a grant being checked sees the old names or the new ones,
+    # never a mix.
+    with state_lock(machine):
+        _write(machine, report, spec_files, produced, progress)
+    return report
+
+
+def _write(
+    machine: Machine,
+    report: SetupReport,
+    spec_files: list[CdiSpecFile],
+    produced: list[_Produced],
+    progress: Progress,
+) -> None:
+    with _step(progress, "Write CDI specs"):
+        for item in produced:
+            atomic_write_text(item.path, item.text)
+            report.written.append(item.path)
+        for spec_file in spec_files:
+            if spec_file.spec is None and spec_file.command is None:
+                target = machine.cdi_dir / spec_file.filename
+                if target.exists() or target.is_symlink():
+                    target.unlink()
+                    report.removed.append(target)
+    with _step(progress, "Write the inventory"):
+        registry = Registry.for_machine(machine)
+        report.warnings.extend(registry.errors)
+        report.warnings.extend(registry.conflict_messages())
+        report.inventory = build_inventory(machine, report.gpus, registry)
+        write_inventory(machine, report.inventory)
+
+
+def _describe(gpu: Gpu) -> str:
+    parts = [f"{gpu.vendor} {gpu.name}".strip()]
+    if gpu.pci_bus_id:
+        parts.append(f"at {gpu.pci_bus_id}")
+    parts.append(f"(found by {gpu.source})")
+    return " ".join(parts)
+
+
+def _check_filenames(spec_files: list[CdiSpecFile]) -> None:
+    seen: set[str] = set()
+    for spec_file in spec_files:
+        if not _SPEC_FILENAME.match(spec_file.filename):
+            raise RdcError(
+                f"a plugin asked for the CDI spec file name {spec_file.filename!r}, which is not a plain "
+                "*.yaml or *.json file name",
+                "report this to the plugin's authors; `rdc plugins` lists the plugins",
+            )
+        if spec_file.filename in seen:
+            raise RdcError(
+                f"two plugins claim the CDI spec file {spec_file.filename!r}",
+                "uninstall one of them or limit loading with REDIACC_LOAD_PLUGINS; `rdc plugins` lists them",
+            )
+        if spec_file.spec is not None and spec_file.command is not None:
+            raise RdcError(
+                f"a plugin gave both a document and a command for {spec_file.filename!r}",
+                "report this to the plugin's authors",
+            )
+        seen.add(spec_file.filename)
+
+
+def _plan_specs(machine: Machine, spec_files: list[CdiSpecFile]) -> list[PlannedStep]:
+    planned = []
+    for spec_file in spec_files:
+        target = machine.cdi_dir / spec_file.filename
+        lines: tuple[str, ...]
+        if spec_file.command is not None:
+            argv = [arg.replace(OUTPUT_PLACEHOLDER, str(target)) for arg in spec_file.command]
+            lines = (f"run: {shlex.join(argv)}", f"check, then write {target}")
+        elif spec_file.spec is not None:
+            lines = (f"write {target} ({', '.join(_spec_names(spec_file.spec)) or 'no devices'})",)
+        elif target.exists() or target.is_symlink():
+            lines = (f"remove {target} (nothing to describe any more)",)
+        else:
+            lines = (f"nothing to write ({target} stays absent)",)
+        planned.append(PlannedStep(f"CDI spec {spec_file.filename}", lines))
+    return planned
+
+
+def _spec_names(document: Mapping[str, Any]) -> list[str]:
+    kind = document.get("kind", "?")
+    devices = document.get("devices") or []
+    return [f"{kind}={dev.get('name')}" for dev in devices if isinstance(dev, Mapping)]
+
+
+def _produce(machine: Machine, spec_files: list[CdiSpecFile]) -> list[_Produced]:
+    """Every spec's final text, each validated; raises before anything under etc/cdi changes."""
+    # Documents first: they need no tool and no disk, so a bad one stops setup before anything runs.
+    documents = {
+        s.filename: _validated_text(s.spec, machine.cdi_dir / s.filename, machine)
+        for s in spec_files
+        if s.spec is not None
+    }
+    generated: dict[str, str] = {}
+    commands = [s for s in spec_files if s.command is not None]
+    if commands:
+        # Beside etc/cdi, never inside it: the repo daemons read every file there, half-made ones too.
+        parent = machine.cdi_dir.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".rdc-setup-", dir=parent))
+        try:
+            for spec_file in commands:
+                target = machine.cdi_dir / spec_file.filename
+                generated[spec_file.filename] = _run_generator(machine, spec_file, staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    texts = {**documents, **generated}
+    return [
+        _Produced(machine.cdi_dir / s.filename, texts[s.filename]) for s in spec_files if s.filename in texts
+    ]
+
+
+def _run_generator(machine: Machine, spec_file: CdiSpecFile, staging: Path, target: Path) -> str:
+    """Run the plugin's generator into `staging`; its output text once parsed and validated."""
+    assert spec_file.command is not None
+    staged = staging / spec_file.filename
+    argv = [arg.replace(OUTPUT_PLACEHOLDER, str(staged)) for arg in spec_file.command]
+    # Messages show the command as the plan does, with the final path: the staging dir is gone by then.
+    shown = shlex.join(arg.replace(OUTPUT_PLACEHOLDER, str(target)) for arg in spec_file.command)
+    result = machine.run(argv, env=dict(spec_file.env))
+    if not result.ok:
+        message = (result.stderr.strip() or result.stdout.strip() or "(no output)").replace(
+            str(staged), str(target)
+        )
+        raise ToolError(f"`{shown}` failed with exit code {result.returncode}:\n{message}", _again(machine))
+    try:
+        text = staged.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ToolError(
+            f"`{shown}` succeeded but wrote no spec where it was asked to ({exc.strerror})", _again(machine)
+        ) from exc
+    source = f"{target} (as generated by `{argv[0]}`)"
+    try:
+        document = parse_spec_text(text, staged.suffix.lstrip("."), source)
+    except ValidationError as exc:
+        raise ToolError(f"`{shown}` wrote an unreadable CDI spec: {exc.what}", _again(machine)) from exc
+    _validate(document, source, machine)
+    return text
+
+
+def _validate(document: Any, source: str, machine: Machine) -> None:
+    try:
+        validate_spec(document, source)
+    except ValidationError as exc:
+        raise ToolError(f"invalid CDI spec: {exc.what}", _again(machine)) from exc
+
+
+def _validated_text(document: Mapping[str, Any], target: Path, machine: Machine) -> str:
+    _validate(document, str(target), machine)
+    return dump_spec(document, target)

@@ -1,0 +1,359 @@
+"""`rdc machine …`, the error convention, `main()`'s exit codes and `rdc demo`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+from setup_kit import KIND, FakeVendor, example_gpu, spec_document, use_vendor
+
+from rediacc_core import CdiSpecFile, GpuPartition, hookimpl
+from rediacc_core.cli import cli, main
+from rediacc_core.config import Config
+from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
+from rediacc_core.plugins import set_plugins
+from rediacc_core.testing import FakeMachine
+
+
+@pytest.fixture
+def vendor(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVendor]:
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
+    plugin = FakeVendor()
+    use_vendor(plugin)
+    yield plugin
+    set_plugins(None)
+
+
+@pytest.fixture
+def fm(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> FakeMachine:
+    return make_fake_machine("box")
+
+
+def rdc(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def set_up_box(vendor: FakeVendor, fm: FakeMachine) -> None:
+    """`box`: one example GPU with a MIG-style partition, its spec, and setup run."""
+    part = GpuPartition(1, "MIG-0001", "1g.10gb", 9984, (f"{KIND}=0:1",))
+    vendor.gpus = [example_gpu(0, partitions=[part])]
+    document = spec_document(fm, ["0", "all"])
+    document["devices"].append({"name": "0:1", "containerEdits": {"env": ["EXAMPLE_PART=0:1"]}})
+    vendor.specs = [CdiSpecFile("example.yaml", spec=document)]
+    assert rdc("machine", "add", "box", "--root", str(fm.root)).exit_code == 0
+    result = rdc("machine", "setup", "box")
+    assert result.exit_code == 0, result.output
+
+
+# --- add / list / remove ------------------------------------------------------------------------
+
+
+def test_add_list_remove(fm: FakeMachine, rdc_config: Path) -> None:
+    added = rdc("machine", "add", "box", "--root", str(fm.root))
+    assert added.exit_code == 0 and added.stdout == ""
+    assert "rdc machine setup box" in added.stderr
+
+    listed = json.loads(rdc("machine", "list", "-o", "json").stdout)
+    assert [(m["name"], m["root"], m["inventory"]) for m in listed] == [
+        ("localhost", "/", listed[0]["inventory"]),
+        ("box", str(fm.root), "not set up"),
+    ]
+
+    table = rdc("machine", "list").stdout.splitlines()
+    assert table[0].split() == ["NAME", "ROOT", "PLATFORM", "SETTINGS", "INVENTORY"]
+    assert table[2].split()[:3] == ["box", str(fm.root), "native"]
+
+    assert yaml.safe_load(rdc("machine", "list", "-o", "yaml").stdout) == listed
+
+    removed = rdc("machine", "remove", "box")
+    assert removed.exit_code == 0 and "nothing under" in removed.stderr
+    assert fm.root.exists()
+    assert [m["name"] for m in json.loads(rdc("machine", "list", "-o", "json").stdout)] == ["localhost"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["machine", "remove", "ghost"],
+        ["machine", "setup", "ghost"],
+        ["machine", "gpu", "list", "ghost"],
+        ["machine", "config", "ghost"],
+    ],
+)
+def test_an_unknown_machine_exits_5_with_error_and_next_step(rdc_config: Path, args: list[str]) -> None:
+    result = rdc(*args)
+
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert result.stderr.splitlines() == [
+        "Error: no machine named 'ghost'",
+        "What to do: run `rdc machine list` to see the machines, or `rdc machine add`",
+    ]
+    assert result.stdout == ""
+
+
+def test_adding_a_machine_twice_is_a_state_error(fm: FakeMachine) -> None:
+    rdc("machine", "add", "box", "--root", str(fm.root))
+
+    result = rdc("machine", "add", "box", "--root", str(fm.root))
+
+    assert result.exit_code == EXIT_STATE
+    assert "Error: a machine named 'box' already exists" in result.stderr
+
+
+def test_per_machine_settings(fm: FakeMachine) -> None:
+    rdc("machine", "add", "box", "--root", str(fm.root))
+
+    shown = json.loads(rdc("machine", "config", "box", "-o", "json").stdout)
+    assert shown == [
+        {
+            "setting": "legacy-visible-devices",
+            "value": "refuse",
+            "source": "default",
+            "choices": ["refuse", "translate"],
+        }
+    ]
+
+    changed = rdc("machine", "config", "box", "--set", "legacy-visible-devices=translate")
+    assert changed.exit_code == 0
+    assert changed.stdout.splitlines()[1].split() == [
+        "legacy-visible-devices",
+        "translate",
+        "machine",
+        "refuse|translate",
+    ]
+    assert Config.load().machine("box").settings == {"legacy-visible-devices": "translate"}
+
+    bad = rdc("machine", "config", "box", "--set", "legacy-visible-devices=sometimes")
+    assert bad.exit_code == EXIT_VALIDATION
+    assert "Error: invalid value 'sometimes'" in bad.stderr
+    assert rdc("machine", "config", "box", "--set", "novalue").exit_code == EXIT_VALIDATION
+    assert Config.load().machine("box").settings == {"legacy-visible-devices": "translate"}
+
+    rdc("machine", "config", "box", "--unset", "legacy-visible-devices")
+    assert Config.load().machine("box").settings == {}
+
+
+# --- gpu list -----------------------------------------------------------------------------------
+
+
+def test_gpu_list_before_setup_names_setup_as_the_next_step(vendor: FakeVendor, fm: FakeMachine) -> None:
+    rdc("machine", "add", "box", "--root", str(fm.root))
+
+    result = rdc("machine", "gpu", "list", "box")
+
+    assert result.exit_code == EXIT_STATE
+    assert result.stderr.splitlines() == [
+        f"Error: machine box has not been set up: there is no {fm.machine.inventory_path}",
+        "What to do: run `rdc machine setup box`",
+    ]
+
+
+def test_gpu_list_json_is_the_inventory_exactly_as_recorded(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up_box(vendor, fm)
+
+    result = rdc("machine", "gpu", "list", "box", "-o", "json")
+
+    assert result.exit_code == 0
+    assert result.stdout == fm.machine.inventory_path.read_text()
+
+
+def test_gpu_list_yaml_is_the_same_data(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up_box(vendor, fm)
+
+    result = rdc("machine", "gpu", "list", "box", "-o", "yaml")
+
+    assert yaml.safe_load(result.stdout) == json.loads(fm.machine.inventory_path.read_text())
+
+
+def test_gpu_list_table_shows_gpus_partitions_platform_age_and_grantable_names(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up_box(vendor, fm)
+
+    out = rdc("machine", "gpu", "list", "box").stdout.splitlines()
+
+    assert out[0].startswith("Machine box: platform native, inventory written just now (")
+    assert out[2].split() == [
+        "GPU",
+        "NAME",
+        "VENDOR",
+        "DRIVER",
+        "MEMORY",
+        "PLATFORM",
+        "PCI",
+        "BUS",
+        "ID",
+        "CDI",
+        "NAMES",
+    ]
+    gpu_row = out[3]
+    for cell in ("Example GPU 0", "example", "550.54.14", "81559 MiB", "native", "0000:01:00.0"):
+        assert cell in gpu_row
+    assert gpu_row.endswith(f"{KIND}=0, {KIND}=all")
+    assert out[4].split() == ["└", "1", "1g.10gb", "9984", "MiB", f"{KIND}=0:1"]
+    assert out[4].index("9984 MiB") == gpu_row.index("81559 MiB")
+    devices = out[6:]
+    assert out[5] == ""
+    assert devices[0].split() == ["CDI", "DEVICE", "SPEC", "GRANTED", "TO"]
+    assert [line.split()[:3] for line in devices[1:]] == [
+        [f"{KIND}=0", "example.yaml", "-"],
+        [f"{KIND}=0:1", "example.yaml", "-"],
+        [f"{KIND}=all", "example.yaml", "-"],
+    ]
+    # Columns line up: every row of the device table starts its SPEC cell at the same place.
+    assert len({line.index("example.yaml") for line in devices[1:]}) == 1
+
+
+def test_gpu_list_of_a_machine_without_gpus(vendor: FakeVendor, fm: FakeMachine) -> None:
+    rdc("machine", "add", "box", "--root", str(fm.root))
+    rdc("machine", "setup", "box")
+
+    out = rdc("machine", "gpu", "list", "box").stdout
+
+    assert "GPUs: none found" in out and "Grantable CDI devices: none" in out
+
+
+def test_gpu_list_shows_grants_in_force_read_live(vendor: FakeVendor, fm: FakeMachine) -> None:
+    grants = pytest.importorskip("rediacc_core.grants")
+    repos = pytest.importorskip("rediacc_core.repos")
+    set_up_box(vendor, fm)
+    machine = Config.load().machine("box")
+    alpha = repos.RepoStore(machine).create("alpha")
+    beta = repos.RepoStore(machine).create("beta", "gpu")
+    store = grants.GrantStore(machine, use_vendor(vendor))
+    store.grant(alpha, [f"{KIND}=0"])
+    store.grant(beta, [f"{KIND}=0", f"{KIND}=all"])
+
+    out = rdc("machine", "gpu", "list", "box").stdout
+
+    row_0 = next(line for line in out.splitlines() if line.startswith(f"{KIND}=0 "))
+    assert row_0.endswith("alpha, beta:gpu")
+    row_all = next(line for line in out.splitlines() if line.startswith(f"{KIND}=all"))
+    assert row_all.endswith("beta:gpu")
+
+    store.revoke(beta, [f"{KIND}=all"])  # no setup in between: the listing reads grants live
+    out = rdc("machine", "gpu", "list", "box").stdout
+    row_all = next(line for line in out.splitlines() if line.startswith(f"{KIND}=all"))
+    assert row_all.endswith("-")
+
+
+def test_a_corrupt_inventory_is_an_error_naming_the_file(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up_box(vendor, fm)
+    fm.machine.inventory_path.write_text("{")
+
+    result = rdc("machine", "gpu", "list", "box", "-o", "json")
+
+    assert result.exit_code == EXIT_VALIDATION
+    assert f"Error: inventory {fm.machine.inventory_path} is not valid JSON" in result.stderr
+    assert result.stdout == ""
+
+
+# --- the console script ---------------------------------------------------------------------------
+
+
+class _Commands:
+    @hookimpl
+    def rdc_cli_commands(self) -> list[click.Command]:
+        @click.command("explode")
+        def explode() -> None:
+            raise RuntimeError("boom")
+
+        @click.command("refuse")
+        def refuse() -> None:
+            raise RdcError("the thing is refused", "do the other thing", exit_code=4)
+
+        return [explode, refuse]
+
+
+@pytest.fixture
+def plugin_commands(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
+    use_vendor(_Commands(), "commands")
+    yield
+    set_plugins(None)
+
+
+def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    captured = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 1), captured.out, captured.err
+
+
+def test_plugins_add_top_level_commands(plugin_commands: None) -> None:
+    assert "explode" in rdc("--help").stdout
+
+    result = rdc("refuse")
+
+    assert result.exit_code == 4
+    assert result.stderr == "Error: the thing is refused\nWhat to do: do the other thing\n"
+
+
+def test_main_exits_with_the_error_code(
+    rdc_config: Path, plugin_commands: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(["machine", "remove", "ghost"], capsys)[0] == EXIT_NOT_FOUND
+    code, out, err = run_main(["refuse"], capsys)
+    assert (code, out) == (4, "")
+    assert err.startswith("Error: the thing is refused\n")
+
+
+def test_an_unexpected_exception_is_a_short_message_and_exit_1(
+    plugin_commands: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(["explode"], capsys)
+
+    assert code == 1
+    assert err.splitlines()[0] == "Error: unexpected RuntimeError: boom"
+    assert "Traceback" not in err
+
+
+def test_main_success_and_usage_errors(rdc_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["machine", "list", "-o", "json"], capsys)[0] == 0
+    code, _, err = run_main(["machine", "list", "-o", "xml"], capsys)
+    assert code == 2 and "xml" in err
+
+
+# --- rdc demo -------------------------------------------------------------------------------------
+
+
+def test_demo_sets_up_a_simulated_machine_and_lists_its_gpus(
+    vendor: FakeVendor, rdc_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = metadata.EntryPoint(name="example", value="setup_kit:demo_layout", group="rediacc.demo")
+    monkeypatch.setattr("rediacc_core.demo.metadata.entry_points", lambda group: [layout])
+    workdir = tmp_path / "demo"
+
+    result = rdc("demo", "--workdir", str(workdir))
+
+    assert result.exit_code == 0, result.output
+    assert "Machine demo: platform native" in result.stdout
+    assert "hardware from: example" in result.stderr
+    demo = Config.load().machine("demo")
+    assert demo.root == workdir.absolute() / "root"
+    assert (demo.root / "etc/example-demo-layout").read_text() == "laid out\n"
+    assert demo.inventory_path.exists()
+    assert str(workdir) not in os.environ["PATH"]
+
+    again = rdc("demo", "--workdir", str(workdir))  # rerunnable: rebuilds its own machine
+    assert again.exit_code == 0, again.output
+
+
+def test_demo_never_wipes_a_directory_it_did_not_make(
+    vendor: FakeVendor, rdc_config: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "mine" / "root").mkdir(parents=True)
+    (tmp_path / "mine" / "root" / "precious").write_text("keep")
+
+    result = rdc("demo", "--workdir", str(tmp_path / "mine"))
+
+    assert result.exit_code == EXIT_STATE
+    assert (tmp_path / "mine" / "root" / "precious").read_text() == "keep"
