@@ -1,0 +1,433 @@
+"""GPU grants: which exact CDI device names each repo identity may use on a machine.
+
+A grant names one device exactly: granting `vendor.example/gpu=all` admits that name and never
+`vendor.example/gpu=0`. Names are checked against the CDI specs on the machine (the directory the
+repo daemons read) and the plugins' own grant rules when written, so a typo is refused rather than
+recorded. An exclusive grant reserves the hardware a name reaches for one repo.
+
+The grants live in `<root>/etc/rediacc/gpu/grants.json`, replaced atomically and checked against
+`schema/grants.schema.json` on every read. Every check and write happens under the machine's state
+lock (`rediacc_core.statelock`), so two grants can never both pass a check the other would fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rediacc_core.cdi.names import parse_qualified_name
+from rediacc_core.cdi.registry import Registry, suggest
+from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
+from rediacc_core.files import atomic_write_json, schema_errors
+from rediacc_core.inventory import load_inventory
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import Plugins, get_plugins
+from rediacc_core.repos import Repo, RepoStore, now_iso
+from rediacc_core.statelock import state_lock
+
+SCHEMA = "grants.schema.json"
+SCHEMA_VERSION = 1
+
+StatKey = tuple[int, int, int, int]
+_NAME_ONE = "name at least one CDI device with --device vendor/class=name"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One CDI device name granted to one repo identity."""
+
+    repo_id: str
+    device: str
+    exclusive: bool
+    granted_at: str
+
+
+@dataclass(frozen=True)
+class GrantOutcome:
+    """What `GrantStore.grant` did for one device. `changed` is False when it was already in force."""
+
+    grant: Grant
+    changed: bool
+    note: str = ""
+
+
+# --- the file ------------------------------------------------------------------------------------
+
+
+def _restore_hint(path: Path) -> str:
+    return f"restore {path} from backup or fix it by hand; nothing was changed"
+
+
+def parse_grants(text: str, path: Path) -> list[Grant]:
+    """The grants in a grants file's text; any problem is a ValidationError naming the file."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(
+            f"grants file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            _restore_hint(path),
+        ) from exc
+    problems = schema_errors(document, SCHEMA)
+    if problems:
+        raise ValidationError(
+            f"grants file {path} does not match its schema: " + "; ".join(problems[:5]), _restore_hint(path)
+        )
+    grants = [
+        Grant(entry["repoId"], entry["device"], entry["exclusive"], entry["grantedAt"])
+        for entry in document["grants"]
+    ]
+    seen: set[tuple[str, str]] = set()
+    for grant in grants:
+        key = (grant.repo_id, grant.device)
+        if key in seen:
+            raise ValidationError(
+                f"grants file {path} grants {grant.device} to repo {grant.repo_id} more than once",
+                _restore_hint(path),
+            )
+        seen.add(key)
+    return grants
+
+
+def _stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
+    """The file's identity and grants, both taken from the same open file; None when there is none."""
+    try:
+        with path.open("rb") as handle:
+            key = _stat_key(os.fstat(handle.fileno()))
+            raw = handle.read()
+    except FileNotFoundError:
+        return None  # never granted anything: legitimate, unlike an unreadable file
+    except OSError as exc:
+        raise ValidationError(
+            f"cannot read grants file {path}: {exc.strerror}",
+            f"check the permissions of {path} and its directory; nothing was changed",
+        ) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(
+            f"grants file {path} is not UTF-8 text ({exc.reason})", _restore_hint(path)
+        ) from exc
+    return key, parse_grants(text, path)
+
+
+def read_grants(machine: Machine) -> list[Grant]:
+    """Every grant on the machine; [] when nothing was ever granted there."""
+    found = _read_file(machine.grants_path)
+    return [] if found is None else found[1]
+
+
+def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
+    """Replace the grants file; caller holds the state lock."""
+    path = machine.grants_path
+    try:
+        before: os.stat_result | None = path.stat()
+    except FileNotFoundError:
+        before = None
+    document = {
+        "schemaVersion": SCHEMA_VERSION,
+        "grants": [
+            {"repoId": g.repo_id, "device": g.device, "exclusive": g.exclusive, "grantedAt": g.granted_at}
+            for g in grants
+        ],
+    }
+    atomic_write_json(path, document)
+    if before is not None:
+        after = path.stat()
+        # LiveGrants notices a change by (device, inode, mtime, size). A freed inode can be reused by the
+        # next file and a coarse clock can repeat an mtime, so keep mtime strictly increasing.
+        if after.st_mtime_ns <= before.st_mtime_ns:
+            os.utime(path, ns=(after.st_atime_ns, before.st_mtime_ns + 1))
+
+
+def drop_repo_grants(machine: Machine, repo_id: str) -> int:
+    """Remove every grant of `repo_id`; the caller holds the state lock. Returns how many went."""
+    grants = read_grants(machine)
+    kept = [g for g in grants if g.repo_id != repo_id]
+    if len(kept) != len(grants):
+        _write_grants(machine, kept)
+    return len(grants) - len(kept)
+
+
+# --- hardware overlap ----------------------------------------------------------------------------
+
+
+def units_overlap(a: str, b: str) -> bool:
+    """Two hardware units overlap when equal or when one contains the other (`pci:X` holds `pci:X/mig:1`)."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def overlapping_units(first: Iterable[str], second: Iterable[str]) -> list[tuple[str, str]]:
+    others = list(second)
+    return [(a, b) for a in first for b in others if units_overlap(a, b)]
+
+
+class _Units:
+    """Hardware units per name, asking the plugins once per name and loading the inventory only if needed."""
+
+    def __init__(self, machine: Machine, plugins: Plugins) -> None:
+        self.machine = machine
+        self.plugins = plugins
+        self._inventory: Mapping[str, Any] | None = None
+        self._cache: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, name: str) -> tuple[str, ...]:
+        if name not in self._cache:
+            if self._inventory is None:
+                # A corrupt inventory raises here: exclusivity that cannot follow hardware must not pass.
+                self._inventory = load_inventory(self.machine) or {}
+            self._cache[name] = tuple(self.plugins.hardware_units(name, self._inventory) or ())
+        return self._cache[name]
+
+
+# --- checking and changing -----------------------------------------------------------------------
+
+
+class GrantStore:
+    """The grants of one machine: reading, and grant/revoke with every check under the state lock."""
+
+    def __init__(
+        self, machine: Machine, plugins: Plugins | None = None, *, lock_timeout: float | None = None
+    ) -> None:
+        self.machine = machine
+        self.plugins = plugins if plugins is not None else get_plugins()
+        self.lock_timeout = lock_timeout
+
+    def all(self) -> list[Grant]:
+        return read_grants(self.machine)
+
+    def for_repo(self, repo_id: str) -> list[Grant]:
+        return sorted((g for g in self.all() if g.repo_id == repo_id), key=lambda g: g.device)
+
+    # --- grant ---------------------------------------------------------------------------------
+    def grant(self, repo: Repo, devices: Sequence[str], exclusive: bool = False) -> list[GrantOutcome]:
+        """Grant every name in `devices` to `repo`, or none of them.
+
+        ValidationError (exit 2) for a malformed or undefined name, RefusedError (exit 4) when an
+        exclusive grant is in the way, BusyError (exit 15) when the lock cannot be had.
+        """
+        wanted = _unique(devices)
+        with state_lock(self.machine, self.lock_timeout):
+            owners = self._owners(repo)
+            self._check_names(wanted)
+            current = read_grants(self.machine)
+            self._check_exclusivity(repo, wanted, exclusive, current, owners)
+            outcomes: list[GrantOutcome] = []
+            result = list(current)
+            stamp = now_iso()
+            for device in wanted:
+                held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
+                if held is None:
+                    new = Grant(repo.id, device, exclusive, stamp)
+                    result.append(new)
+                    outcomes.append(GrantOutcome(new, True))
+                elif exclusive and not held.exclusive:
+                    new = Grant(repo.id, device, True, stamp)
+                    result[result.index(held)] = new
+                    outcomes.append(GrantOutcome(new, True, "was shared, now exclusive"))
+                elif held.exclusive and not exclusive:
+                    # Never loosen a reservation as a side effect of a plain grant.
+                    outcomes.append(
+                        GrantOutcome(
+                            held, False, "already granted exclusively; revoke and grant again to share"
+                        )
+                    )
+                else:
+                    outcomes.append(GrantOutcome(held, False, "already granted"))
+            if any(outcome.changed for outcome in outcomes):
+                _write_grants(self.machine, result)
+        return outcomes
+
+    def _owners(self, repo: Repo) -> dict[str, Repo]:
+        """The machine's repos by id, after checking `repo` still exists (it may have just been deleted)."""
+        owners = {r.id: r for r in RepoStore(self.machine).list()}
+        if repo.id not in owners:
+            raise NotFoundError(
+                f"repo {repo.ref} no longer exists", f"see the repos with `rdc repo list {self.machine.name}`"
+            )
+        return owners
+
+    def _check_names(self, devices: Sequence[str]) -> None:
+        """Every name well formed, defined by a spec the repo daemons read, and accepted by the plugins."""
+        if not devices:
+            raise ValidationError("no device given", _NAME_ONE)
+        registry = Registry.for_machine(self.machine)
+        defined = registry.names()
+        problems: list[str] = []
+        todo = "fix the name and try again; nothing was granted"
+        for device in devices:
+            try:
+                parse_qualified_name(device)
+            except ValidationError as exc:
+                problems.append(f"{exc.what}{_nearest(device, defined)}")
+                todo = f"{exc.todo}; nothing was granted" if exc.todo else todo
+                continue
+            conflicts = registry.conflicts.get(device)
+            if conflicts:
+                files = ", ".join(str(path) for path in conflicts)
+                problems.append(
+                    f"{device} is defined by several spec files at once ({files}), so none is used"
+                )
+                continue
+            if device not in defined:
+                where = self.machine.cdi_dir
+                problems.append(
+                    f"{device} is not defined by any CDI spec in {where}{_nearest(device, defined)}"
+                )
+                continue
+            problems += [
+                f"{device}: {problem}"
+                for problem in self.plugins.validate_grant(device, self.machine, defined)
+            ]
+        if problems:
+            if not defined:
+                name = self.machine.name
+                todo = f"no CDI devices are defined on {name}: run `rdc machine setup {name}`"
+            broken = registry.errors
+            if broken:
+                problems.append("spec files that could not be read: " + "; ".join(broken))
+            raise ValidationError("; ".join(problems), todo)
+
+    def _check_exclusivity(
+        self,
+        repo: Repo,
+        devices: Sequence[str],
+        exclusive: bool,
+        current: Sequence[Grant],
+        owners: Mapping[str, Repo],
+    ) -> None:
+        units = _Units(self.machine, self.plugins)
+        blocked: list[str] = []
+        revokes: list[str] = []
+        for device in devices:
+            for other in current:
+                if other.repo_id == repo.id or not (exclusive or other.exclusive):
+                    continue  # a repo never blocks itself; two shared grants never block each other
+                if other.device == device:
+                    why = ""
+                else:
+                    pairs = overlapping_units(units(device), units(other.device))
+                    if not pairs:
+                        continue
+                    why = f", which reaches the same hardware as {device} ({_pair_text(pairs[0])})"
+                owner = owners.get(other.repo_id)
+                who = owner.ref if owner is not None else f"a deleted repo (id {other.repo_id})"
+                how = " exclusively" if other.exclusive else ""
+                blocked.append(f"repo {who} holds {other.device}{how}{why}")
+                if owner is not None:
+                    revokes.append(f"`rdc repo gpu revoke {owner.ref} --device {other.device}`")
+        if blocked:
+            mode = " exclusively" if exclusive else ""
+            todo = "an exclusive grant reserves its hardware for one repo"
+            if revokes:
+                todo += "; to move it, first run " + " and ".join(dict.fromkeys(revokes))
+            raise RefusedError(
+                f"cannot grant {', '.join(devices)}{mode} to {repo.ref}: "
+                + "; ".join(blocked)
+                + "; nothing was granted",
+                todo,
+            )
+
+    # --- revoke --------------------------------------------------------------------------------
+    def revoke(self, repo: Repo, devices: Sequence[str]) -> list[Grant]:
+        """Remove the repo's grants of `devices`, all or none; NotFoundError when one is not held."""
+        wanted = _unique(devices)
+        if not wanted:
+            raise ValidationError("no device given", _NAME_ONE)
+        with state_lock(self.machine, self.lock_timeout):
+            current = read_grants(self.machine)
+            held = {g.device: g for g in current if g.repo_id == repo.id}
+            missing = [device for device in wanted if device not in held]
+            if missing:
+                listing = ", ".join(sorted(held)) if held else "none"
+                raise NotFoundError(
+                    f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], held)}; "
+                    "nothing was revoked",
+                    f"its grants: {listing} (see `rdc repo gpu list {repo.ref}`)",
+                )
+            removed = [held[device] for device in wanted]
+            _write_grants(self.machine, [g for g in current if g not in removed])
+        return removed
+
+
+def _unique(devices: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(devices))
+
+
+def _pair_text(pair: tuple[str, str]) -> str:
+    a, b = pair
+    return a if a == b else f"{a} and {b}"
+
+
+def _nearest(name: str, names: Iterable[str]) -> str:
+    close = suggest(name, names)
+    return f" (did you mean {', '.join(close[:3])}?)" if close else ""
+
+
+# --- live reading for the gate -------------------------------------------------------------------
+
+
+class LiveGrants:
+    """The machine's grants as the gate sees them, re-read only when the file changed.
+
+    A change is noticed from (device, inode, mtime, size): writes replace the file (new inode) and keep
+    mtime increasing, so one `stat` per request is all an unchanged file costs. A missing file means
+    nothing was ever granted; an unreadable or corrupt one raises, so the gate fails closed.
+    """
+
+    def __init__(self, machine: Machine) -> None:
+        self.path = machine.grants_path
+        self._key: StatKey | None = None
+        self._grants: tuple[Grant, ...] = ()
+        self._error: ValidationError | None = None
+        self._lock = threading.Lock()  # the gate decides requests in worker threads
+        self.reads = 0  # how many times the file was parsed (tests check it is not re-read needlessly)
+
+    @property
+    def cache_key(self) -> StatKey | None:
+        return self._key
+
+    def grants(self) -> tuple[Grant, ...]:
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> tuple[Grant, ...]:
+        try:
+            key = _stat_key(os.stat(self.path))
+        except FileNotFoundError:
+            self._key, self._grants, self._error = None, (), None
+            return ()
+        except OSError as exc:
+            raise ValidationError(
+                f"cannot read grants file {self.path}: {exc.strerror}",
+                f"check the permissions of {self.path} and its directory",
+            ) from exc
+        if key != self._key:
+            self.reads += 1
+            try:
+                found = _read_file(self.path)
+            except ValidationError as exc:
+                # Remember the verdict for this version of the file: it stays an error until it changes.
+                self._key, self._grants, self._error = key, (), exc
+                raise
+            if found is None:  # removed between stat and open
+                self._key, self._grants, self._error = None, (), None
+            else:
+                self._key, self._grants, self._error = found[0], tuple(found[1]), None
+        if self._error is not None:
+            raise self._error
+        return self._grants
+
+    def for_repo(self, repo_id: str) -> frozenset[str]:
+        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id)
+
+    def exclusive_for_repo(self, repo_id: str) -> frozenset[str]:
+        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id and g.exclusive)

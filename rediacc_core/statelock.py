@@ -1,0 +1,76 @@
+"""The one lock over a machine's repos and grants.
+
+Every change to `repos.json` or `grants.json` happens while holding it, so a check ("nobody else holds
+this device exclusively") and the write that relies on it can never interleave with another
+writer's. Readers take no lock: both files are replaced atomically, so a reader sees a whole old or
+a whole new file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import filelock
+
+from rediacc_core.errors import BusyError
+from rediacc_core.machine import Machine
+
+DEFAULT_TIMEOUT = 10.0
+TIMEOUT_ENV = "REDIACC_LOCK_TIMEOUT"
+
+
+def lock_path(machine: Machine) -> Path:
+    return machine.gpu_dir / "grants.lock"
+
+
+def pid_path(machine: Machine) -> Path:
+    """Where the holder writes its pid, so a waiter that gives up can say who is in the way."""
+    path = lock_path(machine)
+    return path.with_name(path.name + ".pid")
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for the lock: `$REDIACC_LOCK_TIMEOUT` when it is a number >= 0, else 10."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+    return value if value >= 0 else DEFAULT_TIMEOUT  # also refuses nan
+
+
+def holder_pid(machine: Machine) -> int | None:
+    try:
+        return int(pid_path(machine).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+@contextmanager
+def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]:
+    """Hold the machine's repos-and-grants lock; BusyError (exit 15) naming the holder on timeout."""
+    wait = lock_timeout() if timeout is None else timeout
+    path = lock_path(machine)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(path), timeout=wait)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        pid = holder_pid(machine)
+        holder = f"process {pid}" if pid is not None else "another process (its pid is not recorded yet)"
+        raise BusyError(
+            f"the repos and grants of machine {machine.name!r} are locked by {holder}; "
+            f"waited {wait:g}s for {path}",
+            "wait for that command to finish and try again"
+            + (f" (check it with `ps -p {pid}`)" if pid is not None else "")
+            + f"; raise the wait with ${TIMEOUT_ENV}",
+        ) from None
+    try:
+        pid_path(machine).write_text(f"{os.getpid()}\n", encoding="ascii")
+        yield
+    finally:
+        # Remove our pid before letting go, so the file never names a process that no longer holds it.
+        pid_path(machine).unlink(missing_ok=True)
+        lock.release()

@@ -1,0 +1,215 @@
+"""`rdc repo` and `rdc repo gpu`: what an operator types and sees, with exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from multiprocessing.synchronize import Event
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+from grants_kit import GPU, build_machine, fake_plugins
+
+from rediacc_core.cli import cli
+from rediacc_core.config import Config
+from rediacc_core.errors import (
+    EXIT_AMBIGUOUS,
+    EXIT_BUSY,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_STATE,
+    EXIT_VALIDATION,
+)
+from rediacc_core.grants import read_grants
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import set_plugins
+from rediacc_core.repos import RepoStore
+from rediacc_core.statelock import state_lock
+from rediacc_core.testing import FakeMachine
+
+
+@pytest.fixture
+def box(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> Iterator[Machine]:
+    machine = build_machine(make_fake_machine("box"))
+    config = Config.load()
+    config.add("box", machine.root)
+    config.save()
+    set_plugins(fake_plugins())
+    yield machine
+    set_plugins(None)
+
+
+def rdc(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def ok(*args: str) -> Result:
+    result = rdc(*args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_create_list_and_delete_a_repo(box: Machine) -> None:
+    created = ok("repo", "create", "alpha@box")
+    assert "Created repo alpha@box" in created.stderr and created.stdout == ""
+    [row] = json.loads(ok("repo", "list", "box", "-o", "json").stdout)
+    assert (row["ref"], row["tag"], row["grants"]) == ("alpha@box", None, [])
+    assert "alpha@box" in ok("repo", "list", "box").stdout
+    ok("repo", "delete", "alpha@box", "--yes")
+    assert json.loads(ok("repo", "list", "box", "-o", "json").stdout) == []
+
+
+def test_create_needs_the_machine_and_a_free_name(box: Machine) -> None:
+    missing = rdc("repo", "create", "alpha")
+    assert missing.exit_code == EXIT_VALIDATION and "alpha@<machine>" in missing.stderr
+    ok("repo", "create", "alpha@box")
+    taken = rdc("repo", "create", "alpha@box")
+    assert taken.exit_code == EXIT_STATE and "already exists" in taken.stderr
+    assert rdc("repo", "create", "alpha@nowhere").exit_code == EXIT_NOT_FOUND
+
+
+def test_create_attached_to_an_existing_daemon(box: Machine) -> None:
+    ok("repo", "create", "ext@box", "--docker-host", "unix:///run/ext/docker.sock")
+    [row] = json.loads(ok("repo", "list", "box", "-o", "json").stdout)
+    assert row["dockerHost"] == "unix:///run/ext/docker.sock"
+    bad = rdc("repo", "create", "ext2@box", "--docker-host", "/run/ext/docker.sock")
+    assert bad.exit_code == EXIT_VALIDATION
+
+
+def test_delete_asks_first_and_refuses_without_a_terminal(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    refused = rdc("repo", "delete", "alpha@box")
+    assert refused.exit_code == EXIT_REFUSED and "--yes" in refused.stderr
+    assert [r.label for r in RepoStore(box).list()] == ["alpha"]
+
+
+def test_grant_list_revoke(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    granted = ok(
+        "repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--device", f"{GPU}=1", "--exclusive"
+    )
+    assert f"Granted {GPU}=0 exclusively to alpha@box" in granted.stderr
+    listed = json.loads(ok("repo", "gpu", "list", "alpha@box", "-o", "json").stdout)
+    assert [(g["device"], g["exclusive"]) for g in listed] == [(f"{GPU}=0", True), (f"{GPU}=1", True)]
+    assert yaml.safe_load(ok("repo", "gpu", "list", "alpha", "-o", "yaml").stdout) == listed
+    table = ok("repo", "gpu", "list", "alpha").stdout.splitlines()
+    assert table[0].split() == ["DEVICE", "EXCLUSIVE", "GRANTED", "AT"]
+    assert table[1].split()[:2] == [f"{GPU}=0", "yes"]
+    assert f"{GPU}=0 *" in ok("repo", "list", "box").stdout
+    ok("repo", "gpu", "revoke", "alpha", "--device", f"{GPU}=0")
+    listed = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
+    assert [g["device"] for g in listed] == [f"{GPU}=1"]
+
+
+def test_a_typo_exits_2_with_suggestions_and_records_nothing(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    result = rdc("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--device", f"{GPU}=al")
+    assert result.exit_code == EXIT_VALIDATION
+    assert result.stderr.startswith("Error: ") and f"did you mean {GPU}=all" in result.stderr
+    assert "What to do: " in result.stderr
+    assert read_grants(box) == []
+
+
+def test_an_exclusive_conflict_exits_4_naming_the_repo_and_grant_in_the_way(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    ok("repo", "create", "beta@box")
+    ok("repo", "gpu", "grant", "beta", "--device", f"{GPU}=all", "--exclusive")
+    result = rdc("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0")
+    assert result.exit_code == EXIT_REFUSED
+    assert f"repo beta@box holds {GPU}=all exclusively" in result.stderr
+    assert f"rdc repo gpu revoke beta@box --device {GPU}=all" in result.stderr
+
+
+def test_revoking_what_is_not_held_exits_5(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    result = rdc("repo", "gpu", "revoke", "alpha", "--device", f"{GPU}=0")
+    assert result.exit_code == EXIT_NOT_FOUND and "holds no grant" in result.stderr
+
+
+def test_fork_starts_without_grants_and_delete_takes_them_away(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    ok("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0")
+    forked = ok("repo", "fork", "alpha", "--tag", "exp")
+    assert "alpha:exp@box" in forked.stderr and "no GPU grants" in forked.stderr
+    assert json.loads(ok("repo", "gpu", "list", "alpha:exp", "-o", "json").stdout) == []
+    ok("repo", "delete", "alpha", "--yes")
+    ok("repo", "create", "alpha@box")
+    assert json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout) == []
+    assert read_grants(box) == []
+
+
+def test_a_name_on_two_machines_needs_the_machine(
+    box: Machine, make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    config = Config.load()
+    config.add("other", build_machine(make_fake_machine("other")).root)
+    config.save()
+    ok("repo", "create", "alpha@box")
+    ok("repo", "create", "alpha@other")
+    result = rdc("repo", "gpu", "list", "alpha")
+    assert result.exit_code == EXIT_AMBIGUOUS
+    assert "alpha@box" in result.stderr and "alpha@other" in result.stderr
+    ok("repo", "gpu", "list", "alpha@other")
+    assert rdc("repo", "gpu", "list", "ghost").exit_code == EXIT_NOT_FOUND
+
+
+def test_a_corrupt_grants_file_is_reported_not_shown_as_empty(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    box.grants_path.parent.mkdir(parents=True, exist_ok=True)
+    box.grants_path.write_text("[]")
+    result = rdc("repo", "gpu", "list", "alpha")
+    assert result.exit_code == EXIT_VALIDATION and str(box.grants_path) in result.stderr
+    assert result.stdout == ""
+
+
+def _hold(machine: Machine, held: Event, release: Event) -> None:
+    with state_lock(machine):
+        held.set()
+        release.wait(30)
+
+
+def test_a_held_lock_exits_15_naming_the_holders_pid(box: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    ok("repo", "create", "alpha@box")
+    monkeypatch.setenv("REDIACC_LOCK_TIMEOUT", "0.2")
+    fork = multiprocessing.get_context("fork")
+    held, release = fork.Event(), fork.Event()
+    holder = fork.Process(target=_hold, args=(box, held, release))
+    holder.start()
+    try:
+        assert held.wait(10)
+        result = rdc("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0")
+        assert result.exit_code == EXIT_BUSY
+        assert f"process {holder.pid}" in result.stderr
+    finally:
+        release.set()
+        holder.join(10)
+    ok("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0")
+
+
+def test_the_rdc_program_exits_with_the_error_code(box: Machine, rdc_config: Path) -> None:
+    # The real console entry point in a fresh process, with no plugins at all.
+    ok("repo", "create", "alpha@box")
+    env = {**os.environ, "REDIACC_CONFIG": str(rdc_config), "REDIACC_LOAD_PLUGINS": ""}
+    argv = [sys.executable, "-c", "from rediacc_core.cli import main; main()"]
+    typo = subprocess.run(
+        [*argv, "repo", "gpu", "grant", "alpha", "--device", f"{GPU}=al"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert typo.returncode == EXIT_VALIDATION, typo.stderr
+    assert f"did you mean {GPU}=all" in typo.stderr
+    good = subprocess.run(
+        [*argv, "repo", "gpu", "grant", "alpha", "--device", f"{GPU}=all"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert good.returncode == 0, good.stderr
+    assert [g.device for g in read_grants(box)] == [f"{GPU}=all"]
