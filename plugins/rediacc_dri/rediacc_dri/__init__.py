@@ -1,1 +1,33 @@
-"""rediacc_dri plugin for rediacc-core: hook implementations only."""
+"""rediacc_dri plugin for rediacc-core: every render node as a `rediacc.io/dri` CDI device.
+
+Hook implementations only; each delegates to the module named for what it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, Verdict, hookimpl
+from rediacc_core.machine import Machine
+from rediacc_dri import discovery, rules, spec, units
+
+
+@hookimpl
+def rdc_discover(machine: Machine) -> list[Gpu]:
+    return discovery.discover(machine)
+
+
+@hookimpl
+def rdc_cdi_specs(ctx: SetupContext) -> list[CdiSpecFile]:
+    return spec.cdi_specs(ctx)
+
+
+@hookimpl
+def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+    return units.hardware_units(name, inventory)
+
+
+@hookimpl
+def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
+    return rules.request_rules(request, ctx)
