@@ -67,7 +67,8 @@ def read_json_checked(path: Path, schema_name: str, what: str) -> Any:
         document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValidationError(
-            f"cannot read {what} {path}: {exc.strerror}", f"check the file's permissions, or restore {path} from backup"
+            f"cannot read {what} {path}: {exc.strerror}",
+            f"check the file's permissions, or restore {path} from backup",
         ) from exc
     except json.JSONDecodeError as exc:
         raise ValidationError(

@@ -37,8 +37,8 @@ class Gpu:
 
     `vendor` is the hardware vendor, lower case, as the plugin names it; `source` is the plugin that
     found it. Several plugins may report the same card (a generic render-node plugin and the
-    card vendor's own): `pci_bus_id` ties them together. `cdi_names` are the qualified names the plugin expects
-    to address this GPU; the inventory keeps only those that a spec on the machine really defines.
+    card vendor's own): `pci_bus_id` ties them together. `cdi_names` are the qualified names the
+    plugin expects to address this GPU; the inventory keeps only those a spec on the machine defines.
     """
 
     vendor: str

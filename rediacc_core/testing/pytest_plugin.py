@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,22 +20,16 @@ def rdc_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def make_fake_machine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[str], FakeMachine]]:
-    """A factory of simulated machines; their stand-in tools come first on PATH."""
+def make_fake_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], FakeMachine]:
+    """A factory of simulated machines; the newest one's stand-in tools come first on PATH."""
+    original_path = os.environ.get("PATH", "")
 
     def make(name: str = "fake") -> FakeMachine:
         fm = FakeMachine(tmp_path / f"{name}-root", tmp_path / f"{name}-bin", name=name)
-        monkeypatch.setenv("PATH", f"{fm.bin_dir}:{monkeypatch_path()}")
+        monkeypatch.setenv("PATH", f"{fm.bin_dir}{os.pathsep}{original_path}")
         return fm
 
-    original = __import__("os").environ.get("PATH", "")
-
-    def monkeypatch_path() -> str:
-        return original
-
-    yield make
+    return make
 
 
 @pytest.fixture
