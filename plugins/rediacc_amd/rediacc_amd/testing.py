@@ -17,7 +17,7 @@ from pathlib import Path
 from rediacc_amd.kfd import TOPOLOGY, gpus_from_nodes, read_topology
 from rediacc_core.testing.fakemachine import FakeMachine
 
-REALDATA = Path(os.environ.get("REDIACC_REALDATA", "/work/shared/realdata"))
+REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
 KFD_CAPTURES = REALDATA / "kfd"
 KFD_MAJOR = 238  # dynamic on real machines; any free number does here
 RENDER_MAJOR = 226

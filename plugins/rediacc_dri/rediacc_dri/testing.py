@@ -75,7 +75,7 @@ def intel_igpu(fm: FakeMachine) -> None:
 
 # --- real captures -----------------------------------------------------------------------------
 
-REALDATA = Path(os.environ.get("REDIACC_REALDATA", "/work/shared/realdata"))
+REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
 DRM_CAPTURES = REALDATA / "drm"
 
 

@@ -1,0 +1,119 @@
+"""The plugin as the core loads it: entry point `nvidia`, every hook, and a whole `machine setup`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from rediacc_nvidia import testing
+
+from rediacc_core import ApiRequest, Refusal
+from rediacc_core.errors import ToolError
+from rediacc_core.inventory import load_inventory
+from rediacc_core.plugins import Plugins, load_plugins
+from rediacc_core.setup import run_setup
+from rediacc_core.testing import FakeMachine
+
+XML_A100 = "nvidia-smi-q-x/a100-sxm4-40gb-mig_510.47.03.xml"
+HOOKS = (
+    "rdc_cdi_specs",
+    "rdc_discover",
+    "rdc_hardware_units",
+    "rdc_request_rules",
+    "rdc_setup_options",
+    "rdc_setup_steps",
+    "rdc_validate_grant",
+)
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch) -> Plugins:
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "nvidia")
+    return load_plugins()
+
+
+def test_entry_point_loads_with_every_hook(plugins: Plugins) -> None:
+    (info,) = plugins.infos
+    assert (info.name, info.distribution, info.error) == ("nvidia", "rediacc-nvidia", None)
+    assert info.hooks == HOOKS
+
+
+def test_setup_option(plugins: Plugins) -> None:
+    (option,) = plugins.setup_options()
+    assert option.opts == ["--install-nvidia-toolkit"]
+    assert option.name == "install_nvidia_toolkit" and option.default == "auto"
+    assert list(getattr(option.type, "choices", ())) == ["auto", "true", "false"]
+
+
+def test_setup_writes_the_spec_and_the_inventory_with_mig_names(
+    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    fm = make_fake_machine("a100")
+    testing.nvidia_machine(
+        fm, capture(XML_A100), compute_caps=["8.0"], mig_profiles={0: ["3g.20gb", "3g.20gb"]}
+    )
+    report = run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+    assert [gpu.name for gpu in report.gpus] == ["NVIDIA A100-SXM4-40GB"]
+    assert fm.machine.cdi_dir / "nvidia.yaml" in report.written
+    inventory = load_inventory(fm.machine)
+    assert inventory is not None
+    (gpu,) = inventory["gpus"]
+    assert gpu["cdiNames"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"]
+    assert [p["cdiNames"][0] for p in gpu["partitions"]] == ["nvidia.com/gpu=0:0", "nvidia.com/gpu=0:1"]
+    assert [p["profile"] for p in gpu["partitions"]] == ["3g.20gb", "3g.20gb"]
+    assert "nvidia.com/gpu=all" in {device["name"] for device in inventory["devices"]}
+
+    # The hooks that read the inventory, through the typed facade.
+    assert plugins.hardware_units("nvidia.com/gpu=0:1", inventory) == ["pci:0000:00:04.0/mig:1"]
+    assert plugins.hardware_units("nvidia.com/gpu=all", inventory) == ["pci:0000:00:04.0"]
+    assert plugins.validate_grant("nvidia.com/gpu=0", fm.machine, frozenset({"nvidia.com/gpu=0"})) == []
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(
+    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    fm = make_fake_machine("dry")
+    testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
+    testing.package_manager(fm, "apt")
+    report = run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"}, dry_run=True)
+    lines = [line for step in report.plan for line in step.lines]
+    assert "run: DEBIAN_FRONTEND=noninteractive apt-get install -y nvidia-container-toolkit" in lines
+    assert any(line.startswith("write ") and "nvidia-cdi-refresh.env" in line for line in lines)
+    assert not (fm.bin_dir / "nvidia-ctk").exists()
+    assert not fm.machine.cdi_dir.exists() or not any(fm.machine.cdi_dir.iterdir())
+
+
+def test_setup_installs_the_toolkit_then_generates(
+    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    fm = make_fake_machine("fresh")
+    testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
+    log = testing.package_manager(fm, "apt")
+    run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+    assert "apt-get install -y nvidia-container-toolkit" in log.read_text()
+    assert (fm.machine.cdi_dir / "nvidia.yaml").exists()
+
+
+def test_failing_nvidia_ctk_fails_setup_and_keeps_the_old_spec(
+    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    fm = make_fake_machine("failing")
+    testing.nvidia_machine(fm, capture(XML_A100))
+    run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+    before = (fm.machine.cdi_dir / "nvidia.yaml").read_text()
+    testing.break_ctk(fm, "fail")
+    with pytest.raises(ToolError, match="failed to initialize NVML"):
+        run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+    assert (fm.machine.cdi_dir / "nvidia.yaml").read_text() == before
+
+
+def test_request_rules_through_the_facade(
+    plugins: Plugins, make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    from rediacc_core import GateContext
+
+    fm = make_fake_machine("gate")
+    ctx = GateContext("a", "a@gate", fm.machine, frozenset(), None, {}, lambda image: None, lambda line: None)
+    body = {"Image": "x", "HostConfig": {"Runtime": "nvidia"}}
+    (refusal,) = plugins.request_rules(ApiRequest("POST", "/containers/create", {}, body), ctx)
+    assert isinstance(refusal, Refusal) and refusal.rule == "runtime"
