@@ -1,0 +1,313 @@
+"""The gate's decision for one Docker API request: forward (canonical body) or refuse, and why.
+
+Order matters and is fixed: route -> decode into the canonical body (400 on anything ambiguous) ->
+fold Compose's legacy CDI `Devices` into the CDI device request -> check the requested CDI names
+against the repo's live grants -> core rules and plugin rules (a plugin refusal with a core rule's id
+replaces the core's generic one) -> refuse with every problem and its replacement, or apply the
+plugins' rewrites, check the names they added against the grants, and forward the re-encoded body.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rediacc_core.errors import RdcError
+from rediacc_core.gate import rules
+from rediacc_core.gate.decode import (
+    MAX_INSPECTED_BODY,
+    MIN_API_VERSION,
+    BadRequest,
+    Target,
+    canonicalise,
+    check_content_type,
+    encode,
+    match_endpoint,
+    parse_target,
+)
+from rediacc_core.model import ApiRequest, GateContext, Refusal, Rewrite
+
+if TYPE_CHECKING:
+    from rediacc_core.machine import Machine
+    from rediacc_core.plugins import Plugins
+    from rediacc_core.repos import Repo
+
+__all__ = ["MAX_INSPECTED_BODY", "BadRequest", "Decider", "Decision", "Target", "parse_target"]
+
+GrantsReader = Callable[[str], frozenset[str]]
+InventoryReader = Callable[[], Mapping[str, Any] | None]
+
+# Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
+_DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
+
+
+@dataclass(frozen=True)
+class Decision:
+    forward: bool  # True: send upstream
+    status: int = 200  # refusal status (400/403) when not forward
+    message: str = ""  # refusal text (sent as Docker's {"message": ...} JSON)
+    body: bytes | None = None  # canonical re-encoded body to forward instead of the original
+    log: tuple[str, ...] = ()  # lines for the gate's log
+
+
+def _live_grants(machine: Machine) -> GrantsReader:
+    # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
+    # without devices (it fails closed only for device requests).
+    from rediacc_core.grants import LiveGrants
+
+    return LiveGrants(machine).for_repo
+
+
+class _InventoryCache:
+    """The machine inventory, re-read only when the file's identity changes."""
+
+    def __init__(self, machine: Machine, log: Callable[[str], None]) -> None:
+        self.machine = machine
+        self.log = log
+        self.key: tuple[int, int, int, int] | None = None
+        self.value: Mapping[str, Any] | None = None
+        self.loaded = False
+
+    def __call__(self) -> Mapping[str, Any] | None:
+        try:
+            info = os.stat(self.machine.inventory_path)
+            key: tuple[int, int, int, int] | None = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+        except OSError:
+            key = None
+        if self.loaded and key == self.key:
+            return self.value
+        from rediacc_core.inventory import load_inventory
+
+        try:
+            self.value = load_inventory(self.machine)
+        except (RdcError, OSError) as exc:
+            self.log(f"inventory unreadable, rules see none: {exc}")
+            self.value = None
+        self.key, self.loaded = key, True
+        return self.value
+
+
+def _describe(refusal: Refusal) -> str:
+    if refusal.replacement:
+        return f"{refusal.message}; use instead: {refusal.replacement}"
+    return refusal.message
+
+
+def merge_refusals(core: list[rules.Finding], plugin: list[Refusal]) -> list[Refusal]:
+    """The core's findings, less those a plugin refusal with the same rule id replaces, then the plugins'.
+
+    A plugin refusal replaces the core findings of its rule whose subject (the refused value) it
+    mentions; when it mentions none of them, it replaces the whole rule.
+    """
+    by_rule: dict[str, list[Refusal]] = {}
+    for refusal in plugin:
+        if refusal.rule:
+            by_rule.setdefault(refusal.rule, []).append(refusal)
+    kept: list[Refusal] = []
+    grouped: dict[str, list[rules.Finding]] = {}
+    for finding in core:
+        grouped.setdefault(finding.refusal.rule, []).append(finding)
+    for rule, findings in grouped.items():
+        theirs = by_rule.get(rule)
+        if not theirs:
+            kept.extend(f.refusal for f in findings)
+            continue
+        text = " ".join(f"{r.message} {r.replacement or ''}" for r in theirs)
+        mentioned = [f for f in findings if f.subject and f.subject in text]
+        if mentioned:
+            kept.extend(f.refusal for f in findings if f not in mentioned)
+    return kept + plugin
+
+
+class Decider:
+    """Decides the requests of one repo's gate. Thread-safe for concurrent `decide` calls."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        repo: Repo,
+        plugins: Plugins,
+        image_config: Callable[[str], Mapping[str, Any] | None],
+        log: Callable[[str], None],
+        *,
+        grants: GrantsReader | None = None,
+        inventory: InventoryReader | None = None,
+    ) -> None:
+        self.machine = machine
+        self.repo = repo
+        self.plugins = plugins
+        self.image_config = image_config
+        self.log = log
+        self._grants = grants
+        self._grants_error: str | None = None
+        self._inventory: InventoryReader = inventory or _InventoryCache(machine, log)
+
+    # --- what to read ---------------------------------------------------------------------------
+    def inspects(self, method: str, raw_target: str) -> bool:
+        """Must the body be read and decided? True for bad targets too, so they get their 400."""
+        try:
+            target = parse_target(raw_target)
+        except BadRequest:
+            return True
+        return method.upper() == "POST" and match_endpoint(target.path) is not None
+
+    # --- the decision -------------------------------------------------------------------------
+    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
+        try:
+            return self._decide(method, raw_target, content_type, body)
+        except BadRequest as exc:
+            return Decision(False, 400, exc.message, log=(f"400 {method} {raw_target}: {exc.message}",))
+        except Exception as exc:  # a gate bug must refuse the request, never let it through unchecked
+            message = f"the gate could not decide this request: {type(exc).__name__}: {exc}"
+            return Decision(False, 500, message, log=(f"500 {method} {raw_target}: {message}",))
+
+    def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
+        target = parse_target(raw_target)
+        endpoint = match_endpoint(target.path)
+        if endpoint is None or method.upper() != "POST":
+            return Decision(True)
+        where = f"{method} {target.path}"
+        if method != "POST":
+            raise BadRequest(f"method {method!r} must be written in upper case")
+        version = target.api_version
+        if version is not None and version < MIN_API_VERSION:
+            raise BadRequest(f"API version {target.version} is older than the gate supports (1.24)")
+        if len(body) > MAX_INSPECTED_BODY:
+            raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
+        if endpoint.name == "plugin-create":
+            return self._refuse(
+                where, [f.refusal for f in rules.check(endpoint.name, None, self.machine, "")]
+            )
+        if endpoint.name == "container-start":
+            if body.strip() not in (b"", b"{}", b"null"):
+                raise BadRequest("container start takes no body (older APIs read one as HostConfig)")
+            return Decision(True, body=body or None)
+        check_content_type(content_type, body)
+        if not body or endpoint.body is None:
+            return Decision(True)  # nothing the daemon could read as settings
+        canonical = canonicalise(body, endpoint.body)
+        return self._decide_body(method, target, endpoint.name, canonical)
+
+    def _read_grants(self) -> tuple[frozenset[str], str | None]:
+        try:
+            if self._grants is None:
+                self._grants = _live_grants(self.machine)
+            return self._grants(self.repo.id), None
+        except Exception as exc:  # whatever went wrong, device requests fail closed and say why
+            why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
+            return frozenset(), why
+
+    def _grant_problems(
+        self, names: tuple[str, ...], grants: frozenset[str], error: str | None
+    ) -> list[Refusal]:
+        if not names:
+            return []
+        if error is not None:
+            message = (
+                f"device requests are refused because the grants of repo {self.repo.label} "
+                f"cannot be read ({error})"
+            )
+            return [Refusal(message=message, rule="grant")]
+        return [
+            Refusal(
+                message=(
+                    f"repo {self.repo.label} has no grant for {name} "
+                    f"(rdc repo gpu grant {self.repo.ref} --device {name})"
+                ),
+                rule="grant",
+            )
+            for name in names
+            if name not in grants
+        ]
+
+    def _decide_body(self, method: str, target: Target, endpoint: str, canonical: Any) -> Decision:
+        where = f"{method} {target.path}"
+        version = target.api_version
+        log: list[str] = []
+        holder_key = _DEVICE_HOLDER.get(endpoint)
+        cdi: tuple[str, ...] = ()
+        if holder_key is not None and isinstance(canonical, dict):
+            folded = rules.fold_compose_devices(canonical, holder_key)
+            if folded:
+                log.append(f"folded Compose devices into the CDI request: {', '.join(folded)}")
+            cdi = rules.cdi_devices(canonical.get(holder_key) if holder_key else canonical)
+        grants, grants_error = self._read_grants()
+        if grants_error:
+            log.append(f"grants unreadable: {grants_error}")
+        refusals = self._grant_problems(cdi, grants, grants_error)
+        findings = rules.check(endpoint, canonical, self.machine, self.repo.ref)
+        # Encoded before plugins run, so nothing a plugin does to the body it is shown is forwarded.
+        forwarded = encode(canonical)
+        request = ApiRequest(
+            method=method,
+            path=target.path,
+            query=target.query,
+            body=canonical,
+            api_version=None if version is None else f"{version[0]}.{version[1]}",
+            cdi_devices=cdi,
+        )
+        ctx = GateContext(
+            repo_name=self.repo.label,
+            repo_ref=self.repo.ref,
+            machine=self.machine,
+            grants=grants,
+            inventory=self._inventory(),
+            settings=self.machine.settings,
+            image_config=self.image_config,
+            log=self.log,
+        )
+        try:
+            verdicts = self.plugins.request_rules(request, ctx)
+        except Exception as exc:  # a broken plugin must not let a request through unchecked
+            message = f"a gate rule failed, so the request is refused: {type(exc).__name__}: {exc}"
+            return Decision(False, 500, message, log=(*log, f"500 {where}: {message}"))
+        plugin_refusals = [v for v in verdicts if isinstance(v, Refusal)]
+        rewrites = [v for v in verdicts if isinstance(v, Rewrite)]
+        refusals += merge_refusals(findings, plugin_refusals)
+        if refusals:
+            return self._refuse(where, refusals, log)
+        if rewrites:
+            if endpoint != "container-create":
+                log.extend(
+                    f"rewrite ignored (only container create is rewritten): {r.description}" for r in rewrites
+                )
+            else:
+                body, added = self._rewrite(json.loads(forwarded), rewrites, log)
+                new = tuple(n for n in added if n not in cdi)
+                problems = self._grant_problems(new, grants, grants_error)
+                if problems:
+                    return self._refuse(where, problems, log)
+                forwarded = encode(body)
+                cdi += new
+        log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
+        return Decision(True, body=forwarded, log=tuple(log))
+
+    @staticmethod
+    def _rewrite(
+        body: dict[str, Any], rewrites: list[Rewrite], log: list[str]
+    ) -> tuple[dict[str, Any], list[str]]:
+        added: list[str] = []
+        for rewrite in rewrites:
+            log.append(f"rewrite: {rewrite.description}")
+            if rewrite.remove_env and isinstance(body.get("Env"), list):
+                drop = set(rewrite.remove_env)
+                body["Env"] = [
+                    e for e in body["Env"] if not (isinstance(e, str) and e.split("=", 1)[0] in drop)
+                ]
+            if rewrite.add_cdi_devices:
+                host = body.get("HostConfig")
+                if not isinstance(host, dict):
+                    host = body["HostConfig"] = {}
+                rules.add_cdi_devices(host, rewrite.add_cdi_devices)
+                added.extend(rewrite.add_cdi_devices)
+        return body, list(dict.fromkeys(added))
+
+    @staticmethod
+    def _refuse(where: str, refusals: list[Refusal], log: list[str] | None = None) -> Decision:
+        status = 403 if any(r.status == 403 for r in refusals) else 400
+        # One problem per line: the docker CLI prints the message as it is.
+        message = "\n".join(_describe(r) for r in refusals)
+        return Decision(False, status, message, log=(*(log or []), f"{status} {where}: {message}"))

@@ -1,0 +1,424 @@
+"""Reading a Docker API request exactly as the daemon will, or refusing it as ambiguous.
+
+The daemon routes on the URL-decoded path (optionally prefixed `/v1.xx`, absolute-form targets
+included) and decodes JSON with Go's `encoding/json`: keys match struct fields case-insensitively
+under Unicode simple folding, a repeated key's last value wins and repeated objects merge. Every
+AuthZ-plugin bypass of the past lived in a gap between such rules and the checker's reading. So the
+gate decodes into the daemon's struct shapes (`decode_fields`) and refuses, with 400, anything two
+readers could read differently: duplicate or fold-variant keys, trailing data, invalid UTF-8, out of
+range numbers, unknown non-empty fields in the structs that govern hardware. What it forwards is
+its own canonical re-encoding, so the daemon reads exactly what was checked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from rediacc_core.gate.decode_fields import (
+    ROUTES,
+    STRUCTS,
+    AnyValue,
+    Endpoint,
+    FieldType,
+    ListOf,
+    MapOf,
+    Scalar,
+)
+
+MAX_INSPECTED_BODY = 4 * 1024 * 1024  # bytes; the daemon has no limit, the gate must have one
+MIN_API_VERSION = (1, 24)  # the oldest API a current daemon serves; older ones read bodies differently
+MAX_DEPTH = 200  # far deeper than any real body, well short of Python's recursion limit
+
+
+class BadRequest(Exception):
+    """The request is malformed or ambiguous; the gate answers 400 with this message."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Target:
+    """A request target as the daemon's router sees it."""
+
+    path: str  # URL-decoded, without the `/vX.Y` prefix
+    version: str | None  # as written, e.g. "1.045"; compare with `api_version`
+    query: dict[str, tuple[str, ...]]
+
+    @property
+    def api_version(self) -> tuple[int, int] | None:
+        if self.version is None:
+            return None
+        major, minor = self.version.split(".")
+        return int(major), int(minor)
+
+
+# --- request targets -------------------------------------------------------------------------
+
+_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*")
+# Go's regexp: `.` stops at a newline and `$` is the end of the text (Python's fullmatch).
+_VERSIONED = re.compile(r"/v([0-9.]+)(/.*)")
+_VERSION = re.compile(r"[0-9]+\.[0-9]+")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _unescape(text: str, what: str) -> str:
+    if _BAD_ESCAPE.search(text):
+        raise BadRequest(f"invalid percent-escape in the request {what}")
+    return unquote_to_bytes(text).decode("utf-8", "surrogateescape")
+
+
+def _is_clean(path: str) -> bool:
+    """What Go's router serves without a 301: no empty, `.` or `..` segment (a trailing `/` is kept)."""
+    segments = path[1:].split("/")
+    if segments[-1] == "":
+        segments.pop()
+    return all(seg not in ("", ".", "..") for seg in segments)
+
+
+def _parse_query(raw: str) -> dict[str, tuple[str, ...]]:
+    if ";" in raw:  # Go refuses `;` separators; the daemon answers 400
+        raise BadRequest("invalid semicolon separator in query")
+    query: dict[str, list[str]] = {}
+    for part in raw.split("&"):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        name = _unescape(key.replace("+", " "), "query")
+        query.setdefault(name, []).append(_unescape(value.replace("+", " "), "query"))
+    return {key: tuple(values) for key, values in query.items()}
+
+
+def parse_target(raw_target: str) -> Target:
+    """Route `raw_target` (origin- or absolute-form) the way the daemon does; BadRequest if unclean."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in raw_target) or "#" in raw_target:
+        raise BadRequest("invalid character in the request target")
+    target = raw_target
+    absolute = _ABSOLUTE.match(target)
+    if absolute:
+        target = target[absolute.end() :]
+    raw_path, _, raw_query = target.partition("?")
+    if not raw_path.startswith("/"):
+        raise BadRequest(f"request target {raw_target!r} is not an absolute path")
+    path = _unescape(raw_path, "path")
+    if not _is_clean(path):
+        raise BadRequest(f"request path {path!r} is not clean (the daemon would redirect, not serve it)")
+    version = None
+    versioned = _VERSIONED.fullmatch(path)
+    if versioned:
+        version, path = versioned.group(1), versioned.group(2)
+        if not _VERSION.fullmatch(version):
+            raise BadRequest(f"API version {version!r} is not of the form <major>.<minor>")
+    return Target(path=path, version=version, query=_parse_query(raw_query))
+
+
+def _route_regex(pattern: str) -> re.Pattern[str]:
+    parts = [re.escape(p) for p in pattern.split("{name}")]
+    return re.compile(".*".join(parts))
+
+
+_ROUTES = tuple((_route_regex(pattern), endpoint) for pattern, endpoint in ROUTES)
+
+
+def match_endpoint(path: str) -> Endpoint | None:
+    """The inspected endpoint `path` routes to (POST only), or None: everything else streams."""
+    for regex, endpoint in _ROUTES:
+        if regex.fullmatch(path):
+            return endpoint
+    return None
+
+
+# --- content type ----------------------------------------------------------------------------
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_PARAM = re.compile(r"\s*;\s*(" + _TOKEN + r")\s*=\s*(" + _TOKEN + "|" + _QUOTED + r")\s*", re.DOTALL)
+_TRAILING = re.compile(r"[\s;]*")
+
+
+def check_content_type(content_type: str | None, body: bytes) -> None:
+    """The daemon's own check: `application/json` (parameters allowed), or no type and no body."""
+    if content_type is None or content_type.strip() == "":
+        if body:
+            raise BadRequest("a request body needs Content-Type: application/json")
+        return
+    media = content_type.partition(";")[0]
+    if media.strip().lower() != "application/json":
+        raise BadRequest(f"Content-Type {content_type!r} is not application/json")
+    rest = content_type[len(media) :]
+    while rest:
+        param = _PARAM.match(rest)
+        if param is None:
+            if _TRAILING.fullmatch(rest):
+                break  # Go ignores trailing semicolons
+            raise BadRequest(f"malformed Content-Type header ({content_type})")
+        rest = rest[param.end() :]
+
+
+# --- JSON as Go decodes it -------------------------------------------------------------------
+
+# Go's EqualFold puts a rune in the same class as its simple case folds. Among the runes that fold
+# onto ASCII letters, only these two are not ASCII themselves.
+_ASCII_FOLDS = {"\u017f": "S", "\u212a": "K"}
+
+
+def _fold_char(char: str) -> str:
+    if char.isascii():
+        return char.upper()
+    special = _ASCII_FOLDS.get(char)
+    if special is not None:
+        return special
+    # Outside ASCII, fold at least as coarsely as Go does (coarser only refuses more key pairs).
+    variants = {char, char.lower(), char.upper(), char.casefold(), char.title()}
+    return min(v for v in variants if len(v) == 1)
+
+
+def go_fold(key: str) -> str:
+    """Equal for a key and an ASCII field name exactly when Go's `bytes.EqualFold` says they match."""
+    if key.isascii():
+        return key.upper()
+    return "".join(_ASCII_FOLDS.get(c, c.upper() if c.isascii() else c) for c in key)
+
+
+def fold(key: str) -> str:
+    """Equal for two keys whenever Go's `bytes.EqualFold` could say they are equal (and a little more).
+
+    Used to find ambiguous keys, where folding too much only refuses more; field lookup uses
+    `go_fold`, which is exact.
+    """
+    if key.isascii():
+        return key.upper()
+    return "".join(_fold_char(c) for c in key)
+
+
+_FIELD_INDEX: dict[str, dict[str, str]] = {
+    name: {go_fold(field): field for field in struct.fields} for name, struct in STRUCTS.items()
+}
+_FORBIDDEN_INDEX: dict[str, frozenset[str]] = {
+    name: frozenset(go_fold(f) for f in struct.forbidden) for name, struct in STRUCTS.items()
+}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+INT_RANGE = {("int", b): (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 16, 32, 64)}
+INT_RANGE.update({("uint", b): (0, (1 << b) - 1) for b in (8, 16, 32, 64)})
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object with its keys in order and duplicates kept, so the gate can see them."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise BadRequest(f"invalid JSON: {name} is not a JSON value")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise BadRequest(f"invalid JSON: number {text} is out of range")
+    return value
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_Pairs, parse_float=_parse_float, parse_constant=_reject_constant, strict=True
+)
+
+
+def parse_json(body: bytes) -> Any:
+    """Parse `body` as Go's grammar allows; objects come back as `_Pairs`."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Go would silently read invalid UTF-8 as U+FFFD; the gate won't guess what was meant.
+        raise BadRequest(f"invalid UTF-8 in the request body at byte {exc.start}") from None
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":
+            raise BadRequest("unexpected content after the JSON value") from None
+        raise BadRequest(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (RecursionError, ValueError) as exc:  # ValueError: an integer with too many digits
+        raise BadRequest(f"invalid JSON: {exc}") from None
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "object" if isinstance(value, _Pairs) else "array"
+    return "null"
+
+
+def _type_error(value: Any, expected: str, where: str) -> BadRequest:
+    return BadRequest(f"{where}: cannot use a JSON {_json_type(value)} as {expected}")
+
+
+def is_empty(value: Any) -> bool:
+    """Go's zero value for any field type: null, false, 0, "", [] or {}."""
+    if value is None or value is False or value == "":
+        return True
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value == 0
+    return isinstance(value, list | dict) and len(value) == 0
+
+
+class Canonicaliser:
+    """Turns parsed JSON into the canonical value for one field type, or raises BadRequest."""
+
+    def __init__(self, escapes: bool = True) -> None:
+        # An unpaired surrogate can only come from a `\uD800`-`\uDFFF` escape (strict UTF-8 has
+        # none), so bodies without such an escape skip the per-string check.
+        self.escapes = escapes
+
+    def _string(self, value: str, where: str) -> str:
+        if self.escapes and _SURROGATE.search(value):
+            raise BadRequest(f"{where}: invalid \\u escape (unpaired surrogate)")
+        return value
+
+    def value(self, value: Any, kind: FieldType, where: str, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"{where}: nested too deeply")
+        if value is None:
+            return None  # Go: null leaves a value alone or sets a pointer/slice/map to nil
+        if isinstance(kind, AnyValue):
+            return self.any(value, where, depth)
+        if isinstance(kind, Scalar):
+            return self.scalar(value, kind, where)
+        if isinstance(kind, ListOf):
+            if isinstance(value, _Pairs) or not isinstance(value, list):
+                raise _type_error(value, "a list", where)
+            return [self.value(item, kind.item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
+        if isinstance(kind, MapOf):
+            if not isinstance(value, _Pairs):
+                raise _type_error(value, "an object", where)
+            out: dict[str, Any] = {}
+            for key, item in value:
+                self._string(key, where)
+                if key in out:
+                    raise BadRequest(f"{where}: duplicate key {key!r}")
+                out[key] = self.value(item, kind.value, f"{where}[{key!r}]", depth + 1)
+            return out
+        return self.struct(value, kind.name, where, depth)
+
+    def scalar(self, value: Any, kind: Scalar, where: str) -> Any:
+        if kind.kind == "string":
+            if not isinstance(value, str):
+                raise _type_error(value, "a string", where)
+            return self._string(value, where)
+        if kind.kind == "bool":
+            if not isinstance(value, bool):
+                raise _type_error(value, "a boolean", where)
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _type_error(value, f"a {kind.kind}{kind.bits} number", where)
+        if kind.kind == "float":
+            return value
+        if isinstance(value, float):  # Go parses integer fields with ParseInt: no fraction, no exponent
+            raise BadRequest(f"{where}: {value!r} is not an integer")
+        low, high = INT_RANGE[(kind.kind, kind.bits)]
+        if not low <= value <= high:
+            raise BadRequest(f"{where}: {value} is out of range for a {kind.kind}{kind.bits}")
+        return value
+
+    def any(self, value: Any, where: str, depth: int) -> Any:
+        if isinstance(value, str):
+            return self._string(value, where)
+        if isinstance(value, _Pairs):
+            # The shape is unknown here (struct or map), so treat fold variants as ambiguous too.
+            out: dict[str, Any] = {}
+            seen: dict[str, str] = {}
+            for key, item in value:
+                self._string(key, where)
+                folded = fold(key)
+                if folded in seen:
+                    raise BadRequest(_duplicate(where, seen[folded], key))
+                seen[folded] = key
+                out[key] = self.any(item, f"{where}.{key}", depth + 1)
+            return out
+        if isinstance(value, list):
+            if depth > MAX_DEPTH:
+                raise BadRequest(f"{where}: nested too deeply")
+            return [self.any(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
+        return value
+
+    def struct(self, value: Any, name: str, where: str, depth: int) -> dict[str, Any]:
+        if not isinstance(value, _Pairs):
+            raise _type_error(value, f"a {name} object", where)
+        struct = STRUCTS[name]
+        index = _FIELD_INDEX[name]
+        forbidden = _FORBIDDEN_INDEX[name]
+        out: dict[str, Any] = {}
+        seen: dict[str, str] = {}
+        for key, item in value:
+            self._string(key, where)
+            if key.isascii():
+                folded = exact = key.upper()
+            else:
+                folded, exact = fold(key), go_fold(key)
+            if folded in seen:
+                raise BadRequest(_duplicate(where, seen[folded], key))
+            seen[folded] = key
+            field = index.get(exact)
+            inner = f"{where}.{field or key}" if where else (field or key)
+            if field is not None:
+                out[field] = self.value(item, struct.fields[field], inner, depth + 1)
+                continue
+            if exact in forbidden and not is_empty(item):
+                raise BadRequest(f"{inner}: belongs inside HostConfig, not at the top level")
+            if struct.strict and not is_empty(item):
+                raise BadRequest(
+                    f"{inner}: unknown field in {name}; the gate refuses fields it cannot check "
+                    "in settings that govern hardware"
+                )
+            out[key] = self.any(item, inner, depth + 1)
+        return out
+
+
+def _duplicate(where: str, first: str, second: str) -> str:
+    place = f" in {where}" if where else ""
+    if first == second:
+        return f"duplicate key {second!r}{place}: the request is ambiguous"
+    return f"keys {first!r} and {second!r}{place} name the same field: the request is ambiguous"
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def canonicalise(body: bytes, kind: FieldType) -> Any:
+    """Decode `body` into the canonical value of `kind`: Go's field names, nothing ambiguous."""
+    parsed = parse_json(body)
+    canonicaliser = _CANONICALISER if _SURROGATE_ESCAPE.search(body) else _NO_ESCAPES
+    try:
+        return canonicaliser.value(parsed, kind, "")
+    except RecursionError:
+        raise BadRequest("the request body is nested too deeply") from None
+
+
+_CANONICALISER = Canonicaliser()
+_NO_ESCAPES = Canonicaliser(escapes=False)
+
+
+def encode(value: Any) -> bytes:
+    """Compact JSON that Go decodes to exactly `value`."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def field_path(body: Mapping[str, Any] | None, *keys: str) -> Any:
+    """`body[k1][k2]...`, or None as soon as a level is missing or null."""
+    current: Any = body
+    for key in keys:
+        if not isinstance(current, dict):
+            return None
+        current = current.get(key)
+    return current

@@ -1,0 +1,537 @@
+"""The decision for whole requests: what the gate forwards, what it refuses, and what it says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict
+from rediacc_core.errors import ValidationError
+from rediacc_core.gate.decide import MAX_INSPECTED_BODY, Decider
+from rediacc_core.grants import GrantStore
+from rediacc_core.inventory import write_inventory
+from rediacc_core.repos import RepoStore
+
+GPU0 = "vendor.example/gpu=0"
+GPU1 = "vendor.example/gpu=1"
+CDI_RUN = {"Image": "bb", "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU0]}]}}
+
+
+def missing(name: str) -> str:
+    return f"repo alpha has no grant for {name} (rdc repo gpu grant alpha@m1 --device {name})"
+
+
+class TestWhatIsInspected:
+    @pytest.mark.parametrize(
+        ("method", "target"),
+        [
+            ("POST", "/v1.45/containers/create"),
+            ("POST", "/containers%2Fcreate"),
+            ("POST", "http://docker/v1.45/containers/create"),
+            ("POST", "/v1.45/containers/abc/update"),
+            ("POST", "/v1.45/containers/abc/exec"),
+            ("POST", "/v1.45/volumes/create"),
+            ("POST", "/v1.45/plugins/pull?remote=x"),
+            ("POST", "/v1.45/services/create"),
+            ("post", "/containers/create"),
+            ("GET", "/containers//json"),  # unclean: inspected so that it is refused
+        ],
+    )
+    def test_inspected(self, gate: Any, method: str, target: str) -> None:
+        assert gate.decider.inspects(method, target)
+
+    @pytest.mark.parametrize(
+        ("method", "target"),
+        [
+            ("GET", "/v1.45/containers/json"),
+            ("GET", "/v1.45/containers/create"),
+            ("POST", "/v1.45/build?t=x"),
+            ("POST", "/v1.45/images/load"),
+            ("POST", "/v1.45/exec/abc/start"),
+            ("POST", "/v1.45/containers/create/"),
+        ],
+    )
+    def test_streamed(self, gate: Any, method: str, target: str) -> None:
+        assert not gate.decider.inspects(method, target)
+        assert gate.decider.decide(method, target, None, b"").forward
+
+
+class TestAdmitted:
+    def test_plain_create_is_forwarded_canonical(self, gate: Any) -> None:
+        raw = b'{ "image": "bb", "hostconfig": {"binds": ["/mnt/data:/data"]} }'
+        decision = gate.create({}, raw=raw)
+        assert decision.forward
+        assert decision.body == b'{"Image":"bb","HostConfig":{"Binds":["/mnt/data:/data"]}}'
+
+    def test_granted_cdi_device(self, gate: Any) -> None:
+        gate.grant(GPU0)
+        decision = gate.create(CDI_RUN)
+        assert decision.forward
+        assert json.loads(decision.body) == CDI_RUN
+        assert any(GPU0 in line for line in decision.log)
+
+    def test_group_add_video_and_render(self, gate: Any) -> None:
+        assert gate.create({"Image": "bb", "HostConfig": {"GroupAdd": ["video", "render"]}}).forward
+
+    def test_content_type_parameters(self, gate: Any) -> None:
+        assert gate.create({"Image": "bb"}, content_type="application/json; charset=utf-8").forward
+
+    def test_empty_body_without_content_type_is_left_to_the_daemon(self, gate: Any) -> None:
+        decision = gate.post("/v1.45/containers/abc/exec", content_type=None)
+        assert decision.forward and decision.body is None
+
+    def test_other_endpoints(self, gate: Any) -> None:
+        assert gate.post("/v1.45/containers/abc/exec", {"Cmd": ["sh"], "AttachStdin": True}).forward
+        assert gate.post("/v1.45/volumes/create", {"Name": "v", "Driver": "local"}).forward
+        assert gate.post("/v1.45/plugins/pull?remote=x", [{"Name": "network", "Value": ["host"]}]).forward
+        assert gate.post("/v1.45/containers/abc/update", {"Memory": 1 << 30}).forward
+        assert gate.post("/v1.45/containers/abc/start", content_type=None).forward
+
+
+class TestRefused:
+    @pytest.mark.parametrize(
+        "target",
+        [
+            "/v1.45/containers/create",
+            "/containers/create",
+            "/containers%2Fcreate",
+            "/v1.045/containers/create",
+            "http://docker/v1.45/containers/create",
+            "/%63ontainers/create?name=x",
+            "/v1.45/containers/create?x=/auth",
+            "/v1.45/containers/create?/auth",
+        ],
+    )
+    def test_privileged_however_the_target_is_written(self, gate: Any, target: str) -> None:
+        decision = gate.post(target, {"Image": "bb", "HostConfig": {"Privileged": True}})
+        assert (decision.forward, decision.status) == (False, 403)
+        assert decision.message.startswith("privileged containers are refused; use instead: --device")
+
+    def test_escaped_key_spellings_are_read_as_go_reads_them(self, gate: Any) -> None:
+        raw = b'{"Image": "bb", "H\\u006fstConfig": {"\\u0050rivileged": true}}'
+        decision = gate.create({}, raw=raw)
+        assert (decision.forward, decision.status) == (False, 403)
+
+    def test_null_bodies_and_null_host_config_pass_through(self, gate: Any) -> None:
+        assert gate.create({}, raw=b"null").body == b"null"
+        assert gate.create({"Image": "bb", "HostConfig": None}).body == b'{"Image":"bb","HostConfig":null}'
+
+    def test_missing_grant_message_is_exact(self, gate: Any) -> None:
+        decision = gate.create(
+            {
+                "Image": "bb",
+                "HostConfig": {
+                    "DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["rediacc.io/dri=renderD128"]}]
+                },
+            }
+        )
+        assert (decision.forward, decision.status) == (False, 403)
+        assert decision.message == (
+            "repo alpha has no grant for rediacc.io/dri=renderD128 "
+            "(rdc repo gpu grant alpha@m1 --device rediacc.io/dri=renderD128)"
+        )
+
+    def test_a_grant_names_exactly_one_device(self, gate: Any) -> None:
+        gate.grant("vendor.example/gpu=all")
+        body = {
+            "Image": "bb",
+            "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU0, GPU1]}]},
+        }
+        decision = gate.create(body)
+        assert decision.message == f"{missing(GPU0)}\n{missing(GPU1)}"
+
+    def test_revocation_takes_effect_on_the_next_request(self, gate: Any) -> None:
+        gate.grant(GPU0)
+        assert gate.create(CDI_RUN).forward
+        gate.grants.clear()
+        assert not gate.create(CDI_RUN).forward
+
+    def test_every_problem_is_named_with_its_replacement(self, gate: Any) -> None:
+        body = {
+            "Image": "bb",
+            "HostConfig": {
+                "Privileged": True,
+                "Runtime": "vendor",
+                "DeviceRequests": [
+                    {"Driver": "", "Count": -1, "Capabilities": [["gpu"]]},
+                    CDI_RUN["HostConfig"]["DeviceRequests"][0],
+                ],
+                "Binds": ["/mnt/devlink:/d"],
+            },
+        }
+        decision = gate.create(body)
+        lines = decision.message.splitlines()
+        assert decision.status == 403
+        assert decision.message.startswith(missing(GPU0) + "\nprivileged containers are refused")
+        assert "--gpus is refused" in decision.message
+        assert "runtime 'vendor' is refused" in decision.message
+        assert "bind of /mnt/devlink is refused: it resolves to /dev" in decision.message
+        assert len(lines) == 5 and all("; use instead: " in line for line in lines[1:])
+
+    @pytest.mark.parametrize(
+        ("target", "body"),
+        [
+            ("/v1.45/containers/abc/exec", {"Cmd": ["sh"], "Privileged": True}),
+            ("/v1.45/containers/abc/exec", {"Cmd": ["sh"], "privileged": True}),
+            ("/v1.45/containers/abc/exec", {"Cmd": ["sh"], "PRIVILEGED": True}),
+            ("/v1.45/containers/abc/update", {"DeviceCgroupRules": ["c *:* rwm"]}),
+            (
+                "/v1.45/volumes/create",
+                {"Driver": "local", "DriverOpts": {"type": "none", "o": "bind", "device": "/dev"}},
+            ),
+            ("/v1.45/plugins/pull?remote=x", [{"Name": "allow-all-devices", "Value": ["true"]}]),
+            ("/v1.45/plugins/x/upgrade?remote=x", [{"Name": "device", "Value": ["/dev/vendor/card0"]}]),
+            ("/v1.45/plugins/x/set", ["src.source=/mnt/devlink"]),
+            (
+                "/v1.45/services/create",
+                {"TaskTemplate": {"ContainerSpec": {"Mounts": [{"Type": "bind", "Source": "/"}]}}},
+            ),
+            ("/v1.45/plugins/create?name=x", None),
+        ],
+    )
+    def test_other_endpoints(self, gate: Any, target: str, body: Any) -> None:
+        decision = gate.post(target, body)
+        assert (decision.forward, decision.status) == (False, 403), decision.message
+
+    def test_compose_cdi_devices_are_folded_and_checked(self, gate: Any) -> None:
+        # Compose before 2.30: `devices: [vendor.example/gpu=0]`.
+        body = {
+            "Image": "bb",
+            "HostConfig": {
+                "Devices": [{"PathOnHost": GPU0, "PathInContainer": GPU0, "CgroupPermissions": "rwm"}]
+            },
+        }
+        assert gate.create(body).message == missing(GPU0)
+        gate.grant(GPU0)
+        decision = gate.create(body)
+        assert decision.forward
+        assert json.loads(decision.body)["HostConfig"] == {
+            "Devices": [],
+            "DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU0]}],
+        }
+
+
+class TestBadRequests:
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b'{"Image": "bb", "HostConfig": {"Privileged": false, "privileged": true}}',
+            b'{"Image": "bb", "HostConfig": {"Privileged": false, "Privileged": true}}',
+            b'{"Image": "bb", "HostConfig": {}, "HostConfig": {"Privileged": true}}',
+            b'{"Image": "bb", "HostConfig": {"Privilege\xc5\xbfd": true, "Privileged": false}}',
+            b'{"Image": "bb"}{"HostConfig": {"Privileged": true}}',
+            b'{"Image": "bb", "HostConfig": {"Privileged": false, "Vendorthing": true}}',
+            b'{"Image": "\xc0\xaf"}',
+        ],
+    )
+    def test_ambiguous_bodies(self, gate: Any, raw: bytes) -> None:
+        decision = gate.create({}, raw=raw)
+        assert (decision.forward, decision.status) == (False, 400), decision.message
+
+    @pytest.mark.parametrize(
+        "target",
+        [
+            "/v1.45//containers/create",
+            "/v1.45/containers/./create",
+            "/v1.4.5/containers/create",
+            "/v1.23/containers/create",
+        ],
+    )
+    def test_unclean_paths_and_old_versions(self, gate: Any, target: str) -> None:
+        assert gate.post(target, {"Image": "bb"}).status == 400
+
+    def test_content_type_must_be_json(self, gate: Any) -> None:
+        assert gate.create({"Image": "bb"}, content_type="text/plain").status == 400
+        assert gate.create({"Image": "bb"}, content_type=None).status == 400
+
+    def test_body_size_limit(self, gate: Any) -> None:
+        big = {"Image": "bb", "Labels": {"x": "y" * MAX_INSPECTED_BODY}}
+        decision = gate.create(big)
+        assert decision.status == 400 and "over" in decision.message
+
+    def test_lower_case_method(self, gate: Any) -> None:
+        assert gate.create({"Image": "bb"}, method="post").status == 400
+
+    def test_start_with_a_body(self, gate: Any) -> None:
+        decision = gate.post("/v1.45/containers/abc/start", {"Privileged": True})
+        assert decision.status == 400
+
+
+class TestPlugins:
+    def test_plugin_sees_the_canonical_request(self, gate: Any) -> None:
+        gate.grant(GPU0)
+        gate.fm.machine.settings = {"legacy-visible-devices": "translate"}
+        assert gate.create({}, raw=json.dumps(CDI_RUN).replace("HostConfig", "hostConfig").encode()).forward
+        request, ctx = gate.plugin.seen[-1]
+        assert isinstance(request, ApiRequest)
+        assert request.is_container_create
+        assert request.api_version == "1.45"
+        assert request.cdi_devices == (GPU0,)
+        assert request.body["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == [GPU0]
+        assert isinstance(ctx, GateContext)
+        assert (ctx.repo_name, ctx.repo_ref, ctx.grants) == ("alpha", "alpha@m1", frozenset({GPU0}))
+        assert ctx.settings == {"legacy-visible-devices": "translate"}
+        assert ctx.inventory is None
+
+    def test_inventory_is_read_live(self, gate: Any) -> None:
+        doc = {
+            "schemaVersion": 1,
+            "generatedAt": "2026-01-01T00:00:00Z",
+            "machine": "fake",
+            "platform": "native",
+            "gpus": [],
+            "devices": [],
+        }
+        write_inventory(gate.fm.machine, doc)
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].inventory["machine"] == "fake"
+        write_inventory(gate.fm.machine, {**doc, "machine": "other-name"})
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].inventory["machine"] == "other-name"
+
+    def test_vendor_refusal_supersedes_the_generic_one(self, gate: Any) -> None:
+        gate.plugin.answer = lambda request, ctx: [
+            Refusal(
+                "raw device /dev/vendor/card0 is refused", "--device vendor.example/gpu=0", rule="raw-device"
+            )
+        ]
+        body = {
+            "Image": "bb",
+            "HostConfig": {"Devices": [{"PathOnHost": "/dev/vendor/card0"}, {"PathOnHost": "/dev/other"}]},
+        }
+        decision = gate.create(body)
+        assert decision.message == (
+            "raw device /dev/other is refused; use instead: --device <vendor>/<class>=<name> "
+            "(`rdc machine gpu list` shows the names)\n"
+            "raw device /dev/vendor/card0 is refused; use instead: --device vendor.example/gpu=0"
+        )
+
+    def test_a_vendor_refusal_naming_nothing_replaces_its_whole_rule(self, gate: Any) -> None:
+        gate.plugin.answer = lambda request, ctx: [
+            Refusal("--gpus is refused", "--device vendor.example/gpu=all", rule="device-request-driver")
+        ]
+        body = {
+            "Image": "bb",
+            "HostConfig": {"DeviceRequests": [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]},
+        }
+        assert gate.create(body).message == "--gpus is refused; use instead: --device vendor.example/gpu=all"
+
+    def test_rewrite_adds_granted_devices_and_removes_env(self, gate: Any) -> None:
+        def translate(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
+            return [
+                Rewrite("legacy variable to CDI", add_cdi_devices=(GPU1,), remove_env=("LEGACY_DEVICES",))
+            ]
+
+        gate.plugin.answer = translate
+        body = {"Image": "bb", "Env": ["LEGACY_DEVICES=1", "KEEP=1", "LEGACY_DEVICES"]}
+        assert gate.create(body).message == missing(GPU1)
+        gate.grant(GPU1)
+        decision = gate.create(body)
+        assert decision.forward
+        assert json.loads(decision.body) == {
+            "Image": "bb",
+            "Env": ["KEEP=1"],
+            "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU1]}]},
+        }
+        assert "rewrite: legacy variable to CDI" in decision.log
+
+    def test_a_plugin_cannot_change_the_forwarded_body_behind_the_gate(self, gate: Any) -> None:
+        def sneaky(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
+            request.body["HostConfig"] = {"Privileged": True}
+            return []
+
+        gate.plugin.answer = sneaky
+        decision = gate.create({"Image": "bb"})
+        assert decision.forward and decision.body == b'{"Image":"bb"}'
+
+    def test_a_failing_plugin_refuses(self, gate: Any) -> None:
+        def broken(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
+            raise RuntimeError("boom")
+
+        gate.plugin.answer = broken
+        decision = gate.create({"Image": "bb"})
+        assert (decision.forward, decision.status) == (False, 500)
+        assert "boom" in decision.message
+
+
+class TestGrantsUnreadable:
+    @pytest.fixture
+    def broken(self, gate: Any) -> Any:
+        def unreadable(repo_id: str) -> frozenset[str]:
+            raise ValidationError("grants.json is not valid JSON (line 1)")
+
+        gate.decider._grants = unreadable
+        return gate
+
+    def test_device_requests_are_refused_saying_why(self, broken: Any) -> None:
+        decision = broken.create(CDI_RUN)
+        assert (decision.forward, decision.status) == (False, 403)
+        assert (
+            "grants of repo alpha cannot be read (grants.json is not valid JSON (line 1))" in decision.message
+        )
+
+    def test_everything_else_keeps_working(self, broken: Any) -> None:
+        assert broken.create({"Image": "bb"}).forward
+        assert broken.post("/v1.45/volumes/create", {"Name": "v"}).forward
+
+
+SPEC = """cdiVersion: 0.5.0
+kind: vendor.example/gpu
+devices:
+  - name: "0"
+    containerEdits:
+      deviceNodes:
+        - path: /dev/vendor/card0
+"""
+
+
+def test_grants_are_read_live_from_the_machine(gate: Any) -> None:
+    """Without an injected reader the decider reads the grants file that `rdc repo gpu grant` writes."""
+    machine = gate.fm.machine
+    gate.fm.write("/etc/cdi/vendor.yaml", SPEC)
+    repo = RepoStore(machine).create("alpha")
+    store = GrantStore(machine, gate.decider.plugins)
+    decider = Decider(machine, repo, gate.decider.plugins, lambda image: None, gate.logs.append)
+    body = json.dumps(CDI_RUN).encode()
+
+    def decide(raw: bytes) -> Any:
+        return decider.decide("POST", "/v1.45/containers/create", "application/json", raw)
+
+    assert decide(body).message == missing(GPU0).replace("alpha@m1", repo.ref)
+    store.grant(repo, [GPU0])
+    assert decide(body).forward
+    store.revoke(repo, [GPU0])
+    assert not decide(body).forward
+    machine.grants_path.write_text("{not json")
+    refused = decide(body)
+    assert refused.status == 403 and "cannot be read" in refused.message
+    assert decide(b'{"Image": "bb"}').forward
+
+
+# --- property: nothing Go would read as privileged is ever admitted --------------------------
+
+_ORBITS = {"k": "kK\u212a", "s": "sS\u017f"}
+
+
+def go_equal_fold(a: str, b: str) -> bool:
+    """An independent model of Go's EqualFold for keys against ASCII field names."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        orbit = _ORBITS.get(y.lower(), y.lower() + y.upper())
+        if x not in orbit:
+            return False
+    return True
+
+
+def go_reads_privileged(raw: bytes) -> bool:
+    """Whether Go's decoder would leave HostConfig.Privileged true (last wins, objects merge)."""
+    try:
+        doc = json.loads(raw, object_pairs_hook=list)
+    except ValueError:
+        return False
+    if not isinstance(doc, list):
+        return False
+    host: dict[str, Any] | None = None
+    for key, value in doc:
+        if not go_equal_fold(key, "HostConfig"):
+            continue
+        if value is None:
+            host = None
+        elif isinstance(value, list):
+            host = host if host is not None else {}
+            for inner_key, inner in value:
+                if go_equal_fold(inner_key, "Privileged") and isinstance(inner, bool):
+                    host["Privileged"] = inner
+    return bool(host and host.get("Privileged"))
+
+
+def _spell(draw: st.DrawFn, name: str) -> str:
+    choices = []
+    for char in name:
+        options = [char.lower(), char.upper(), *(_ORBITS.get(char.lower(), ""))]
+        choices.append(draw(st.sampled_from(options)))
+    return "".join(choices)
+
+
+@st.composite
+def sneaky_bodies(draw: st.DrawFn) -> bytes:
+    members = ['"Image": "bb"']
+    for _ in range(draw(st.integers(1, 3))):
+        inner = []
+        for _ in range(draw(st.integers(0, 3))):
+            key = _spell(draw, draw(st.sampled_from(["Privileged", "Privileged", "Runtime", "Init"])))
+            value = draw(st.sampled_from(["true", "false", "null", '"runc"']))
+            inner.append(f'"{key}": {value}')
+        obj = draw(st.sampled_from(["null", "{" + ", ".join(inner) + "}"]))
+        members.append(f'"{_spell(draw, "HostConfig")}": {obj}')
+    draw(st.randoms()).shuffle(members)
+    tail = draw(st.sampled_from(["", " ", '{"HostConfig": {"Privileged": true}}', "\n"]))
+    return ("{" + ", ".join(members) + "}" + tail).encode()
+
+
+@given(sneaky_bodies())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_never_admits_what_go_reads_as_privileged(gate: Any, raw: bytes) -> None:
+    decision = gate.create({}, raw=raw)
+    if decision.forward:
+        assert not go_reads_privileged(raw)
+        assert decision.body is not None and not go_reads_privileged(decision.body)
+        # and what is forwarded is what Go reads from the original
+        assert json.loads(decision.body).get("HostConfig") == _go_host(raw)
+
+
+def _go_host(raw: bytes) -> Any:
+    doc = json.loads(raw, object_pairs_hook=list)
+    host: Any = None
+    for key, value in doc:
+        if go_equal_fold(key, "HostConfig"):
+            host = None if value is None else {k2: v2 for k2, v2 in _canonical_pairs(value)}
+    return host
+
+
+def _canonical_pairs(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    names = ["Privileged", "Runtime", "Init"]
+    return [(next(n for n in names if go_equal_fold(k, n)), v) for k, v in pairs]
+
+
+# --- what the real docker CLI sends ----------------------------------------------------------
+
+CLI_REQUESTS = Path(__file__).parent / "data" / "docker-cli-requests.jsonl"
+
+
+def _cli_requests() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in CLI_REQUESTS.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [
+        (0, ""),  # --device vendor.example/gpu=0 (granted below)
+        (1, "privileged containers are refused|raw device /dev/null|--gpus is refused"),
+        (2, "volume v with option device=/dev/x|capability CAP_SYS_ADMIN"),
+        (3, "device cgroup rules are refused|annotation cdi.k8s.io/x"),
+        (4, "volume vv with option device=/dev/x"),
+        (5, ""),  # docker update --memory 2g
+        (6, "service mount of /dev|service capability CAP_SYS_ADMIN|swarm generic resources"),
+        (7, "privileged exec is refused"),  # docker exec --privileged
+    ],
+)
+def test_docker_cli_requests(gate: Any, index: int, expected: str) -> None:
+    """Requests captured from the docker CLI 28.2 (tests/gate/data): decoded unchanged, decided right."""
+    gate.grant(GPU0)
+    request = _cli_requests()[index]
+    body = request["body"].encode()
+    decision = gate.decider.decide(request["method"], request["target"], request["content_type"], body)
+    if not expected:
+        assert decision.forward, decision.message
+        assert json.loads(decision.body) == json.loads(body)
+        return
+    assert (decision.forward, decision.status) == (False, 403)
+    for part in expected.split("|"):
+        assert part in decision.message
