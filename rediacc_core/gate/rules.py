@@ -64,6 +64,9 @@ def _list(value: Any) -> list[Any]:
 # --- paths on the machine --------------------------------------------------------------------
 
 
+HARDWARE_ROOTS = ("/dev", "/sys")
+
+
 class MachinePaths:
     """Resolves paths as the machine's kernel would (symlinks inside the machine root) to find /dev."""
 
@@ -109,11 +112,18 @@ class MachinePaths:
             pending.extend(p for p in reversed(target.split("/")) if p)
         return "/" + "/".join(resolved)
 
-    def dev_roots(self) -> set[str]:
-        roots = {"/dev"}
-        real = self.resolve("/dev")
-        if real is not None:
-            roots.add(real)
+    def dev_roots(self) -> dict[str, str]:
+        """Every path that reaches host hardware, mapped to the name it is reported by.
+
+        /dev holds the device nodes; /sys holds the PCI config and resource files that map a card's
+        registers, so a writable bind of either hands the hardware over without any grant.
+        """
+        roots: dict[str, str] = {}
+        for top in HARDWARE_ROOTS:
+            roots[top] = top
+            real = self.resolve(top)
+            if real is not None:
+                roots.setdefault(real, top)
         return roots
 
     def reaches_devices(self, source: str) -> str | None:
@@ -124,13 +134,13 @@ class MachinePaths:
         for resolved in candidates:
             if resolved is None:
                 return "its symlinks loop"
-            for root in roots:
+            for root, shown in roots.items():
                 if resolved == root or resolved.startswith(root + "/"):
                     return (
-                        f"it resolves to {resolved}, under /dev" if resolved != text else "it is under /dev"
+                        f"it resolves to {resolved}, under {shown}" if resolved != text else f"it is under {shown}"
                     )
                 if resolved == "/" or root.startswith(resolved + "/"):
-                    return f"it resolves to {resolved}, which contains /dev"
+                    return f"it resolves to {resolved}, which contains {shown}"
             try:
                 mode = os.stat(self.machine.path(resolved)).st_mode
             except OSError:

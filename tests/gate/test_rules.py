@@ -61,7 +61,11 @@ class TestMachinePaths:
     def test_sources_that_reach_devices(self, fm: FakeMachine, source: str) -> None:
         assert MachinePaths(fm.machine).reaches_devices(source)
 
-    @pytest.mark.parametrize("source", ["/mnt/data", "/mnt/data/dev", "/devices", "/srv", "/home/dev"])
+    @pytest.mark.parametrize("source", ["/sys", "/sys/bus/pci/devices/0000:01:00.0", "/sys/class/drm"])
+    def test_sysfs_reaches_the_cards_registers(self, fm: FakeMachine, source: str) -> None:
+        assert "under /sys" in (MachinePaths(fm.machine).reaches_devices(source) or "")
+
+    @pytest.mark.parametrize("source", ["/mnt/data", "/mnt/data/dev", "/devices", "/srv", "/home/dev", "/system"])
     def test_sources_that_do_not(self, fm: FakeMachine, source: str) -> None:
         assert MachinePaths(fm.machine).reaches_devices(source) is None
 
