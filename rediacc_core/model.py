@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from rediacc_core.cdi.names import is_qualified_name
+
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
 
@@ -120,6 +122,30 @@ class ApiRequest:
     @property
     def is_container_create(self) -> bool:
         return self.method == "POST" and self.path == "/containers/create"
+
+    @property
+    def is_container_update(self) -> bool:
+        return (
+            self.method == "POST" and self.path.startswith("/containers/") and self.path.endswith("/update")
+        )
+
+    def raw_device_paths(self) -> list[str]:
+        """`PathOnHost` of every raw device entry (create or update); CDI names are not raw paths.
+
+        Compose's legacy form puts CDI names there; the core moves those into `cdi_devices`.
+        """
+        if not isinstance(self.body, Mapping):
+            return []
+        holder: Any = self.body.get("HostConfig") if self.is_container_create else self.body
+        if not (self.is_container_create or self.is_container_update) or not isinstance(holder, Mapping):
+            return []
+        devices = holder.get("Devices")
+        paths: list[str] = []
+        for entry in devices if isinstance(devices, list) else []:
+            path = entry.get("PathOnHost") if isinstance(entry, Mapping) else None
+            if isinstance(path, str) and path and not is_qualified_name(path):
+                paths.append(path)
+        return paths
 
 
 @dataclass(frozen=True)

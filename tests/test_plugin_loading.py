@@ -103,3 +103,21 @@ def test_a_plugin_that_fails_to_import_is_reported_not_fatal(tmp_path: Path) -> 
     _install("broken_vendor", tmp_path / "site")
     listed = {p["name"]: p for p in _rdc_plugins_json(tmp_path / "site")}
     assert "libexample.so.1" in str(listed["broken"]["error"])
+
+
+def test_raw_device_paths_skip_cdi_names_and_read_create_and_update() -> None:
+    from rediacc_core import ApiRequest
+
+    create = ApiRequest(
+        "POST",
+        "/containers/create",
+        {},
+        {"HostConfig": {"Devices": [{"PathOnHost": "/dev/card9"}, {"PathOnHost": "vendor.example/gpu=0"}]}},
+    )
+    update = ApiRequest("POST", "/containers/abc/update", {}, {"Devices": [{"PathOnHost": "/dev/x"}]})
+    assert create.raw_device_paths() == ["/dev/card9"]
+    assert update.is_container_update and update.raw_device_paths() == ["/dev/x"]
+    assert (
+        ApiRequest("POST", "/volumes/create", {}, {"Devices": [{"PathOnHost": "/dev/x"}]}).raw_device_paths()
+        == []
+    )

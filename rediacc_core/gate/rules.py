@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rediacc_core import hostpaths
 from rediacc_core.cdi.names import is_qualified_name
 from rediacc_core.machine import Machine
 from rediacc_core.model import Refusal
@@ -38,7 +39,6 @@ REFUSED_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_RAWIO", "SYS_MODULE"}
 ALLOWED_RUNTIMES = frozenset({"", "runc"})
 DEVICE_PRIVILEGES = frozenset({"device", "devices", "allow-all-devices"})
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
-MAX_SYMLINKS = 40  # the kernel's limit for one path walk
 
 
 @dataclass(frozen=True)
@@ -74,43 +74,7 @@ class MachinePaths:
         self.machine = machine
 
     def resolve(self, path: str) -> str | None:
-        """The machine-absolute path `path` leads to, or None for a symlink loop.
-
-        `..` after a symlink steps out of the link's target, as the kernel does; components that do
-        not exist are kept as written (the daemon creates missing bind sources as directories).
-        """
-        pending = [p for p in reversed(path.split("/")) if p]
-        resolved: list[str] = []
-        links = 0
-        existing = True
-        while pending:
-            part = pending.pop()
-            if part == ".":
-                continue
-            if part == "..":
-                if resolved:
-                    resolved.pop()
-                continue
-            resolved.append(part)
-            if not existing:
-                continue
-            host = self.machine.path("/" + "/".join(resolved))
-            try:
-                info = os.lstat(host)
-            except OSError:
-                existing = False
-                continue
-            if not stat.S_ISLNK(info.st_mode):
-                continue
-            links += 1
-            if links > MAX_SYMLINKS:
-                return None
-            target = os.readlink(host)
-            resolved.pop()
-            if target.startswith("/"):
-                resolved = []
-            pending.extend(p for p in reversed(target.split("/")) if p)
-        return "/" + "/".join(resolved)
+        return hostpaths.resolve(self.machine, path)
 
     def dev_roots(self) -> dict[str, str]:
         """Every path that reaches host hardware, mapped to the name it is reported by.
@@ -137,7 +101,9 @@ class MachinePaths:
             for root, shown in roots.items():
                 if resolved == root or resolved.startswith(root + "/"):
                     return (
-                        f"it resolves to {resolved}, under {shown}" if resolved != text else f"it is under {shown}"
+                        f"it resolves to {resolved}, under {shown}"
+                        if resolved != text
+                        else f"it is under {shown}"
                     )
                 if resolved == "/" or root.startswith(resolved + "/"):
                     return f"it resolves to {resolved}, which contains {shown}"

@@ -65,7 +65,9 @@ class TestMachinePaths:
     def test_sysfs_reaches_the_cards_registers(self, fm: FakeMachine, source: str) -> None:
         assert "under /sys" in (MachinePaths(fm.machine).reaches_devices(source) or "")
 
-    @pytest.mark.parametrize("source", ["/mnt/data", "/mnt/data/dev", "/devices", "/srv", "/home/dev", "/system"])
+    @pytest.mark.parametrize(
+        "source", ["/mnt/data", "/mnt/data/dev", "/devices", "/srv", "/home/dev", "/system"]
+    )
     def test_sources_that_do_not(self, fm: FakeMachine, source: str) -> None:
         assert MachinePaths(fm.machine).reaches_devices(source) is None
 

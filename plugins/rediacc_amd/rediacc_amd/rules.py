@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from rediacc_amd.discovery import KFD_NODE, KIND, SOURCE, amd_gpus, cdi_name
-from rediacc_amd.hostpaths import landing_paths, raw_device_paths
 from rediacc_core import ApiRequest, GateContext, Refusal, Verdict
+from rediacc_core.hostpaths import landing_paths
 
 RULE = "raw-device"  # the core's generic rule: our refusal replaces its message
 RENDER_PATH = re.compile(r"^/dev/dri/renderD(\d+)$")
 
 
 def request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
-    raw_paths = raw_device_paths(request)
+    raw_paths = request.raw_device_paths()
     landed = {raw: landing_paths(ctx.machine, raw) for raw in raw_paths}
     kfd_entries = [raw for raw, paths in landed.items() if KFD_NODE in paths]
     if not kfd_entries:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rediacc_amd.devnodes import device_node_edit, host_node, sysfs_dev_numbers
 from rediacc_amd.discovery import KFD_NODE, KIND, SOURCE
 from rediacc_core import CdiSpecFile, SetupContext
+from rediacc_core.cdi.devnodes import device_node_edit, host_node, sysfs_dev_numbers
 from rediacc_core.machine import Machine
 
 SPEC_FILE = "rediacc-amd.yaml"

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rediacc_core import ApiRequest, GateContext, Refusal, Verdict
+from rediacc_core.hostpaths import is_at_or_under, landing_paths
 from rediacc_core.machine import Machine
 from rediacc_dri.discovery import KIND, render_node_of_card, render_nodes, render_nodes_of_pci
-from rediacc_dri.hostpaths import is_at_or_under, landing_paths, raw_device_paths
 
 DRI_DIR = "/dev/dri"
 RULE = "raw-device"  # the core's generic rule: our refusal replaces its message
@@ -20,7 +20,7 @@ BY_PATH = re.compile(r"^pci-([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]
 
 def request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     verdicts: list[Verdict] = []
-    for raw in raw_device_paths(request):
+    for raw in request.raw_device_paths():
         landed = [p for p in landing_paths(ctx.machine, raw) if is_at_or_under(p, DRI_DIR)]
         if landed:
             verdicts.append(_refusal(raw, landed[-1], ctx))

@@ -1,4 +1,8 @@
-"""The numbers of a host device node, which a CDI spec records so the runtime need not guess."""
+"""Host device nodes as a CDI spec records them: `path` inside, `hostPath` on the host, numbers.
+
+Recording type, major and minor means the runtime need not stat the node itself, and a simulated
+machine (whose nodes may be plain files when `mknod` is not allowed) still describes real numbers.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,16 @@ class HostNode:
     minor: int
 
 
-def host_node(host_path: Path, recorded: tuple[int, int] | None) -> HostNode | None:
+def sysfs_dev_numbers(dev_file: Path) -> tuple[int, int] | None:
+    """`major:minor` from a sysfs `dev` file, the kernel's own record of a node's numbers."""
+    try:
+        major, minor = dev_file.read_text(encoding="utf-8").strip().split(":")
+        return int(major), int(minor)
+    except (OSError, ValueError):
+        return None
+
+
+def host_node(host_path: Path, recorded: tuple[int, int] | None = None) -> HostNode | None:
     """The node at `host_path` with its numbers; None when there is no node to map.
 
     A real node answers with its own `st_rdev`. Where the node exists but is not a device (a machine
