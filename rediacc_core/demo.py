@@ -8,12 +8,21 @@ no GPUs, which setup handles like any other machine.
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from rediacc_core.errors import StateError
+from rediacc_core.errors import RdcError, StateError
+from rediacc_core.gate.decide import Decider
+from rediacc_core.grants import GrantStore
+from rediacc_core.inventory import load_inventory
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import Plugins
+from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.testing.fakemachine import FakeMachine
 
 ENTRY_POINT_GROUP = "rediacc.demo"
@@ -55,3 +64,98 @@ def build_demo_machine(workdir: Path, name: str = DEMO_MACHINE) -> DemoMachine:
             continue
         demo.layouts.append(ep.name)
     return demo
+
+
+# --- the walkthrough: grants and gate decisions on the demo machine ----------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the walkthrough did, the command a person would have typed, and what came of it."""
+
+    command: str
+    outcome: str
+    ok: bool
+
+
+def _device_pick(inventory: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
+    """A card's name, another name for the same card, and a name of a different card (if any).
+
+    Chosen from whatever the plugins found, so the walkthrough needs no vendor knowledge.
+    """
+    cards = [
+        [n for n in gpu.get("cdiNames", []) if not n.endswith("=all")] for gpu in inventory.get("gpus", [])
+    ]
+    cards = [names for names in cards if names]
+    if not cards:
+        return None
+    other = next(
+        (names[0] for names in cards[1:] if names[0].split("=")[0] == cards[0][0].split("=")[0]), None
+    )
+    return cards[0][0], cards[0][-1], other
+
+
+def _create_body(devices: list[str], *, gpus_flag: bool = False) -> bytes:
+    """What `docker run` sends for `--device NAME…` (or `--gpus all`) with the demo image."""
+    host: dict[str, Any] = {"NetworkMode": "none"}
+    if gpus_flag:
+        host["DeviceRequests"] = [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]
+    elif devices:
+        host["DeviceRequests"] = [{"Driver": "cdi", "DeviceIDs": devices}]
+    return json.dumps({"Image": "busybox", "Cmd": ["ls", "/dev"], "HostConfig": host}).encode()
+
+
+def walkthrough(machine: Machine, plugins: Plugins) -> list[Step]:
+    """Repos, grants and gate decisions on a set-up demo machine, each as a person would do them.
+
+    No Docker is needed: the gate's decision engine is asked directly with the bodies `docker run`
+    sends. The names come from the machine's own inventory, so this works for any plugin set.
+    """
+    inventory = load_inventory(machine) or {}
+    pick = _device_pick(inventory)
+    if pick is None:
+        return [Step("rdc machine gpu list demo", "no grantable GPU on this machine: nothing to grant", True)]
+    device, sibling, other = pick
+    repos, grants = RepoStore(machine), GrantStore(machine, plugins)
+    for repo in repos.list():
+        repos.delete(repo)
+    alpha, beta = repos.create("alpha"), repos.create("beta")
+    steps: list[Step] = []
+
+    def attempt(command: str, action: Callable[[], object], success: str) -> None:
+        try:
+            action()
+        except RdcError as exc:
+            steps.append(Step(command, f"refused (exit {exc.exit_code}): {exc.what}", False))
+        else:
+            steps.append(Step(command, success, True))
+
+    def grant(repo: Repo, name: str, exclusive: bool = False) -> None:
+        flag = " --exclusive" if exclusive else ""
+        attempt(
+            f"rdc repo gpu grant {repo.name}@demo --device {name}{flag}",
+            lambda: grants.grant(repo, [name], exclusive=exclusive),
+            "granted" + (f", reserved for {repo.name}" if exclusive else ""),
+        )
+
+    grant(alpha, device, exclusive=True)
+    grant(beta, sibling)  # another name for alpha's reserved card
+    kind, _, name = device.partition("=")
+    grant(beta, f"{kind[:-1]}={name}")  # a typo: refused, with the nearest names
+    if other is not None:
+        grant(beta, other)
+
+    def ask(repo: Repo, command: str, body: bytes) -> None:
+        decider = Decider(machine, repo, plugins, lambda _image: None, lambda _line: None)
+        decision = decider.decide("POST", "/v1.45/containers/create", "application/json", body)
+        if decision.forward:
+            steps.append(Step(f"[{repo.name}] {command}", "admitted: forwarded to the repo's dockerd", True))
+        else:
+            steps.append(
+                Step(f"[{repo.name}] {command}", f"refused ({decision.status}): {decision.message}", False)
+            )
+
+    ask(alpha, f"docker run --device {device} busybox ls /dev", _create_body([device]))
+    ask(beta, f"docker run --device {device} busybox ls /dev", _create_body([device]))
+    ask(alpha, "docker run --gpus all busybox ls /dev", _create_body([], gpus_flag=True))
+    return steps

@@ -12,7 +12,7 @@ import click
 from rediacc_core.cli.machine import TerminalProgress, live_grants, render_gpu_table
 from rediacc_core.cli.output import note
 from rediacc_core.config import Config
-from rediacc_core.demo import DEMO_MACHINE, build_demo_machine, is_demo_root
+from rediacc_core.demo import DEMO_MACHINE, build_demo_machine, is_demo_root, walkthrough
 from rediacc_core.errors import StateError
 from rediacc_core.inventory import load_inventory
 from rediacc_core.plugins import get_plugins
@@ -70,4 +70,12 @@ def demo(workdir: Path | None) -> None:
     note("")
     click.echo(render_gpu_table(load_inventory(target) or {}, live_grants(target)))
     note("")
-    note(f"Next: rdc machine gpu list {DEMO_MACHINE} -o json   (the inventory as recorded)")
+    click.echo("Grants and the gate (decisions asked of the gate's engine, as `docker run` would send them):")
+    for step in walkthrough(target, plugins):
+        mark = "ok " if step.ok else "no "
+        click.echo(f"  {mark} $ {step.command}")
+        for line in step.outcome.splitlines():
+            click.echo(f"        {line}")
+    note("")
+    note(f"Next: rdc machine gpu list {DEMO_MACHINE}   (grants now in force)")
+    note(f"      rdc repo gpu list alpha@{DEMO_MACHINE}")
