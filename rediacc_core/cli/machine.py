@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -168,7 +169,7 @@ class TerminalProgress:
     FRAMES = "|/-\\"
 
     def __init__(self, stream: TextIO | None = None, interval: float = 0.1) -> None:
-        self.stream = stream if stream is not None else click.get_text_stream("stderr")
+        self.stream = stream if stream is not None else sys.stderr
         self.interval = interval
         self.tty = self.stream.isatty()
         self.title = ""
