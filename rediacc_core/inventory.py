@@ -56,20 +56,20 @@ def build_inventory(
         "generatedAt": iso(now or now_utc()),
         "machine": machine.name,
         "platform": machine.platform,
-        "gpus": [_gpu(gpu, defined) for gpu in gpus],
+        "gpus": [gpu_record(gpu, defined) for gpu in gpus],
         "devices": devices,
     }
 
 
-def _names(names: Iterable[str], defined: frozenset[str]) -> list[str]:
+def _names(names: Iterable[str], defined: frozenset[str] | None) -> list[str]:
     seen: list[str] = []
     for name in names:
-        if name in defined and name not in seen:
+        if (defined is None or name in defined) and name not in seen:
             seen.append(name)
     return seen
 
 
-def _partition(part: GpuPartition, defined: frozenset[str]) -> dict[str, Any]:
+def _partition(part: GpuPartition, defined: frozenset[str] | None) -> dict[str, Any]:
     return {
         "index": part.index,
         "uuid": part.uuid,
@@ -80,7 +80,8 @@ def _partition(part: GpuPartition, defined: frozenset[str]) -> dict[str, Any]:
     }
 
 
-def _gpu(gpu: Gpu, defined: frozenset[str]) -> dict[str, Any]:
+def gpu_record(gpu: Gpu, defined: frozenset[str] | None = None) -> dict[str, Any]:
+    """`gpu` as the inventory records it; CDI names kept only when `defined` has them (None: all)."""
     return {
         "vendor": gpu.vendor,
         "source": gpu.source,

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rediacc_core.model import GateContext
+from rediacc_core.testing import kit
 from rediacc_core.testing.fakemachine import FakeMachine
 
 
@@ -36,3 +39,15 @@ def make_fake_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callab
 def fake_machine(make_fake_machine: Callable[[str], FakeMachine]) -> FakeMachine:
     """One simulated machine named `fake`."""
     return make_fake_machine("fake")
+
+
+@pytest.fixture
+def inventory_of() -> Callable[..., dict[str, Any]]:
+    """Build an inventory document from `Gpu`s: `inventory_of(gpus, platform="native")`."""
+    return kit.inventory_of
+
+
+@pytest.fixture
+def gate_context() -> Callable[..., GateContext]:
+    """Build the GateContext a rule hook gets: `gate_context(machine, grants, inventory, ...)`."""
+    return kit.gate_context
