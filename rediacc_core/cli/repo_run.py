@@ -1,0 +1,127 @@
+"""`rdc repo up | down | docker-host | gate | dockerd | units`: running a repo's daemon and gate."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from rediacc_core.cli.output import note
+from rediacc_core.cli.repo import repo
+from rediacc_core.config import Config
+from rediacc_core.errors import StateError
+from rediacc_core.gate import daemon, lifecycle
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo, resolve_ref
+
+UNIT_TEMPLATES = ("rediacc-repo-dockerd@.service", "rediacc-repo-gate@.service")
+
+
+def _resolve(ref: str) -> tuple[Machine, Repo]:
+    return resolve_ref(ref, Config.load())
+
+
+@repo.command("up")
+@click.argument("ref", metavar="REPO-REF")
+@click.option(
+    "--foreground", is_flag=True, help="Run the daemon and the gate in this process until stopped (systemd)."
+)
+def up(ref: str, foreground: bool) -> None:
+    """Start the repo's Docker daemon and its gate; return once the gate answers."""
+    machine, found = _resolve(ref)
+    if foreground:
+        _up_foreground(machine, found)
+        return
+    runtime = lifecycle.repo_up(machine, found)
+    note(f"Repo {found.ref} is up. Use it with: export DOCKER_HOST={runtime.docker_host_url}")
+
+
+def _up_foreground(machine: Machine, found: Repo) -> None:
+    from rediacc_core.gate.serve import build_gate, run_gate
+
+    runtime = lifecycle.runtime_for(machine, found)
+    started = lifecycle.start_daemon(machine, runtime, detach=False)
+    try:
+        gate = build_gate(machine, found, runtime.gate_socket, runtime.upstream_socket)
+        run_gate(gate, runtime.gate_pidfile)
+    finally:
+        if started is not None:
+            started.stop()
+
+
+@repo.command("down")
+@click.argument("ref", metavar="REPO-REF")
+def down(ref: str) -> None:
+    """Stop the repo's gate and, when rdc started it, its Docker daemon (and so its containers)."""
+    machine, found = _resolve(ref)
+    stopped = lifecycle.repo_down(machine, found)
+    note(
+        f"Stopped {', '.join(stopped)} of repo {found.ref}."
+        if stopped
+        else f"Repo {found.ref} was not running."
+    )
+
+
+@repo.command("docker-host")
+@click.argument("ref", metavar="REPO-REF")
+def docker_host(ref: str) -> None:
+    """Print the DOCKER_HOST value of the repo: its gate's socket."""
+    machine, found = _resolve(ref)
+    click.echo(lifecycle.runtime_for(machine, found).docker_host_url)
+
+
+@repo.command("gate")
+@click.argument("ref", metavar="REPO-REF")
+def gate(ref: str) -> None:
+    """Run only the repo's gate, in the foreground (the daemon must be up: systemd's gate unit)."""
+    from rediacc_core.gate.serve import build_gate, run_gate
+
+    machine, found = _resolve(ref)
+    runtime = lifecycle.runtime_for(machine, found)
+    run_gate(build_gate(machine, found, runtime.gate_socket, runtime.upstream_socket), runtime.gate_pidfile)
+
+
+@repo.command("dockerd", hidden=True)
+@click.argument("ref", metavar="REPO-REF")
+def dockerd(ref: str) -> None:
+    """Run only the repo's own dockerd, in the foreground (systemd's dockerd unit)."""
+    machine, found = _resolve(ref)
+    runtime = lifecycle.runtime_for(machine, found)
+    if not runtime.owns_daemon:
+        raise StateError(
+            f"repo {found.ref} uses the existing daemon {found.docker_host}; rdc runs no dockerd for it",
+            "run only its gate unit",
+        )
+    paths = runtime.daemon_paths
+    daemon.prepare(machine.root, paths)
+    argv = daemon.dockerd_argv(paths)
+    os.execvp(argv[0], argv)
+
+
+@repo.command("units")
+@click.argument("ref", metavar="REPO-REF")
+@click.option(
+    "--install",
+    "install_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also copy the unit templates into this directory (e.g. /etc/systemd/system).",
+)
+def units(ref: str, install_dir: Path | None) -> None:
+    """Print the systemd units that run the repo at boot (templates ship with rdc)."""
+    machine, found = _resolve(ref)
+    runtime = lifecycle.runtime_for(machine, found)
+    if install_dir is not None:
+        install_dir.mkdir(parents=True, exist_ok=True)
+        for name in UNIT_TEMPLATES:
+            text = resources.files("rediacc_core.gate").joinpath("units", name).read_text(encoding="utf-8")
+            (install_dir / name).write_text(text, encoding="utf-8")
+        note(f"Installed {', '.join(UNIT_TEMPLATES)} into {install_dir}; run: systemctl daemon-reload")
+    instance = found.ref
+    names = [f"rediacc-repo-gate@{instance}.service"]
+    if runtime.owns_daemon:
+        names.insert(0, f"rediacc-repo-dockerd@{instance}.service")
+    for name in names:
+        click.echo(name)
+    note("Enable them with: systemctl enable --now " + " ".join(names))

@@ -1,0 +1,274 @@
+"""A private Docker daemon: its configuration, start, readiness and stop.
+
+Each repo runs its own `dockerd` that reads CDI specs only from the machine's `<root>/etc/cdi`,
+keeps its data, state and socket to itself, and has no bridge network or iptables rules (so
+several run side by side on one host). Its socket sits in a 0700 directory: only the gate (root)
+may talk to it; users reach the daemon through the gate's socket.
+
+Public for tests and the benchmark:
+
+    start_dockerd(root, workdir) -> RunningDaemon   # returns once the daemon answers /_ping
+    RunningDaemon.socket / .pid / .log / .stop()
+
+Layout under `workdir` (kept short: Unix socket paths are limited to 107 bytes):
+`daemon.json`, `docker.sock`, `dockerd.pid`, `exec/` (exec-root), `dockerd.log`, and `data/` unless
+`data_root` is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rediacc_core.errors import StateError, ToolError, ValidationError
+from rediacc_core.files import atomic_write_json
+
+SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
+# The deepest socket dockerd creates below its exec-root (its managed containerd's ttrpc socket).
+_EXEC_ROOT_SOCKET_TAIL = len("/containerd/containerd.sock.ttrpc")
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class DaemonPaths:
+    """Where one private daemon keeps everything."""
+
+    workdir: Path
+    data_root: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.workdir / "docker.sock"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.workdir / "dockerd.pid"
+
+    @property
+    def exec_root(self) -> Path:
+        return self.workdir / "exec"
+
+    @property
+    def config(self) -> Path:
+        return self.workdir / "daemon.json"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "dockerd.log"
+
+    def too_long(self) -> list[str]:
+        """The sockets of this layout that would not fit in a Unix socket address."""
+        problems = []
+        if len(os.fsencode(self.socket)) > SOCKET_PATH_MAX:
+            problems.append(str(self.socket))
+        if len(os.fsencode(self.exec_root)) + _EXEC_ROOT_SOCKET_TAIL > SOCKET_PATH_MAX:
+            problems.append(f"{self.exec_root}/containerd/containerd.sock.ttrpc")
+        return problems
+
+
+def daemon_config(root: Path, paths: DaemonPaths) -> dict[str, Any]:
+    """daemon.json for a repo daemon on the machine rooted at `root`."""
+    return {
+        "features": {"cdi": True},
+        "cdi-spec-dirs": [str(root / "etc" / "cdi")],
+        "bridge": "none",
+        "iptables": False,
+        "data-root": str(paths.data_root),
+        "exec-root": str(paths.exec_root),
+        "pidfile": str(paths.pidfile),
+        "hosts": [f"unix://{paths.socket}"],
+        # No TCP, no extra groups: the socket directory is 0700 and only the gate connects.
+        "group": "root",
+    }
+
+
+def dockerd_argv(paths: DaemonPaths, dockerd: str = "dockerd") -> list[str]:
+    return [dockerd, "--config-file", str(paths.config)]
+
+
+def prepare(root: Path, paths: DaemonPaths) -> None:
+    """Create the directories and write daemon.json (atomically)."""
+    problems = paths.too_long()
+    if problems:
+        raise ValidationError(
+            "socket path too long for a Unix socket (max 107 bytes): " + ", ".join(problems),
+            "use a shorter working directory for the daemon",
+        )
+    paths.workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(paths.workdir, 0o700)  # the daemon's socket is reachable by root only: users go through the gate
+    paths.data_root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(paths.config, daemon_config(root, paths))
+
+
+def ping(sock: Path, timeout: float = 2.0) -> bool:
+    """True when something at `sock` answers `GET /_ping` with 200."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(str(sock))
+            conn.sendall(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while b"\r\n" not in answer:
+                piece = conn.recv(4096)
+                if not piece:
+                    break
+                answer += piece
+    except OSError:
+        return False
+    return answer.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200"))
+
+
+def wait_for_ping(sock: Path, timeout: float, alive: Any = None) -> bool:
+    """Poll `sock` until it answers; gives up early when `alive()` turns False."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while time.monotonic() < deadline:
+        if ping(sock):
+            return True
+        if alive is not None and not alive():
+            return False
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    return False
+
+
+def read_pid(pidfile: Path) -> int | None:
+    try:
+        text = pidfile.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a live process (a zombie is not alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def stop_pid(pid: int, timeout: float = STOP_TIMEOUT, process: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return
+        if process is None and not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if process is not None:
+        process.wait(10)
+
+
+@dataclass
+class RunningDaemon:
+    """A started dockerd. `stop()` terminates it (and so its containers and containerd)."""
+
+    socket: Path
+    pid: int
+    log: Path
+    paths: DaemonPaths
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self.pid)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        if self.alive():
+            stop_pid(self.pid, timeout, self.process)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket.unlink()
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def start_dockerd(
+    root: Path,
+    workdir: Path,
+    *,
+    data_root: Path | None = None,
+    dockerd: str = "dockerd",
+    timeout: float = START_TIMEOUT,
+    detach: bool = False,
+    extra_args: Sequence[str] = (),
+) -> RunningDaemon:
+    """Start a private dockerd for the machine rooted at `root`; return once it answers /_ping.
+
+    `workdir` holds its socket, pidfile, exec-root and log (and data, unless `data_root` is given).
+    `detach=True` puts it in its own session so it outlives the caller (`rdc repo up`). Raises
+    StateError when a daemon from this workdir is still running, ToolError when it does not start.
+    """
+    paths = DaemonPaths(workdir, data_root if data_root is not None else workdir / "data")
+    running = read_pid(paths.pidfile)
+    if running is not None and pid_alive(running):
+        raise StateError(
+            f"a dockerd (pid {running}) is already running from {workdir}",
+            "stop it first, or use its socket " + str(paths.socket),
+        )
+    prepare(root, paths)
+    with contextlib.suppress(FileNotFoundError):
+        paths.socket.unlink()
+    log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        process = subprocess.Popen(
+            [*dockerd_argv(paths, dockerd), *extra_args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=detach,
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot run {dockerd}: {exc.strerror}", "install Docker Engine >= 25") from exc
+    finally:
+        log.close()
+    daemon = RunningDaemon(paths.socket, process.pid, paths.log, paths, process)
+    if not wait_for_ping(paths.socket, timeout, daemon.alive):
+        daemon.stop(5)
+        raise ToolError(
+            f"dockerd did not answer on {paths.socket} within {timeout:.0f}s; last log lines:\n"
+            + log_tail(paths.log),
+            f"read {paths.log}",
+        )
+    return daemon
+
+
+def attach_dockerd(workdir: Path, data_root: Path | None = None) -> RunningDaemon | None:
+    """The daemon a pidfile in `workdir` names, when it is still running (for `rdc repo down`)."""
+    paths = DaemonPaths(workdir, data_root if data_root is not None else workdir / "data")
+    pid = read_pid(paths.pidfile)
+    if pid is None or not pid_alive(pid):
+        return None
+    return RunningDaemon(paths.socket, pid, paths.log, paths)
+
+
+def dump_config(root: Path, paths: DaemonPaths) -> str:
+    return json.dumps(daemon_config(root, paths), indent=2)

@@ -1,0 +1,195 @@
+"""Bringing a repo up and down: its own dockerd (unless it uses an existing daemon) and its gate.
+
+Where things live, for a repo with id ID on a machine rooted at ROOT:
+
+- `ROOT/run/rediacc/<first 12 of ID>/gate.sock`: the gate, the only socket users get
+  (`rdc repo docker-host` prints it); `gate.pid` beside it.
+- `.../d/`: the daemon's working directory, mode 0700 (socket, pidfile, exec-root, daemon.json, log).
+- `ROOT/var/lib/rediacc/repos/ID/docker`: the daemon's data-root; `.../gate.log`: the gate's log.
+
+Unix socket paths are limited to 107 bytes. When the machine root is too deep for that, the run
+directory moves to `/run/rediacc/<12 of ID>` (or `/tmp/rediacc-<12 of ID>` where /run is not
+writable) and a `<ID>.rundir` file in `ROOT/run/rediacc` records where it went.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rediacc_core.errors import StateError, ToolError, ValidationError
+from rediacc_core.gate import daemon
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo
+
+GATE_START_TIMEOUT = 30.0
+_GATE_SOCKET_NAME = "gate.sock"
+
+
+@dataclass(frozen=True)
+class RepoRuntime:
+    """Every path of one repo's running parts."""
+
+    run_dir: Path
+    data_dir: Path
+    docker_host: str | None  # the repo's own daemon URL when it has one (unix:///...), else None
+
+    @property
+    def gate_socket(self) -> Path:
+        return self.run_dir / _GATE_SOCKET_NAME
+
+    @property
+    def gate_pidfile(self) -> Path:
+        return self.run_dir / "gate.pid"
+
+    @property
+    def gate_log(self) -> Path:
+        return self.data_dir / "gate.log"
+
+    @property
+    def daemon_paths(self) -> daemon.DaemonPaths:
+        return daemon.DaemonPaths(self.run_dir / "d", self.data_dir / "docker")
+
+    @property
+    def upstream_socket(self) -> Path:
+        """What the gate forwards to: the existing daemon's socket, or the repo's own."""
+        if self.docker_host is not None:
+            return Path(self.docker_host.removeprefix("unix://"))
+        return self.daemon_paths.socket
+
+    @property
+    def owns_daemon(self) -> bool:
+        return self.docker_host is None
+
+    @property
+    def docker_host_url(self) -> str:
+        return f"unix://{self.gate_socket}"
+
+
+def _fits(run_dir: Path) -> bool:
+    paths = daemon.DaemonPaths(run_dir / "d", run_dir / "data")
+    gate = len(os.fsencode(run_dir / _GATE_SOCKET_NAME)) <= daemon.SOCKET_PATH_MAX
+    return gate and not paths.too_long()
+
+
+def _fallback_dir(short: str) -> Path:
+    run = Path("/run")
+    if os.access(run, os.W_OK):
+        return run / "rediacc" / short
+    return Path("/tmp") / f"rediacc-{short}"
+
+
+def runtime_for(machine: Machine, repo: Repo) -> RepoRuntime:
+    """The paths for `repo` (computed, the same every time; nothing is created)."""
+    short = repo.id.replace("-", "")[:12]
+    run_dir = machine.run_dir / short
+    if not _fits(run_dir):
+        run_dir = _fallback_dir(short)
+        if not _fits(run_dir):
+            raise ValidationError(
+                f"no short enough directory for the sockets of repo {repo.ref}",
+                "use a machine root with a shorter path",
+            )
+    data_dir = machine.path(f"/var/lib/rediacc/repos/{repo.id}")
+    return RepoRuntime(run_dir, data_dir, repo.docker_host)
+
+
+def _record_fallback(machine: Machine, repo: Repo, runtime: RepoRuntime) -> None:
+    if runtime.run_dir.parent != machine.run_dir:
+        machine.run_dir.mkdir(parents=True, exist_ok=True)
+        (machine.run_dir / f"{repo.id}.rundir").write_text(f"{runtime.run_dir}\n")
+
+
+def gate_argv(machine: Machine, repo: Repo, runtime: RepoRuntime) -> list[str]:
+    """The command line of a background gate for `repo`."""
+    return [
+        sys.executable,
+        "-m",
+        "rediacc_core.gate.serve",
+        "--machine",
+        machine.name,
+        "--root",
+        str(machine.root),
+        "--repo-id",
+        repo.id,
+        "--listen",
+        str(runtime.gate_socket),
+        "--upstream",
+        str(runtime.upstream_socket),
+        "--pidfile",
+        str(runtime.gate_pidfile),
+    ]
+
+
+def start_daemon(machine: Machine, runtime: RepoRuntime, *, detach: bool) -> daemon.RunningDaemon | None:
+    """Start the repo's own dockerd unless it already answers; None when there was nothing to start."""
+    if not runtime.owns_daemon or daemon.ping(runtime.upstream_socket):
+        return None
+    paths = runtime.daemon_paths
+    return daemon.start_dockerd(machine.root, paths.workdir, data_root=paths.data_root, detach=detach)
+
+
+def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT) -> RepoRuntime:
+    """Start what is not running (daemon, then gate); return once the gate's socket answers /_ping."""
+    runtime = runtime_for(machine, repo)
+    _record_fallback(machine, repo, runtime)
+    if not runtime.owns_daemon and not daemon.ping(runtime.upstream_socket):
+        raise StateError(
+            f"repo {repo.ref} uses the Docker daemon at {repo.docker_host}, which does not answer",
+            "start that daemon first, then run rdc repo up again",
+        )
+    start_daemon(machine, runtime, detach=True)
+    if daemon.ping(runtime.gate_socket):
+        return runtime  # already up
+    runtime.run_dir.mkdir(parents=True, exist_ok=True)
+    runtime.data_dir.mkdir(parents=True, exist_ok=True)
+    log = open(runtime.gate_log, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        process = subprocess.Popen(
+            gate_argv(machine, repo, runtime),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this command
+        )
+    finally:
+        log.close()
+    if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: process.poll() is None):
+        if process.poll() is None:
+            daemon.stop_pid(process.pid, 5, process)
+        raise ToolError(
+            f"the gate of repo {repo.ref} did not answer on {runtime.gate_socket} within {timeout:.0f}s; "
+            "last log lines:\n" + daemon.log_tail(runtime.gate_log),
+            f"read {runtime.gate_log}",
+        )
+    return runtime
+
+
+def _stop_by_pidfile(pidfile: Path, timeout: float) -> int | None:
+    pid = daemon.read_pid(pidfile)
+    if pid is None or not daemon.pid_alive(pid):
+        with contextlib.suppress(FileNotFoundError):
+            pidfile.unlink()
+        return None
+    daemon.stop_pid(pid, timeout)
+    return pid
+
+
+def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIMEOUT) -> list[str]:
+    """Stop the gate, then the repo's own daemon; returns what was stopped, for the user."""
+    runtime = runtime_for(machine, repo)
+    stopped = []
+    pid = _stop_by_pidfile(runtime.gate_pidfile, timeout)
+    if pid is not None:
+        stopped.append(f"gate (pid {pid})")
+    with contextlib.suppress(FileNotFoundError):
+        runtime.gate_socket.unlink()
+    if runtime.owns_daemon:
+        pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
+        if pid is not None:
+            stopped.append(f"dockerd (pid {pid})")
+    return stopped

@@ -1,0 +1,114 @@
+"""Running one repo's gate in this process: `python -m rediacc_core.gate.serve ...`.
+
+`rdc repo up` starts this in the background; `rdc repo gate` and `rdc repo up --foreground` run
+it in the foreground (for systemd). SIGTERM or SIGINT closes the socket and every connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rediacc_core.errors import RdcError
+from rediacc_core.files import atomic_write_text
+from rediacc_core.gate.images import ImageConfigs
+from rediacc_core.gate.server import GateServer, new_event_loop
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo, RepoStore
+
+
+def stderr_log(line: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    sys.stderr.write(f"{stamp} {line}\n")
+    sys.stderr.flush()
+
+
+def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> GateServer:
+    """The gate for `repo`, deciding with the core's decider and the installed plugins."""
+    from rediacc_core.gate.decide import Decider
+    from rediacc_core.plugins import get_plugins
+
+    decider = Decider(machine, repo, get_plugins(), ImageConfigs(upstream), stderr_log)
+    return GateServer(listen, upstream, decider, log=stderr_log, repo_ref=repo.ref)
+
+
+def raise_open_files_limit() -> None:
+    """Every client connection holds two descriptors (its own and the daemon's): allow the most."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def run_gate(gate: GateServer, pidfile: Path | None = None) -> None:
+    """Serve until SIGTERM/SIGINT. The pidfile (when given) exists exactly while serving."""
+    raise_open_files_limit()
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    async def main() -> None:
+        await gate.start()
+        if pidfile is not None:
+            atomic_write_text(pidfile, f"{os.getpid()}\n")
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        stderr_log(f"gate for {gate.repo_ref} on {gate.listen_path} -> {gate.upstream_path}")
+        await stop.wait()
+        stderr_log("stopping")
+        await gate.close()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        if pidfile is not None and pidfile.exists():
+            with contextlib.suppress(OSError, ValueError):
+                if int(pidfile.read_text().strip()) == os.getpid():
+                    pidfile.unlink()
+        loop.close()
+
+
+def load_machine(name: str, root: Path) -> Machine:
+    """The configured machine `name` (with its settings), or a bare one at `root`."""
+    from rediacc_core.config import Config
+
+    with contextlib.suppress(RdcError):
+        machine = Config.load().machine(name)
+        if machine.root.resolve() == root.resolve():
+            return machine
+    return Machine(name=name, root=root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rediacc_core.gate.serve", description=__doc__)
+    parser.add_argument("--machine", required=True, help="machine name (for settings and messages)")
+    parser.add_argument("--root", required=True, type=Path, help="the machine's filesystem root")
+    parser.add_argument("--repo-id", required=True)
+    parser.add_argument("--listen", required=True, type=Path, help="the gate's socket")
+    parser.add_argument("--upstream", required=True, type=Path, help="the daemon's socket")
+    parser.add_argument("--pidfile", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        machine = load_machine(args.machine, args.root)
+        repo = RepoStore(machine).by_id(args.repo_id)
+        gate = build_gate(machine, repo, args.listen, args.upstream)
+        run_gate(gate, args.pidfile)
+    except RdcError as exc:
+        stderr_log(f"error: {exc.what}" + (f" -- {exc.todo}" if exc.todo else ""))
+        return exc.exit_code
+    except OSError as exc:
+        stderr_log(f"error: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

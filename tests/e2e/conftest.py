@@ -1,0 +1,75 @@
+"""End-to-end environment: a simulated machine with fake GPUs, two repos up behind their gates.
+
+Runs only with RDC_E2E=1 (tox -e e2e), as root, with dockerd >= 25 and busybox-static installed.
+Once per session: a machine root under /tmp (short, for socket paths) with device nodes made by
+mknod and CDI specs written by hand, repos `alpha` and `beta` brought up by `lifecycle.repo_up`
+(their own dockerd each, then the gate), and a busybox image `bb:latest` in each daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_kit import E2E, IMAGE, RepoEnv, build_machine_root, skip_reason
+
+from rediacc_core.config import Config
+from rediacc_core.gate import lifecycle
+from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.testing.dockerenv import import_busybox
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    reason = skip_reason()
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def e2e() -> Iterator[E2E]:
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="rdce", dir="/tmp"))  # short: socket paths are limited
+    root = base / "m"
+    config_path = base / "rdc.yaml"
+    build_machine_root(root)
+    config = Config.load(config_path)
+    config.add("m1", root)
+    config.save()
+    machine = Config.load(config_path).machine("m1")
+    store = RepoStore(machine)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(base),
+        "DOCKER_CONFIG": str(base / "docker-config"),  # never the developer's own
+    }
+    started: list[Repo] = []
+    try:
+        repos = {}
+        for name in ("alpha", "beta"):
+            repo = store.create(name)
+            started.append(repo)
+            runtime = lifecycle.repo_up(machine, repo)
+            import_busybox(runtime.upstream_socket, IMAGE)
+            repos[name] = RepoEnv(repo, runtime, {**env, "DOCKER_HOST": runtime.docker_host_url})
+        yield E2E(root, machine, config_path, repos["alpha"], repos["beta"])
+    finally:
+        for repo in started:
+            lifecycle.repo_down(machine, repo)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def tmp_short() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rdct", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,102 @@
+"""`rdc repo up / down / docker-host` on a real daemon, and what the repo's daemon is configured with."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterator
+
+import pytest
+from e2e_kit import E2E, IMAGE, post, raw_exchange
+
+from rediacc_core.gate import daemon, lifecycle
+from rediacc_core.repos import Repo, RepoStore
+
+
+def test_the_repo_daemon_reads_cdi_specs_only_from_the_machine(e2e: E2E) -> None:
+    info = e2e.alpha.docker("info", "--format", "{{json .CDISpecDirs}}")
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout) == [str(e2e.root / "etc" / "cdi")]
+    config = json.loads(e2e.alpha.runtime.daemon_paths.config.read_text())
+    assert config["features"] == {"cdi": True}
+    assert (config["bridge"], config["iptables"]) == ("none", False)
+
+
+def test_only_the_gate_socket_is_open_to_users(e2e: E2E) -> None:
+    runtime = e2e.alpha.runtime
+    assert stat.S_IMODE(runtime.daemon_paths.workdir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(runtime.gate_socket.stat().st_mode) == 0o660
+
+
+def test_docker_host_prints_the_gate_socket(e2e: E2E) -> None:
+    result = e2e.rdc("repo", "docker-host", e2e.alpha.repo.ref)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"unix://{e2e.alpha.gate}"
+
+
+def test_up_is_idempotent(e2e: E2E) -> None:
+    result = e2e.rdc("repo", "up", e2e.alpha.repo.ref)
+    assert result.returncode == 0, result.stderr
+    assert daemon.ping(e2e.alpha.gate)
+
+
+@pytest.fixture
+def attached(e2e: E2E) -> Iterator[Repo]:
+    """A repo that uses alpha's daemon (created with --docker-host) instead of its own."""
+    created = e2e.rdc("repo", "create", "gamma@m1", "--docker-host", f"unix://{e2e.alpha.daemon}")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("gamma")
+    yield repo
+    e2e.rdc("repo", "down", repo.ref)
+    e2e.rdc("repo", "delete", repo.ref, "--yes")
+
+
+def test_a_repo_on_an_existing_daemon_gets_a_gate_and_no_daemon(e2e: E2E, attached: Repo) -> None:
+    up = e2e.rdc("repo", "up", attached.ref)
+    assert up.returncode == 0, up.stderr
+    runtime = lifecycle.runtime_for(e2e.machine, attached)
+    assert not runtime.daemon_paths.pidfile.exists()
+    privileged = json.dumps({"Image": IMAGE, "HostConfig": {"Privileged": True}}).encode()
+    status, answer = raw_exchange(runtime.gate_socket, post("/v1.45/containers/create", privileged))
+    assert status in (400, 403), answer
+    down = e2e.rdc("repo", "down", attached.ref)
+    assert down.returncode == 0, down.stderr
+    assert "dockerd" not in down.stderr  # the daemon is not the repo's to stop
+    assert daemon.ping(e2e.alpha.daemon) and not daemon.ping(runtime.gate_socket)
+
+
+def test_down_stops_gate_and_daemon_and_up_brings_them_back(e2e: E2E) -> None:
+    created = e2e.rdc("repo", "create", "delta@m1")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("delta")
+    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    try:
+        up = e2e.rdc("repo", "up", repo.ref)
+        assert up.returncode == 0, up.stderr
+        assert daemon.ping(runtime.gate_socket) and daemon.ping(runtime.upstream_socket)
+        down = e2e.rdc("repo", "down", repo.ref)
+        assert down.returncode == 0, down.stderr
+        assert "gate" in down.stderr and "dockerd" in down.stderr
+        assert not daemon.ping(runtime.gate_socket) and not daemon.ping(runtime.upstream_socket)
+        assert not runtime.gate_socket.exists()
+    finally:
+        e2e.rdc("repo", "down", repo.ref)
+        e2e.rdc("repo", "delete", repo.ref, "--yes")
+
+
+def test_a_stopped_daemon_behind_a_live_gate_is_a_clear_502(e2e: E2E) -> None:
+    created = e2e.rdc("repo", "create", "epsilon@m1")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("epsilon")
+    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    try:
+        assert e2e.rdc("repo", "up", repo.ref).returncode == 0
+        pid = daemon.read_pid(runtime.daemon_paths.pidfile)
+        assert pid is not None
+        daemon.stop_pid(pid)
+        status, answer = raw_exchange(runtime.gate_socket, b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n")
+        assert status == 502
+        assert f"rdc repo up {repo.ref}" in json.loads(answer)["message"]
+    finally:
+        e2e.rdc("repo", "down", repo.ref)
+        e2e.rdc("repo", "delete", repo.ref, "--yes")

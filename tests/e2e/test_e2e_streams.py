@@ -1,0 +1,149 @@
+"""Everything that is not about hardware passes through the gate untouched: attach and exec with
+stdin EOF, logs, big archives both ways, a classic build, long chunked responses."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_kit import E2E, IMAGE
+
+
+@pytest.fixture
+def sleeper(e2e: E2E) -> Iterator[str]:
+    name = "sleeper"
+    started = e2e.alpha.docker("run", "-d", "--name", name, IMAGE, "sleep", "600")
+    assert started.returncode == 0, started.stderr
+    yield name
+    e2e.alpha.docker("rm", "-f", name)
+
+
+def test_run_interactive_sees_stdin_end_and_returns_the_output(e2e: E2E) -> None:
+    result = e2e.alpha.docker("run", "-i", "--rm", IMAGE, "cat", input="line one\nline two\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "line one\nline two\n"
+
+
+def test_exec_interactive_sees_stdin_end(e2e: E2E, sleeper: str) -> None:
+    result = e2e.alpha.docker("exec", "-i", sleeper, "sh", "-c", "wc -c; echo done", input="12345")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["5", "done"]
+
+
+def test_exec_exit_codes_come_back(e2e: E2E, sleeper: str) -> None:
+    assert e2e.alpha.docker("exec", sleeper, "sh", "-c", "exit 3").returncode == 3
+
+
+def test_logs_of_both_streams(e2e: E2E) -> None:
+    run = e2e.alpha.docker("run", "--name", "talker", IMAGE, "sh", "-c", "echo to-out; echo to-err >&2")
+    try:
+        assert run.returncode == 0, run.stderr
+        logs = e2e.alpha.docker("logs", "talker")
+        assert logs.stdout == "to-out\n" and logs.stderr == "to-err\n"
+    finally:
+        e2e.alpha.docker("rm", "-f", "talker")
+
+
+def test_follow_logs_stream_until_the_container_ends(e2e: E2E) -> None:
+    script = "for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done"
+    started = e2e.alpha.docker("run", "-d", "--name", "ticker", IMAGE, "sh", "-c", script)
+    try:
+        assert started.returncode == 0, started.stderr
+        followed = e2e.alpha.docker("logs", "-f", "ticker", timeout=30)
+        assert followed.stdout.splitlines() == [f"tick {i}" for i in range(1, 6)]
+    finally:
+        e2e.alpha.docker("rm", "-f", "ticker")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def test_a_big_docker_cp_round_trip_is_intact(e2e: E2E, sleeper: str, tmp_short: Path) -> None:
+    original = tmp_short / "big.bin"
+    original.write_bytes(os.urandom(24 * 1024 * 1024))
+    expected = _sha256(original)
+    put = e2e.alpha.docker("cp", str(original), f"{sleeper}:/tmp/big.bin")
+    assert put.returncode == 0, put.stderr
+    inside = e2e.alpha.docker("exec", sleeper, "sha256sum", "/tmp/big.bin")
+    assert inside.stdout.split()[0] == expected
+    back = tmp_short / "back.bin"
+    got = e2e.alpha.docker("cp", f"{sleeper}:/tmp/big.bin", str(back))
+    assert got.returncode == 0, got.stderr
+    assert _sha256(back) == expected
+
+
+def test_a_classic_build(e2e: E2E, tmp_short: Path) -> None:
+    context = tmp_short / "ctx"
+    context.mkdir()
+    (context / "greeting").write_text("built through the gate\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nCOPY greeting /greeting\nRUN cat /greeting\nCMD cat /greeting\n"
+    )
+    build = e2e.alpha.docker("build", "-t", "built:1", str(context), extra_env={"DOCKER_BUILDKIT": "0"})
+    assert build.returncode == 0, build.stderr
+    try:
+        assert e2e.alpha.docker("run", "--rm", "built:1").stdout == "built through the gate\n"
+    finally:
+        e2e.alpha.docker("rmi", "-f", "built:1")
+
+
+def test_stats_and_events_stream(e2e: E2E, sleeper: str) -> None:
+    stats = e2e.alpha.docker("stats", "--no-stream", "--format", "{{.Name}}", sleeper)
+    assert stats.stdout.strip() == sleeper
+    until = f"{time.time() + 1.5:.3f}"  # a live stream that the daemon ends at that moment
+    events = e2e.alpha.docker("events", "--since", "0", "--until", until, "--filter", f"container={sleeper}")
+    assert "start" in events.stdout
+
+
+def test_one_connection_carries_many_requests(e2e: E2E) -> None:
+    conn = http.client.HTTPConnection("docker", timeout=30)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(e2e.alpha.gate))
+    conn.sock = sock
+    try:
+        for path in ("/_ping", "/v1.45/containers/json", "/v1.45/images/json", "/_ping"):
+            conn.request("GET", path)
+            response = conn.getresponse()
+            assert response.status == 200
+            response.read()
+        conn.request("HEAD", "/_ping")
+        response = conn.getresponse()
+        assert response.status == 200 and response.read() == b""
+        conn.request("GET", "/_ping")
+        assert conn.getresponse().read() == b"OK"
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path", ["/grpc", "/session"])
+def test_buildkit_h2c_upgrades_pass_through(e2e: E2E, path: str) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(e2e.alpha.gate))
+    try:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+            "X-Docker-Expose-Session-Uuid: e2e\r\nX-Docker-Expose-Session-Name: e2e\r\n"
+            "X-Docker-Expose-Session-Sharedkey: e2e\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(1)
+        assert head.startswith(b"HTTP/1.1 101")
+        if path == "/grpc":  # the daemon serves HTTP/2 here: its SETTINGS frame must come back
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            frame = sock.recv(9)
+            assert frame[3] == 0x04  # frame type SETTINGS
+    finally:
+        sock.close()

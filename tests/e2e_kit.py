@@ -1,0 +1,223 @@
+"""Helpers for the end-to-end tests: the environment's parts, docker CLI calls, raw HTTP, checks."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import socket
+import stat
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rediacc_core.gate import lifecycle
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo
+from rediacc_core.testing.dockerenv import docker_api, docker_unavailable
+
+GPU0 = "vendor.example/gpu=0"
+GPU1 = "vendor.example/gpu=1"
+RENDER = "rediacc.io/dri=renderD128"
+IMAGE = "bb:latest"
+HAS_RENDER_PLUGIN = importlib.util.find_spec("rediacc_dri") is not None
+
+
+def skip_reason() -> str | None:
+    if os.environ.get("RDC_E2E") != "1":
+        return "end-to-end tests run with RDC_E2E=1 (tox -e e2e)"
+    return docker_unavailable()
+
+
+@dataclass
+class RepoEnv:
+    """One repo that is up: its gate (what users get) and, for checks, its daemon's own socket."""
+
+    repo: Repo
+    runtime: lifecycle.RepoRuntime
+    env: dict[str, str]
+
+    @property
+    def gate(self) -> Path:
+        return self.runtime.gate_socket
+
+    @property
+    def daemon(self) -> Path:
+        return self.runtime.upstream_socket
+
+    def docker(
+        self,
+        *args: str,
+        input: str | bytes | None = None,
+        timeout: float = 120,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """The real docker CLI, talking to the gate."""
+        env = {**self.env, **(extra_env or {})}
+        data = input.encode() if isinstance(input, str) else input
+        proc = subprocess.run(["docker", *args], input=data, capture_output=True, env=env, timeout=timeout)
+        return subprocess.CompletedProcess(
+            proc.args,
+            proc.returncode,
+            proc.stdout.decode(errors="replace"),
+            proc.stderr.decode(errors="replace"),
+        )
+
+    def compose(
+        self, project_dir: Path, *args: str, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        return self.docker(
+            "compose", "--project-directory", str(project_dir), "-p", project_dir.name, *args, timeout=timeout
+        )
+
+    def daemon_api(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+        """Straight to the daemon, bypassing the gate: to check what really exists."""
+        return docker_api(self.daemon, method, path, body, Content_Type="application/json")
+
+    def containers(self) -> list[dict[str, Any]]:
+        """Every container the daemon has (inspected), whatever the gate said."""
+        status, listed = self.daemon_api("GET", "/containers/json?all=1")
+        assert status == 200, listed
+        found = []
+        for entry in listed:
+            status, inspected = self.daemon_api("GET", f"/containers/{entry['Id']}/json")
+            if status == 200:
+                found.append(inspected)
+        return found
+
+    def hardware_containers(self, ignore: Sequence[str] = ()) -> list[str]:
+        """Containers that carry host hardware in any form; ids in `ignore` are skipped."""
+        offenders = []
+        for container in self.containers():
+            if container["Id"] in ignore:
+                continue
+            host = container.get("HostConfig") or {}
+            problems = []
+            if host.get("Privileged"):
+                problems.append("privileged")
+            if host.get("Devices"):
+                problems.append(f"devices {host['Devices']}")
+            if host.get("DeviceRequests"):
+                problems.append(f"device requests {host['DeviceRequests']}")
+            if host.get("DeviceCgroupRules"):
+                problems.append("device cgroup rules")
+            if (host.get("Runtime") or "runc") != "runc":
+                problems.append(f"runtime {host['Runtime']}")
+            for bind in host.get("Binds") or []:
+                if bind.split(":")[0].startswith("/dev"):
+                    problems.append(f"bind {bind}")
+            for mount in container.get("Mounts") or []:
+                if str(mount.get("Source", "")).startswith("/dev"):
+                    problems.append(f"mount {mount['Source']}")
+            if problems:
+                offenders.append(f"{container['Name']}: {', '.join(problems)}")
+        return offenders
+
+    def container_ids(self) -> set[str]:
+        return {c["Id"] for c in self.containers()}
+
+
+@dataclass
+class E2E:
+    root: Path
+    machine: Machine
+    config_path: Path
+    alpha: RepoEnv
+    beta: RepoEnv
+
+    def rdc(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "REDIACC_CONFIG": str(self.config_path)}
+        return subprocess.run(["rdc", *args], capture_output=True, text=True, env=env, timeout=120)
+
+    def grant(self, repo: RepoEnv, device: str) -> None:
+        result = self.rdc("repo", "gpu", "grant", repo.repo.ref, "--device", device)
+        assert result.returncode == 0, result.stderr
+
+    def revoke(self, repo: RepoEnv, device: str) -> None:
+        result = self.rdc("repo", "gpu", "revoke", repo.repo.ref, "--device", device)
+        assert result.returncode == 0, result.stderr
+
+
+def _char_device(path: Path, major: int, minor: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.unlink()
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+
+
+def _cdi_spec(root: Path, kind: str, devices: dict[str, str]) -> dict[str, Any]:
+    """A CDI spec mapping each device name to one node: `path` as the container sees it, the
+    host node under the fake root."""
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": kind,
+        "devices": [
+            {
+                "name": name,
+                "containerEdits": {"deviceNodes": [{"path": path, "hostPath": str(root / path.lstrip("/"))}]},
+            }
+            for name, path in devices.items()
+        ],
+    }
+
+
+def build_machine_root(root: Path) -> None:
+    """Fake GPUs: device nodes by mknod (numbers of /dev/null, harmless) and their CDI specs."""
+    cdi = root / "etc" / "cdi"
+    cdi.mkdir(parents=True)
+    _char_device(root / "dev" / "fakegpu0", 1, 3)
+    _char_device(root / "dev" / "fakegpu1", 1, 3)
+    spec = _cdi_spec(root, "vendor.example/gpu", {"0": "/dev/fakegpu0", "1": "/dev/fakegpu1"})
+    (cdi / "vendor-example.json").write_text(json.dumps(spec, indent=2))
+    if HAS_RENDER_PLUGIN:
+        _char_device(root / "dev" / "dri" / "renderD128", 226, 128)
+        render = _cdi_spec(root, "rediacc.io/dri", {"renderD128": "/dev/dri/renderD128"})
+        (cdi / "rediacc-render.json").write_text(json.dumps(render, indent=2))
+
+
+# --- raw HTTP over the gate socket ----------------------------------------------------------------
+
+
+def raw_exchange(sock_path: Path, request: bytes, timeout: float = 30) -> tuple[int, bytes]:
+    """Send bytes exactly as given; return the status and body of the one response."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(str(sock_path))
+    try:
+        with contextlib.suppress(OSError):  # the gate may answer (and close) before reading it all
+            sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            data += piece
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = None
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while length is not None and len(body) < length:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            body += piece
+        return int(head.split()[1]), body
+    finally:
+        sock.close()
+
+
+def post(path: str, body: bytes, *extra_headers: str, content_type: str = "application/json") -> bytes:
+    headers = [
+        "Host: docker",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        *extra_headers,
+    ]
+    return (
+        f"POST {path} HTTP/1.1\r\n".encode() + "".join(h + "\r\n" for h in headers).encode() + b"\r\n" + body
+    )
