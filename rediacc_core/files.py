@@ -1,18 +1,27 @@
-"""Files that must never be half-written: atomic replace, and JSON checked against a shipped schema."""
+"""Files that must never be half-written: atomic replace, JSON checked against a shipped schema, and
+state files read live (re-parsed only when they changed)."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+import threading
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jsonschema
 
 from rediacc_core.errors import ValidationError
+
+T = TypeVar("T")
+
+# (st_dev, st_ino, st_mtime_ns, st_size): writes replace a file (new inode) and move mtime forward, so
+# an unchanged key means an unchanged file.
+StatKey = tuple[int, int, int, int]
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
@@ -44,6 +53,23 @@ def atomic_write_json(path: Path, document: Any) -> None:
     atomic_write_text(path, json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
+def replace_watched_json(path: Path, document: Any) -> None:
+    """`atomic_write_json` for a file a `LiveFile` watches: the new file always gets a new StatKey.
+
+    A freed inode can be reused by the next file and a coarse clock can repeat an mtime, so the mtime
+    is kept strictly increasing.
+    """
+    try:
+        before: os.stat_result | None = path.stat()
+    except FileNotFoundError:
+        before = None
+    atomic_write_json(path, document)
+    if before is not None:
+        after = path.stat()
+        if after.st_mtime_ns <= before.st_mtime_ns:
+            os.utime(path, ns=(after.st_atime_ns, before.st_mtime_ns + 1))
+
+
 @cache
 def load_schema(name: str) -> dict[str, Any]:
     """A JSON Schema shipped in `rediacc_core/schema/`."""
@@ -61,24 +87,117 @@ def schema_errors(document: Any, schema_name: str) -> list[str]:
     ]
 
 
+def restore_hint(path: Path) -> str:
+    return f"restore {path} from backup or fix it by hand; nothing was changed"
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def read_text_keyed(path: Path, what: str) -> tuple[StatKey, str] | None:
+    """A state file's identity and text, both from the same open file; None when there is no file.
+
+    A missing file is legitimate (nothing was ever recorded); unreadable or non-UTF-8 is an error.
+    """
+    try:
+        with path.open("rb") as handle:
+            key = stat_key(os.fstat(handle.fileno()))
+            raw = handle.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValidationError(
+            f"cannot read {what} {path}: {exc.strerror}",
+            f"check the permissions of {path} and its directory; nothing was changed",
+        ) from exc
+    try:
+        return key, raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{what} {path} is not UTF-8 text ({exc.reason})", restore_hint(path)) from exc
+
+
+def parse_json_checked(text: str, path: Path, schema_name: str, what: str) -> Any:
+    """A state file's text as JSON that matches its schema; any problem is an error naming the file."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(
+            f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            restore_hint(path),
+        ) from exc
+    problems = schema_errors(document, schema_name)
+    if problems:
+        raise ValidationError(
+            f"{what} {path} does not match its schema: " + "; ".join(problems[:5]), restore_hint(path)
+        )
+    return document
+
+
 def read_json_checked(path: Path, schema_name: str, what: str) -> Any:
     """Read and validate a state file; any problem is an error naming the file, never 'empty'."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValidationError(
             f"cannot read {what} {path}: {exc.strerror}",
             f"check the file's permissions, or restore {path} from backup",
         ) from exc
-    except json.JSONDecodeError as exc:
-        raise ValidationError(
-            f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            f"restore {path} from backup or fix it by hand; nothing was changed",
-        ) from exc
-    problems = schema_errors(document, schema_name)
-    if problems:
-        raise ValidationError(
-            f"{what} {path} does not match its schema: " + "; ".join(problems[:5]),
-            f"restore {path} from backup or fix it by hand; nothing was changed",
-        )
-    return document
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{what} {path} is not UTF-8 text ({exc.reason})", restore_hint(path)) from exc
+    return parse_json_checked(text, path, schema_name, what)
+
+
+class LiveFile(Generic[T]):
+    """A value parsed from one state file, re-parsed only when the file's StatKey changed.
+
+    One `stat` is all an unchanged file costs, so a gate may call `get()` for every request. `load`
+    returns the file's key and value read from one open file, or None when the file is gone; `empty`
+    is the value of a missing file. A load error is remembered for that version of the file and
+    raised again until the file changes: a broken file is never taken as 'empty'. Thread-safe.
+    """
+
+    def __init__(self, path: Path, load: Callable[[], tuple[StatKey, T] | None], empty: T, what: str) -> None:
+        self.path = path
+        self._load = load
+        self._empty = empty
+        self._what = what
+        self._key: StatKey | None = None
+        self._value: T = empty
+        self._error: ValidationError | None = None
+        self._lock = threading.Lock()
+        self.reads = 0  # how many times the file was parsed (tests check it is not re-read needlessly)
+
+    @property
+    def cache_key(self) -> StatKey | None:
+        return self._key
+
+    def get(self) -> T:
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> T:
+        try:
+            key = stat_key(os.stat(self.path))
+        except FileNotFoundError:
+            self._key, self._value, self._error = None, self._empty, None
+            return self._empty
+        except OSError as exc:
+            raise ValidationError(
+                f"cannot read {self._what} {self.path}: {exc.strerror}",
+                f"check the permissions of {self.path} and its directory",
+            ) from exc
+        if key != self._key:
+            self.reads += 1
+            try:
+                found = self._load()
+            except ValidationError as exc:
+                self._key, self._value, self._error = key, self._empty, exc
+                raise
+            if found is None:  # removed between stat and open
+                self._key, self._value, self._error = None, self._empty, None
+            else:
+                self._key, self._value, self._error = found[0], found[1], None
+        if self._error is not None:
+            raise self._error
+        return self._value

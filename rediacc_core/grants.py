@@ -12,9 +12,6 @@ lock (`rediacc_core.statelock`), so two grants can never both pass a check the o
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +20,14 @@ from typing import Any
 from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.cdi.registry import Registry, suggest
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
-from rediacc_core.files import atomic_write_json, schema_errors
+from rediacc_core.files import (
+    LiveFile,
+    StatKey,
+    parse_json_checked,
+    read_text_keyed,
+    replace_watched_json,
+    restore_hint,
+)
 from rediacc_core.inventory import load_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins, get_plugins
@@ -33,7 +37,6 @@ from rediacc_core.statelock import state_lock
 SCHEMA = "grants.schema.json"
 SCHEMA_VERSION = 1
 
-StatKey = tuple[int, int, int, int]
 _NAME_ONE = "name at least one CDI device with --device vendor/class=name"
 
 
@@ -59,24 +62,9 @@ class GrantOutcome:
 # --- the file ------------------------------------------------------------------------------------
 
 
-def _restore_hint(path: Path) -> str:
-    return f"restore {path} from backup or fix it by hand; nothing was changed"
-
-
 def parse_grants(text: str, path: Path) -> list[Grant]:
     """The grants in a grants file's text; any problem is a ValidationError naming the file."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(
-            f"grants file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            _restore_hint(path),
-        ) from exc
-    problems = schema_errors(document, SCHEMA)
-    if problems:
-        raise ValidationError(
-            f"grants file {path} does not match its schema: " + "; ".join(problems[:5]), _restore_hint(path)
-        )
+    document = parse_json_checked(text, path, SCHEMA, "grants file")
     grants = [
         Grant(entry["repoId"], entry["device"], entry["exclusive"], entry["grantedAt"])
         for entry in document["grants"]
@@ -87,36 +75,16 @@ def parse_grants(text: str, path: Path) -> list[Grant]:
         if key in seen:
             raise ValidationError(
                 f"grants file {path} grants {grant.device} to repo {grant.repo_id} more than once",
-                _restore_hint(path),
+                restore_hint(path),
             )
         seen.add(key)
     return grants
 
 
-def _stat_key(st: os.stat_result) -> StatKey:
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def _read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
     """The file's identity and grants, both taken from the same open file; None when there is none."""
-    try:
-        with path.open("rb") as handle:
-            key = _stat_key(os.fstat(handle.fileno()))
-            raw = handle.read()
-    except FileNotFoundError:
-        return None  # never granted anything: legitimate, unlike an unreadable file
-    except OSError as exc:
-        raise ValidationError(
-            f"cannot read grants file {path}: {exc.strerror}",
-            f"check the permissions of {path} and its directory; nothing was changed",
-        ) from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValidationError(
-            f"grants file {path} is not UTF-8 text ({exc.reason})", _restore_hint(path)
-        ) from exc
-    return key, parse_grants(text, path)
+    found = read_text_keyed(path, "grants file")
+    return None if found is None else (found[0], parse_grants(found[1], path))
 
 
 def read_grants(machine: Machine) -> list[Grant]:
@@ -127,11 +95,6 @@ def read_grants(machine: Machine) -> list[Grant]:
 
 def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
     """Replace the grants file; caller holds the state lock."""
-    path = machine.grants_path
-    try:
-        before: os.stat_result | None = path.stat()
-    except FileNotFoundError:
-        before = None
     document = {
         "schemaVersion": SCHEMA_VERSION,
         "grants": [
@@ -139,13 +102,7 @@ def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
             for g in grants
         ],
     }
-    atomic_write_json(path, document)
-    if before is not None:
-        after = path.stat()
-        # LiveGrants notices a change by (device, inode, mtime, size). A freed inode can be reused by the
-        # next file and a coarse clock can repeat an mtime, so keep mtime strictly increasing.
-        if after.st_mtime_ns <= before.st_mtime_ns:
-            os.utime(path, ns=(after.st_atime_ns, before.st_mtime_ns + 1))
+    replace_watched_json(machine.grants_path, document)  # LiveGrants must see every write as a change
 
 
 def drop_repo_grants(machine: Machine, repo_id: str) -> int:
@@ -378,53 +335,31 @@ def _nearest(name: str, names: Iterable[str]) -> str:
 class LiveGrants:
     """The machine's grants as the gate sees them, re-read only when the file changed.
 
-    A change is noticed from (device, inode, mtime, size): writes replace the file (new inode) and keep
-    mtime increasing, so one `stat` per request is all an unchanged file costs. A missing file means
+    One `stat` per request is all an unchanged file costs (see `files.LiveFile`). A missing file means
     nothing was ever granted; an unreadable or corrupt one raises, so the gate fails closed.
     """
 
     def __init__(self, machine: Machine) -> None:
         self.path = machine.grants_path
-        self._key: StatKey | None = None
-        self._grants: tuple[Grant, ...] = ()
-        self._error: ValidationError | None = None
-        self._lock = threading.Lock()  # the gate decides requests in worker threads
-        self.reads = 0  # how many times the file was parsed (tests check it is not re-read needlessly)
+        path = self.path
+
+        def load() -> tuple[StatKey, tuple[Grant, ...]] | None:
+            found = _read_file(path)
+            return None if found is None else (found[0], tuple(found[1]))
+
+        self._file: LiveFile[tuple[Grant, ...]] = LiveFile(path, load, (), "grants file")
 
     @property
     def cache_key(self) -> StatKey | None:
-        return self._key
+        return self._file.cache_key
+
+    @property
+    def reads(self) -> int:
+        """How many times the file was parsed (tests check it is not re-read needlessly)."""
+        return self._file.reads
 
     def grants(self) -> tuple[Grant, ...]:
-        with self._lock:
-            return self._refresh()
-
-    def _refresh(self) -> tuple[Grant, ...]:
-        try:
-            key = _stat_key(os.stat(self.path))
-        except FileNotFoundError:
-            self._key, self._grants, self._error = None, (), None
-            return ()
-        except OSError as exc:
-            raise ValidationError(
-                f"cannot read grants file {self.path}: {exc.strerror}",
-                f"check the permissions of {self.path} and its directory",
-            ) from exc
-        if key != self._key:
-            self.reads += 1
-            try:
-                found = _read_file(self.path)
-            except ValidationError as exc:
-                # Remember the verdict for this version of the file: it stays an error until it changes.
-                self._key, self._grants, self._error = key, (), exc
-                raise
-            if found is None:  # removed between stat and open
-                self._key, self._grants, self._error = None, (), None
-            else:
-                self._key, self._grants, self._error = found[0], tuple(found[1]), None
-        if self._error is not None:
-            raise self._error
-        return self._grants
+        return self._file.get()
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
         return frozenset(g.device for g in self.grants() if g.repo_id == repo_id)
