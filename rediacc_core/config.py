@@ -1,20 +1,23 @@
-"""The `rdc` config file: which machines exist, where their roots are, and their settings.
+"""The `rdc` config file: which machines exist and where their roots are.
 
 `$REDIACC_CONFIG` names the file, else `~/.config/rediacc/config.yaml`. Its shape:
 
     machines:
       lab:
         root: /srv/sim/lab
-        settings: {legacy-visible-devices: translate}
 
-`localhost` (root `/`) always exists; it may carry settings but can be neither added nor removed.
+`localhost` (root `/`) always exists and can be neither added nor removed.
+
+Per-machine settings live on the machine (`rediacc_core.settings`), never here: a repo gate started
+by systemd or for another user must read the same ones. Files written before that may still hold
+`settings:` under a machine; they are kept as they are (nothing recorded is lost) but have no
+effect, and `old_settings` lets the CLI tell the operator how to move them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,30 +35,6 @@ LOCALHOST = "localhost"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
-@dataclass(frozen=True)
-class Setting:
-    """A per-machine setting the core knows, with the values it accepts."""
-
-    name: str
-    choices: tuple[str, ...]
-    default: str
-    help: str
-
-
-SETTINGS: dict[str, Setting] = {
-    s.name: s
-    for s in [
-        Setting(
-            "legacy-visible-devices",
-            ("refuse", "translate"),
-            "refuse",
-            "a container request that selects GPUs through a vendor's visible-devices variable: refuse it, "
-            "naming the CDI devices to use, or translate it into those CDI devices when all are granted",
-        ),
-    ]
-}
-
-
 def default_path() -> Path:
     env = os.environ.get(CONFIG_ENV)
     if env:
@@ -69,20 +48,6 @@ def check_machine_name(name: str) -> None:
             f"invalid machine name {name!r}: use letters, digits, '.', '_' and '-' (up to 63), "
             "starting with a letter or digit",
             "choose a name such as `lab-1`",
-        )
-
-
-def check_setting(key: str, value: str) -> None:
-    setting = SETTINGS.get(key)
-    if setting is None:
-        raise ValidationError(
-            f"unknown machine setting {key!r}",
-            "use one of: " + ", ".join(sorted(SETTINGS)),
-        )
-    if value not in setting.choices:
-        raise ValidationError(
-            f"invalid value {value!r} for setting {key!r}",
-            f"use one of: {', '.join(setting.choices)}",
         )
 
 
@@ -119,21 +84,24 @@ class Config:
 
     def machine(self, name: str) -> Machine:
         if name == LOCALHOST:
-            local = self.entries.get(LOCALHOST, {})
-            return Machine(LOCALHOST, Path("/"), dict(local.get("settings", {})))
+            return Machine(LOCALHOST, Path("/"))
         entry = self.entries.get(name)
         if entry is None:
             raise NotFoundError(
                 f"no machine named {name!r}",
                 "run `rdc machine list` to see the machines, or `rdc machine add`",
             )
-        return Machine(name, Path(entry["root"]), dict(entry.get("settings", {})))
+        return Machine(name, Path(entry["root"]))
 
     def has(self, name: str) -> bool:
         return name == LOCALHOST or name in self.entries
 
+    def old_settings(self, name: str) -> dict[str, str]:
+        """Settings an older `rdc` recorded for `name` in this file; they have no effect any more."""
+        return dict(self.entries.get(name, {}).get("settings", {}))
+
     # --- changing ---------------------------------------------------------------------------
-    def add(self, name: str, root: Path, settings: Mapping[str, str] | None = None) -> Machine:
+    def add(self, name: str, root: Path) -> Machine:
         check_machine_name(name)
         if self.has(name):
             raise StateError(
@@ -146,12 +114,7 @@ class Config:
             raise ValidationError(
                 f"machine root {root} is not a directory", f"create it first: mkdir -p {root}"
             )
-        for key, value in (settings or {}).items():
-            check_setting(key, value)
-        entry: dict[str, Any] = {"root": str(root)}
-        if settings:
-            entry["settings"] = dict(settings)
-        self.entries[name] = entry
+        self.entries[name] = {"root": str(root)}
         return self.machine(name)
 
     def remove(self, name: str) -> None:
@@ -161,20 +124,9 @@ class Config:
             self.machine(name)  # raises the not-found error
         del self.entries[name]
 
-    def set_setting(self, name: str, key: str, value: str) -> None:
-        self.machine(name)  # not found -> error before anything changes
-        check_setting(key, value)
-        entry = self.entries.setdefault(name, {})
-        entry.setdefault("settings", {})[key] = value
-
-    def unset_setting(self, name: str, key: str) -> None:
-        self.machine(name)
-        if key not in SETTINGS:
-            raise ValidationError(
-                f"unknown machine setting {key!r}", "use one of: " + ", ".join(sorted(SETTINGS))
-            )
-        settings = self.entries.get(name, {}).get("settings", {})
-        settings.pop(key, None)
+    def forget_old_settings(self, name: str) -> dict[str, str]:
+        """Drop the old settings of `name` from this file (once they are managed on the machine)."""
+        return dict(self.entries.get(name, {}).pop("settings", None) or {})
 
     def save(self) -> None:
         machines: dict[str, Any] = {}
@@ -201,7 +153,7 @@ def _parse(path: Path, document: Any) -> dict[str, dict[str, Any]]:
         raise bad(f"unknown top-level keys: {', '.join(sorted(map(str, unknown)))}")
     machines = document.get("machines") or {}
     if not isinstance(machines, dict):
-        raise bad("`machines` must be a mapping of machine name to {root, settings}")
+        raise bad("`machines` must be a mapping of machine name to {root}")
     entries: dict[str, dict[str, Any]] = {}
     for name, entry in machines.items():
         if not isinstance(name, str) or not _NAME.match(name):
@@ -217,16 +169,14 @@ def _parse(path: Path, document: Any) -> dict[str, dict[str, Any]]:
                 raise bad("localhost's root is always /")
         elif not isinstance(root, str) or not root.startswith("/"):
             raise bad(f"machine {name!r} needs an absolute `root` path")
+        # Settings an older `rdc` kept here: only their shape is checked, they are kept and ignored.
         settings = entry.get("settings") or {}
         if not isinstance(settings, dict):
             raise bad(f"machine {name!r}: `settings` must be a mapping")
-        for key, value in settings.items():
-            try:
-                check_setting(str(key), str(value))
-            except ValidationError as exc:
-                raise bad(f"machine {name!r}: {exc.what}") from exc
-        parsed: dict[str, Any] = {"settings": {str(k): str(v) for k, v in settings.items()}}
+        parsed: dict[str, Any] = {}
         if name != LOCALHOST:
             parsed["root"] = root
+        if settings:
+            parsed["settings"] = {str(k): str(v) for k, v in settings.items()}
         entries[name] = parsed
     return entries

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 Platform = Literal["native", "wsl"]
 
@@ -75,11 +75,10 @@ class LocalTransport:
 
 @dataclass
 class Machine:
-    """A machine known to `rdc`: a name, a filesystem root and per-machine settings."""
+    """A machine known to `rdc`: a name and a filesystem root (its settings are files under it)."""
 
     name: str
     root: Path = Path("/")
-    settings: Mapping[str, Any] = field(default_factory=dict)
     transport: Transport = field(default_factory=LocalTransport)
 
     def path(self, absolute: str | os.PathLike[str]) -> Path:
@@ -132,6 +131,10 @@ class Machine:
     @property
     def grants_path(self) -> Path:
         return self.path("/etc/rediacc/gpu/grants.json")
+
+    @property
+    def settings_path(self) -> Path:
+        return self.path("/etc/rediacc/settings.json")
 
     @property
     def repos_path(self) -> Path:

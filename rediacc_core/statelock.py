@@ -1,9 +1,9 @@
-"""The one lock over a machine's repos and grants.
+"""The one lock over a machine's state: its repos, grants and settings.
 
-Every change to `repos.json` or `grants.json` happens while holding it, so a check ("nobody else holds
-this device exclusively") and the write that relies on it can never interleave with another
-writer's. Readers take no lock: both files are replaced atomically, so a reader sees a whole old or
-a whole new file.
+Every change to `repos.json`, `grants.json` or `settings.json` happens while holding it, so a
+check ("nobody else holds this device exclusively") and the write that relies on it can never
+interleave with another writer's. Readers take no lock: the files are replaced atomically, so a
+reader sees a whole old or a whole new file.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def holder_pid(machine: Machine) -> int | None:
 
 @contextmanager
 def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]:
-    """Hold the machine's repos-and-grants lock; BusyError (exit 15) naming the holder on timeout."""
+    """Hold the machine's state lock; BusyError (exit 15) naming the holder on timeout."""
     wait = lock_timeout() if timeout is None else timeout
     path = lock_path(machine)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +61,7 @@ def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]
         pid = holder_pid(machine)
         holder = f"process {pid}" if pid is not None else "another process (its pid is not recorded yet)"
         raise BusyError(
-            f"the repos and grants of machine {machine.name!r} are locked by {holder}; "
+            f"the state (repos, grants, settings) of machine {machine.name!r} is locked by {holder}; "
             f"waited {wait:g}s for {path}",
             "wait for that command to finish and try again"
             + (f" (check it with `ps -p {pid}`)" if pid is not None else "")

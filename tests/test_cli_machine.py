@@ -19,6 +19,7 @@ from rediacc_core.cli import cli, main
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
 from rediacc_core.plugins import set_plugins
+from rediacc_core.settings import read_settings
 from rediacc_core.testing import FakeMachine
 
 
@@ -107,7 +108,7 @@ def test_adding_a_machine_twice_is_a_state_error(fm: FakeMachine) -> None:
     assert "Error: a machine named 'box' already exists" in result.stderr
 
 
-def test_per_machine_settings(fm: FakeMachine) -> None:
+def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_config: Path) -> None:
     rdc("machine", "add", "box", "--root", str(fm.root))
 
     shown = json.loads(rdc("machine", "config", "box", "-o", "json").stdout)
@@ -119,6 +120,7 @@ def test_per_machine_settings(fm: FakeMachine) -> None:
             "choices": ["refuse", "translate"],
         }
     ]
+    assert not fm.machine.settings_path.exists()
 
     changed = rdc("machine", "config", "box", "--set", "legacy-visible-devices=translate")
     assert changed.exit_code == 0
@@ -128,16 +130,85 @@ def test_per_machine_settings(fm: FakeMachine) -> None:
         "machine",
         "refuse|translate",
     ]
-    assert Config.load().machine("box").settings == {"legacy-visible-devices": "translate"}
+    assert read_settings(fm.machine) == {"legacy-visible-devices": "translate"}
+    # The client's config holds none.
+    assert yaml.safe_load(rdc_config.read_text()) == {"machines": {"box": {"root": str(fm.root)}}}
 
-    bad = rdc("machine", "config", "box", "--set", "legacy-visible-devices=sometimes")
-    assert bad.exit_code == EXIT_VALIDATION
-    assert "Error: invalid value 'sometimes'" in bad.stderr
-    assert rdc("machine", "config", "box", "--set", "novalue").exit_code == EXIT_VALIDATION
-    assert Config.load().machine("box").settings == {"legacy-visible-devices": "translate"}
+    for args, error in [
+        (["--set", "legacy-visible-devices=sometimes"], "Error: invalid value 'sometimes'"),
+        (["--set", "colour=blue"], "Error: unknown machine setting 'colour'"),
+        (["--unset", "colour"], "Error: unknown machine setting 'colour'"),
+        (["--set", "novalue"], "Error: --set expects KEY=VALUE"),
+        # All or none: the valid first change is not applied either.
+        (["--unset", "legacy-visible-devices", "--set", "colour=blue"], "unknown machine setting"),
+    ]:
+        bad = rdc("machine", "config", "box", *args)
+        assert bad.exit_code == EXIT_VALIDATION, args
+        assert error in bad.stderr, args
+    assert read_settings(fm.machine) == {"legacy-visible-devices": "translate"}
+
+    listed = json.loads(rdc("machine", "list", "-o", "json").stdout)
+    assert listed[1]["settings"] == {"legacy-visible-devices": "translate"}
+    assert "legacy-visible-devices=translate" in rdc("machine", "list").stdout
 
     rdc("machine", "config", "box", "--unset", "legacy-visible-devices")
-    assert Config.load().machine("box").settings == {}
+    assert read_settings(fm.machine) == {}
+
+
+def test_a_corrupt_settings_file_is_an_error_naming_it_and_is_never_overwritten(fm: FakeMachine) -> None:
+    rdc("machine", "add", "box", "--root", str(fm.root))
+    fm.machine.settings_path.parent.mkdir(parents=True, exist_ok=True)
+    fm.machine.settings_path.write_text("{broken")
+
+    for args in (["config", "box"], ["config", "box", "--set", "legacy-visible-devices=translate"]):
+        result = rdc("machine", *args)
+        assert result.exit_code == EXIT_VALIDATION
+        assert f"Error: settings file {fm.machine.settings_path} is not valid JSON" in result.stderr
+    assert fm.machine.settings_path.read_text() == "{broken"
+
+    listed = rdc("machine", "list")
+    assert listed.exit_code == 0
+    assert listed.stdout.splitlines()[2].split()[3] == "unreadable"
+
+
+def test_list_tolerates_a_machine_whose_root_is_gone_and_config_will_not_create_it(
+    fm: FakeMachine, tmp_path: Path
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    rdc("machine", "add", "gone", "--root", str(gone))
+    gone.rmdir()
+
+    listed = json.loads(rdc("machine", "list", "-o", "json").stdout)
+    assert listed[1]["name"] == "gone" and listed[1]["settings"] == {}
+
+    result = rdc("machine", "config", "gone", "--set", "legacy-visible-devices=translate")
+    assert result.exit_code == EXIT_STATE
+    assert f"the root of machine 'gone', {gone}, is not a directory" in result.stderr
+    assert not gone.exists()
+
+
+def test_settings_an_older_rdc_kept_in_the_config_file_are_pointed_out_then_moved(
+    fm: FakeMachine, rdc_config: Path
+) -> None:
+    rdc_config.write_text(
+        f"machines:\n  box: {{root: {fm.root}, settings: {{legacy-visible-devices: translate}}}}\n"
+    )
+    move = "rdc machine config box --set legacy-visible-devices=translate"
+
+    for args in (["list"], ["config", "box"]):
+        result = rdc("machine", *args)
+        assert result.exit_code == 0
+        assert "still holds settings for machine box (legacy-visible-devices=translate)" in result.stderr
+        assert "they have no effect" in result.stderr and move in result.stderr
+    assert read_settings(fm.machine) == {}  # ignored: the gate never sees them
+
+    moved = rdc(*move.split()[1:])
+    assert moved.exit_code == 0
+    assert f"Removed the old settings of machine box from {rdc_config}" in moved.stderr
+    assert read_settings(fm.machine) == {"legacy-visible-devices": "translate"}
+    assert yaml.safe_load(rdc_config.read_text()) == {"machines": {"box": {"root": str(fm.root)}}}
+    assert "still holds" not in rdc("machine", "list").stderr
 
 
 # --- gpu list -----------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ from typing import Any, ClassVar, TextIO
 import click
 
 from rediacc_core.cli.output import emit, note, output_option, table
-from rediacc_core.config import SETTINGS, Config
+from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.inventory import age, load_inventory, read_inventory_text
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
+from rediacc_core.settings import SETTINGS, change_settings, read_settings
 from rediacc_core.setup import SetupReport, run_setup
 
 
@@ -48,8 +49,11 @@ def add(name: str, root: Path) -> None:
 @machine.command("list")
 @output_option()
 def list_machines(fmt: str) -> None:
-    """List the configured machines (localhost always among them)."""
-    rows = [_machine_row(m) for m in Config.load().machines()]
+    """List the configured machines (localhost always among them) and the settings set on each."""
+    config = Config.load()
+    rows = [_machine_row(m) for m in config.machines()]
+    for name in config.names():
+        _note_old_settings(config, name)
     emit(
         rows,
         fmt,
@@ -60,7 +64,7 @@ def list_machines(fmt: str) -> None:
                     r["name"],
                     r["root"],
                     r["platform"],
-                    ", ".join(f"{k}={v}" for k, v in r["settings"].items()) or None,
+                    r["settings"] if isinstance(r["settings"], str) else _settings_text(r["settings"]),
                     r["inventory"],
                 ]
                 for r in data
@@ -69,19 +73,39 @@ def list_machines(fmt: str) -> None:
     )
 
 
+def _settings_text(settings: Mapping[str, str]) -> str | None:
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) or None
+
+
 def _machine_row(m: Machine) -> dict[str, Any]:
     try:
         inventory = load_inventory(m)
         state = "not set up" if inventory is None else f"written {age(inventory['generatedAt'])}"
     except RdcError:
         state = "unreadable"
+    settings: dict[str, str] | str
+    try:
+        settings = read_settings(m)  # a machine whose root is gone has no file: the defaults
+    except RdcError:
+        settings = "unreadable"  # `rdc machine config NAME` says why
     return {
         "name": m.name,
         "root": str(m.root),
         "platform": m.platform,
-        "settings": dict(m.settings),
+        "settings": settings,
         "inventory": state,
     }
+
+
+def _note_old_settings(config: Config, name: str) -> None:
+    old = config.old_settings(name)
+    if old:
+        sets = " ".join(f"--set {k}={v}" for k, v in old.items())
+        note(
+            f"Note: {config.path} still holds settings for machine {name} ({_settings_text(old)}) from an "
+            f"older rdc; they have no effect: settings live on the machine now. To keep them, run "
+            f"`rdc machine config {name} {sets}`."
+        )
 
 
 @machine.command("remove")
@@ -103,11 +127,16 @@ def remove(name: str) -> None:
 def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], fmt: str) -> None:
     """Show or change the per-machine settings of NAME.
 
+    Settings are kept on the machine, in /etc/rediacc/settings.json under its root; running repo
+    gates apply a change at their next request.
+
     \b
     Settings:
       legacy-visible-devices=refuse|translate
     """
     config = Config.load()
+    target = config.machine(name)
+    changes: list[tuple[str, str | None]] = []
     for assignment in assignments:
         key, sep, value = assignment.partition("=")
         if not sep or not key:
@@ -115,12 +144,16 @@ def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], f
                 f"--set expects KEY=VALUE, got {assignment!r}",
                 "for example: --set legacy-visible-devices=translate",
             )
-        config.set_setting(name, key.strip(), value.strip())
-    for key in unset:
-        config.unset_setting(name, key)
-    if assignments or unset:
-        config.save()
-    settings = config.machine(name).settings
+        changes.append((key.strip(), value.strip()))
+    changes += [(key, None) for key in unset]
+    if changes:
+        settings = change_settings(target, changes)
+        if config.forget_old_settings(name):
+            config.save()
+            note(f"Removed the old settings of machine {name} from {config.path}: they live on the machine.")
+    else:
+        _note_old_settings(config, name)
+        settings = read_settings(target)
     rows = [
         {
             "setting": s.name,

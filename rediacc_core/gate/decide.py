@@ -39,6 +39,7 @@ __all__ = ["MAX_INSPECTED_BODY", "BadRequest", "Decider", "Decision", "Target", 
 
 GrantsReader = Callable[[str], frozenset[str]]
 InventoryReader = Callable[[], Mapping[str, Any] | None]
+SettingsReader = Callable[[], Mapping[str, str]]
 
 # Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
 _DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
@@ -59,6 +60,12 @@ def _live_grants(machine: Machine) -> GrantsReader:
     from rediacc_core.grants import LiveGrants
 
     return LiveGrants(machine).for_repo
+
+
+def _live_settings(machine: Machine) -> SettingsReader:
+    from rediacc_core.settings import LiveSettings
+
+    return LiveSettings(machine).settings
 
 
 class _InventoryCache:
@@ -135,6 +142,7 @@ class Decider:
         *,
         grants: GrantsReader | None = None,
         inventory: InventoryReader | None = None,
+        settings: SettingsReader | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -144,6 +152,8 @@ class Decider:
         self._grants = grants
         self._grants_error: str | None = None
         self._inventory: InventoryReader = inventory or _InventoryCache(machine, log)
+        self._settings = settings
+        self._settings_error: str | None = None
 
     # --- what to read ---------------------------------------------------------------------------
     def inspects(self, method: str, raw_target: str) -> bool:
@@ -200,6 +210,28 @@ class Decider:
             why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
             return frozenset(), why
 
+    def _read_settings(self) -> Mapping[str, str]:
+        """The machine's settings, read live (one `stat` when unchanged).
+
+        Unreadable settings mean the defaults, and every default is the safe choice (see
+        `rediacc_core.settings`): refusing what a setting would have admitted is failing closed. Said
+        in the log once per distinct problem, not for every request.
+        """
+        try:
+            if self._settings is None:
+                self._settings = _live_settings(self.machine)
+            settings = self._settings()
+        except Exception as exc:
+            why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
+            if why != self._settings_error:
+                self._settings_error = why
+                self.log(f"settings unreadable, deciding with the defaults: {why}")
+            return {}
+        if self._settings_error is not None:
+            self._settings_error = None
+            self.log("settings readable again")
+        return settings
+
     def _grant_problems(
         self, names: tuple[str, ...], grants: frozenset[str], error: str | None
     ) -> list[Refusal]:
@@ -255,7 +287,7 @@ class Decider:
             machine=self.machine,
             grants=grants,
             inventory=self._inventory(),
-            settings=self.machine.settings,
+            settings=self._read_settings(),
             image_config=self.image_config,
             log=self.log,
         )

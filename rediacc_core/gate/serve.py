@@ -76,20 +76,9 @@ def run_gate(gate: GateServer, pidfile: Path | None = None) -> None:
         loop.close()
 
 
-def load_machine(name: str, root: Path) -> Machine:
-    """The configured machine `name` (with its settings), or a bare one at `root`."""
-    from rediacc_core.config import Config
-
-    with contextlib.suppress(RdcError):
-        machine = Config.load().machine(name)
-        if machine.root.resolve() == root.resolve():
-            return machine
-    return Machine(name=name, root=root)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rediacc_core.gate.serve", description=__doc__)
-    parser.add_argument("--machine", required=True, help="machine name (for settings and messages)")
+    parser.add_argument("--machine", required=True, help="machine name (for messages)")
     parser.add_argument("--root", required=True, type=Path, help="the machine's filesystem root")
     parser.add_argument("--repo-id", required=True)
     parser.add_argument("--listen", required=True, type=Path, help="the gate's socket")
@@ -97,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pidfile", type=Path)
     args = parser.parse_args(argv)
     try:
-        machine = load_machine(args.machine, args.root)
+        # Everything the gate reads (repos, grants, settings, inventory) is under the machine's root,
+        # so it needs no client config and works whoever's HOME it runs with.
+        machine = Machine(name=args.machine, root=args.root)
         repo = RepoStore(machine).by_id(args.repo_id)
         gate = build_gate(machine, repo, args.listen, args.upstream)
         run_gate(gate, args.pidfile)

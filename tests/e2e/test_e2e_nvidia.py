@@ -6,9 +6,9 @@ The real `run_setup` with the installed plugins discovers them and has the stand
 `/etc/cdi/nvidia.yaml` (hostPaths under the root, a createContainer hook that runc really runs).
 Repo `alpha` is granted `nvidia.com/gpu=0` only; the docker CLI talks to its gate.
 
-The gate reads the machine's settings when it starts (`serve.load_machine`, from `$REDIACC_CONFIG`),
-so after `rdc machine config gpu1 --set legacy-visible-devices=...` the repo is brought down and up
-again, as an operator would.
+Settings live on the machine (`/etc/rediacc/settings.json` under its root) and the gate reads them
+live, so `rdc machine config gpu1 --set legacy-visible-devices=...` applies at the gate's next
+request: the repo is not restarted, and the gate (started without the client's config) keeps its pid.
 """
 
 from __future__ import annotations
@@ -63,11 +63,11 @@ REPORT = (
 )
 
 
-def _up(machine: Machine, config_path: Path, repo: Repo, env: dict[str, str]) -> RepoEnv:
-    """`lifecycle.repo_up`, with `$REDIACC_CONFIG` set: the gate, a child process, reads the
-    machine's settings from it."""
+def _up(machine: Machine, base: Path, repo: Repo, env: dict[str, str]) -> RepoEnv:
+    """`lifecycle.repo_up` with `$REDIACC_CONFIG` naming no file: the gate, a child process, must find
+    everything it reads (settings included) on the machine, as under systemd with another HOME."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("REDIACC_CONFIG", str(config_path))
+        patch.setenv("REDIACC_CONFIG", str(base / "no-client-config.yaml"))
         runtime = lifecycle.repo_up(machine, repo)
     return RepoEnv(repo, runtime, {**env, "DOCKER_HOST": runtime.docker_host_url})
 
@@ -91,15 +91,18 @@ class NvidiaEnv:
         env = {**os.environ, "REDIACC_CONFIG": str(self.config_path)}
         return subprocess.run(["rdc", *args], capture_output=True, text=True, env=env, timeout=120)
 
+    def gate_pid(self) -> int:
+        return int(self.alpha.runtime.gate_pidfile.read_text().strip())
+
     def legacy_mode(self, mode: str) -> None:
-        """Set `legacy-visible-devices` on the machine, then bring the repo down and up so that its
-        gate, which reads the settings when it starts, follows."""
+        """Set `legacy-visible-devices` on the machine with the CLI; the running gate follows at its
+        next request, without a restart."""
         if mode == self.mode:
             return
+        pid = self.gate_pid()
         result = self.rdc("machine", "config", MACHINE, "--set", f"{LEGACY_SETTING}={mode}")
         assert result.returncode == 0, result.stderr
-        lifecycle.repo_down(self.machine, self.alpha.repo)
-        self.alpha = _up(self.machine, self.config_path, self.alpha.repo, self.alpha.env)
+        assert self.gate_pid() == pid
         self.mode = mode
 
 
@@ -136,7 +139,7 @@ def nv() -> Iterator[NvidiaEnv]:
     }
     try:
         _setup_machine(fm, machine)
-        state = NvidiaEnv(base, config_path, machine, _up(machine, config_path, repo, env))
+        state = NvidiaEnv(base, config_path, machine, _up(machine, base, repo, env))
         import_busybox(state.alpha.daemon, IMAGE)
         granted = state.rdc("repo", "gpu", "grant", repo.ref, "--device", GPU0)
         assert granted.returncode == 0, granted.stderr
@@ -264,7 +267,21 @@ def test_visible_devices_is_refused_by_default_naming_the_cdi_device(nv: NvidiaE
     refused(result, "NVIDIA_VISIBLE_DEVICES=0", f"--device {GPU0}")
 
 
-# The mode varies slowest: every refuse case runs before the one restart into translate.
+def test_a_changed_setting_applies_at_the_gates_next_request_without_a_restart(nv: NvidiaEnv) -> None:
+    def legacy_run() -> subprocess.CompletedProcess[str]:
+        return nv.alpha.docker("run", "--rm", "-e", "NVIDIA_VISIBLE_DEVICES=0", IMAGE, "true")
+
+    nv.legacy_mode("refuse")
+    pid = nv.gate_pid()
+    refused(legacy_run(), "NVIDIA_VISIBLE_DEVICES=0", f"--device {GPU0}")
+    nv.legacy_mode("translate")
+    admitted(legacy_run())
+    nv.legacy_mode("refuse")
+    refused(legacy_run(), "NVIDIA_VISIBLE_DEVICES=0", f"--device {GPU0}")
+    assert nv.gate_pid() == pid
+
+
+# The mode varies slowest, so the setting changes once between the refuse and the translate cases.
 @pytest.mark.parametrize("value", ["void", "none", pytest.param("", id="empty")])
 @pytest.mark.parametrize("mode", ["refuse", "translate"])
 def test_visible_devices_asking_for_no_gpu_is_admitted(nv: NvidiaEnv, mode: str, value: str) -> None:

@@ -16,6 +16,7 @@ from rediacc_core.gate.decide import MAX_INSPECTED_BODY, Decider
 from rediacc_core.grants import GrantStore
 from rediacc_core.inventory import write_inventory
 from rediacc_core.repos import RepoStore
+from rediacc_core.settings import set_setting, unset_setting
 
 GPU0 = "vendor.example/gpu=0"
 GPU1 = "vendor.example/gpu=1"
@@ -265,7 +266,7 @@ class TestBadRequests:
 class TestPlugins:
     def test_plugin_sees_the_canonical_request(self, gate: Any) -> None:
         gate.grant(GPU0)
-        gate.fm.machine.settings = {"legacy-visible-devices": "translate"}
+        set_setting(gate.fm.machine, "legacy-visible-devices", "translate")
         assert gate.create({}, raw=json.dumps(CDI_RUN).replace("HostConfig", "hostConfig").encode()).forward
         request, ctx = gate.plugin.seen[-1]
         assert isinstance(request, ApiRequest)
@@ -293,6 +294,30 @@ class TestPlugins:
         write_inventory(gate.fm.machine, {**doc, "machine": "other-name"})
         gate.create({"Image": "bb"})
         assert gate.plugin.seen[-1][1].inventory["machine"] == "other-name"
+
+    def test_settings_are_read_live_from_the_machine(self, gate: Any) -> None:
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].settings == {}  # nothing set: every setting has its default
+        set_setting(gate.fm.machine, "legacy-visible-devices", "translate")
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].settings == {"legacy-visible-devices": "translate"}
+        unset_setting(gate.fm.machine, "legacy-visible-devices")
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].settings == {}
+
+    def test_unreadable_settings_mean_the_defaults_said_once_in_the_log(self, gate: Any) -> None:
+        set_setting(gate.fm.machine, "legacy-visible-devices", "translate")
+        gate.fm.machine.settings_path.write_text("{not json")
+        for _ in range(2):
+            assert gate.create({"Image": "bb"}).forward  # requests go on, decided with the safe defaults
+            assert gate.plugin.seen[-1][1].settings == {}
+        said = [line for line in gate.logs if "settings unreadable" in line]
+        assert len(said) == 1 and str(gate.fm.machine.settings_path) in said[0]
+        gate.fm.machine.settings_path.unlink()  # the operator removes the broken file and sets again
+        set_setting(gate.fm.machine, "legacy-visible-devices", "translate")
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].settings == {"legacy-visible-devices": "translate"}
+        assert gate.logs[-1] == "settings readable again"
 
     def test_vendor_refusal_supersedes_the_generic_one(self, gate: Any) -> None:
         gate.plugin.answer = lambda request, ctx: [

@@ -1,0 +1,204 @@
+"""Per-machine settings live on the machine, in `<root>/etc/rediacc/settings.json`, and are read live."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rediacc_core.errors import EXIT_BUSY, EXIT_VALIDATION, BusyError, StateError, ValidationError
+from rediacc_core.machine import Machine
+from rediacc_core.settings import (
+    SETTINGS,
+    LiveSettings,
+    change_settings,
+    effective,
+    read_settings,
+    set_setting,
+    unset_setting,
+)
+from rediacc_core.statelock import state_lock
+
+LEGACY = "legacy-visible-devices"
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Machine:
+    root = tmp_path / "root"
+    root.mkdir()
+    return Machine("m1", root)
+
+
+def test_the_settings_file_is_under_the_machine_root(machine: Machine) -> None:
+    assert machine.settings_path == machine.root / "etc" / "rediacc" / "settings.json"
+
+
+def test_without_a_file_no_setting_is_set_and_every_one_has_its_default(machine: Machine) -> None:
+    assert read_settings(machine) == {}
+    assert effective({}) == {LEGACY: "refuse"}
+    assert SETTINGS[LEGACY].choices == ("refuse", "translate")
+
+
+def test_set_and_unset_are_written_to_the_file_and_read_back(machine: Machine) -> None:
+    assert set_setting(machine, LEGACY, "translate") == {LEGACY: "translate"}
+
+    assert read_settings(machine) == {LEGACY: "translate"}
+    assert effective(read_settings(machine)) == {LEGACY: "translate"}
+    assert json.loads(machine.settings_path.read_text()) == {
+        "schemaVersion": 1,
+        "settings": {LEGACY: "translate"},
+    }
+
+    assert unset_setting(machine, LEGACY) == {}
+    assert read_settings(machine) == {}
+    assert json.loads(machine.settings_path.read_text()) == {"schemaVersion": 1, "settings": {}}
+
+
+def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
+    unset_setting(machine, LEGACY)
+
+    assert not machine.settings_path.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "what", "todo"),
+    [
+        ("colour", "blue", "unknown machine setting 'colour'", "use one of: legacy-visible-devices"),
+        (
+            LEGACY,
+            "sometimes",
+            f"invalid value 'sometimes' for setting '{LEGACY}'",
+            "use one of: refuse, translate",
+        ),
+    ],
+)
+def test_an_unknown_key_or_value_is_refused_with_exit_2_and_nothing_is_written(
+    machine: Machine, key: str, value: str, what: str, todo: str
+) -> None:
+    set_setting(machine, LEGACY, "translate")
+    before = machine.settings_path.read_bytes()
+
+    with pytest.raises(ValidationError) as caught:
+        set_setting(machine, key, value)
+
+    assert caught.value.what == what and caught.value.todo == todo
+    assert caught.value.exit_code == EXIT_VALIDATION
+    assert machine.settings_path.read_bytes() == before
+
+
+def test_unsetting_an_unknown_key_is_refused(machine: Machine) -> None:
+    with pytest.raises(ValidationError, match="unknown machine setting 'colour'"):
+        unset_setting(machine, "colour")
+
+
+def test_several_changes_apply_all_or_none(machine: Machine) -> None:
+    set_setting(machine, LEGACY, "translate")
+
+    with pytest.raises(ValidationError):
+        change_settings(machine, [(LEGACY, None), ("colour", "blue")])
+    assert read_settings(machine) == {LEGACY: "translate"}
+
+    assert change_settings(machine, [(LEGACY, None), (LEGACY, "refuse")]) == {LEGACY: "refuse"}
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"{broken", "is not valid JSON (line 1, column 2"),
+        (b"[]", "does not match its schema"),
+        (b'{"schemaVersion": 2, "settings": {}}', "does not match its schema"),
+        (b'{"schemaVersion": 1, "settings": {"legacy-visible-devices": 1}}', "does not match its schema"),
+        (b'{"schemaVersion": 1, "settings": {"colour": "blue"}}', "unknown machine setting 'colour'"),
+        (b'{"schemaVersion": 1, "settings": {"legacy-visible-devices": "maybe"}}', "invalid value 'maybe'"),
+        (b"\xff\xfe", "is not UTF-8 text"),
+    ],
+    ids=["json", "shape", "version", "type", "unknown-key", "bad-value", "utf8"],
+)
+def test_a_corrupt_file_is_an_error_naming_it_never_the_defaults(
+    machine: Machine, content: bytes, problem: str
+) -> None:
+    machine.settings_path.parent.mkdir(parents=True)
+    machine.settings_path.write_bytes(content)
+
+    for read in (lambda: read_settings(machine), LiveSettings(machine).settings):
+        with pytest.raises(ValidationError) as caught:
+            read()
+        assert str(machine.settings_path) in caught.value.what and problem in caught.value.what
+        assert "restore" in caught.value.todo
+    # A change would overwrite what cannot be read: refused, the file kept as it was.
+    with pytest.raises(ValidationError):
+        set_setting(machine, LEGACY, "translate")
+    assert machine.settings_path.read_bytes() == content
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_an_unreadable_file_is_an_error_naming_it(machine: Machine) -> None:
+    set_setting(machine, LEGACY, "translate")
+    machine.settings_path.chmod(0)
+
+    with pytest.raises(ValidationError, match=f"cannot read settings file {machine.settings_path}"):
+        read_settings(machine)
+
+
+def test_changes_wait_for_the_machine_state_lock(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIACC_LOCK_TIMEOUT", "0")
+
+    with state_lock(machine), pytest.raises(BusyError) as caught:
+        set_setting(machine, LEGACY, "translate")
+
+    assert caught.value.exit_code == EXIT_BUSY
+    assert read_settings(machine) == {}
+
+
+def test_a_change_to_a_machine_without_its_root_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    gone = Machine("gone", tmp_path / "gone")
+
+    assert read_settings(gone) == {}  # nothing there: the defaults
+    with pytest.raises(StateError, match="is not a directory"):
+        set_setting(gone, LEGACY, "translate")
+    assert not gone.root.exists()
+
+
+# --- live reading for the gate -------------------------------------------------------------------
+
+
+def test_live_settings_are_re_read_only_when_the_file_changed(machine: Machine) -> None:
+    live = LiveSettings(machine)
+    assert live.settings() == {} and live.reads == 0  # no file: nothing to parse
+
+    set_setting(machine, LEGACY, "translate")
+    assert live.settings() == {LEGACY: "translate"}
+    assert live.settings() == {LEGACY: "translate"}
+    assert live.reads == 1
+
+    set_setting(machine, LEGACY, "refuse")  # same size, written at once: still seen as a change
+    assert live.settings() == {LEGACY: "refuse"} and live.reads == 2
+
+    machine.settings_path.unlink()
+    assert live.settings() == {} and live.reads == 2
+
+
+def test_a_broken_file_stays_an_error_until_it_changes(machine: Machine) -> None:
+    live = LiveSettings(machine)
+    set_setting(machine, LEGACY, "translate")
+    machine.settings_path.write_text("{broken")
+
+    for _ in range(3):
+        with pytest.raises(ValidationError, match="is not valid JSON"):
+            live.settings()
+    assert live.reads == 1
+
+    machine.settings_path.unlink()
+    set_setting(machine, LEGACY, "translate")
+    assert live.settings() == {LEGACY: "translate"} and live.reads == 2
+
+
+def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine) -> None:
+    set_setting(machine, LEGACY, "refuse")
+    live = LiveSettings(machine)
+
+    with pytest.raises(TypeError):
+        live.settings()[LEGACY] = "translate"  # type: ignore[index]
+    assert live.settings() == {LEGACY: "refuse"}
