@@ -90,10 +90,14 @@ def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | N
 def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     """Refusals or rewrites for one Docker API request reaching a repo's gate.
 
-    Called for every request whose body the gate decoded (container create, volume create, plugin
-    pull, service create/update) after the repo's grants for `request.cdi_devices` were checked.
-    Return `Refusal`s naming the CDI form to use instead, `Rewrite`s that turn a legacy request
-    into the CDI form, or `[]`.
+    Called for every request whose body the gate decodes (container create, update and exec;
+    volume create; plugin pull, upgrade and set; service create and update) after the repo's
+    grants for `request.cdi_devices` were checked. Return `Refusal`s naming the CDI form to use
+    instead, `Rewrite`s that turn a legacy request into the CDI form, or `[]`.
+
+    Decisions run on the gate's event loop: before any blocking I/O of your own, call
+    `rediacc_core.gate.images.may_block()`, which moves the decision to a worker thread
+    (`ctx.image_config` already does this).
     """
     raise NotImplementedError
 
