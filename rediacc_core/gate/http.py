@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httptools
 
@@ -44,20 +44,27 @@ class FramingError(Exception):
     status = 400
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RequestHead:
-    """One request head, validated. `target` is the raw request target exactly as received."""
+    """One request head, validated. `target` is the raw request target exactly as received.
+
+    Immutable: one parsed head is shared by every request that sent the same bytes (see
+    `parse_request_head`), across connections.
+    """
 
     method: str
     target: str
     version: str
-    headers: list[tuple[bytes, bytes]]
+    headers: tuple[tuple[bytes, bytes], ...]
     content_length: int | None
     chunked: bool
     keep_alive: bool
     upgrade: bool
     content_type: str | None
     expect_continue: bool
+    # The head as forwarded when the body streams through unchanged: `encode` with the framing
+    # the client sent, computed once per distinct head.
+    passthrough: bytes = b""
 
     @property
     def has_body(self) -> bool:
@@ -113,14 +120,37 @@ def _refuse(problem: str) -> FramingError:
     return FramingError(f"malformed request: {problem}; send a well-formed HTTP/1.1 request")
 
 
+_HEAD_CACHE: dict[bytes, RequestHead] = {}
+HEAD_CACHE_SIZE = 512
+_CACHED_HEAD_MAX = 4096  # bigger heads (registry credentials) are rare: parsed every time
+
+
 def parse_request_head(head: bytes) -> RequestHead:
     """Parse and validate a complete request head (through its blank line).
+
+    Docker clients send the same heads over and over (every ping, every `docker ps`, every
+    poll), and the same bytes always parse to the same result, so results are remembered by the
+    head's exact bytes (a bounded number; refusals are not remembered, they end the connection).
+    The result is immutable, so sharing it between connections shares nothing they could change.
 
     Raises FramingError for anything llhttp rejects (bare LF, obs-fold, bad tokens, bad or
     duplicate Content-Length, Content-Length together with Transfer-Encoding) and for what the
     gate additionally refuses: any Transfer-Encoding but one `chunked`, repeated Content-Type,
     HTTP versions other than 1.0 and 1.1.
     """
+    known = _HEAD_CACHE.get(head)
+    if known is not None:
+        return known
+    req = _parse_request_head(head)
+    if len(head) > _CACHED_HEAD_MAX:
+        return req
+    if len(_HEAD_CACHE) >= HEAD_CACHE_SIZE:
+        del _HEAD_CACHE[next(iter(_HEAD_CACHE))]  # the oldest entry
+    _HEAD_CACHE[head] = req
+    return req
+
+
+def _parse_request_head(head: bytes) -> RequestHead:
     if b"\r\n " in head or b"\r\n\t" in head:
         raise _refuse("folded header line (obs-fold)")
     collector = _HeadCollector()
@@ -174,11 +204,11 @@ def parse_request_head(head: bytes) -> RequestHead:
             raise _refuse(f"Transfer-Encoding {shown!r}: only a single 'chunked' is accepted")
     if len(content_types) > 1:
         raise _refuse("repeated Content-Type headers")
-    return RequestHead(
+    req = RequestHead(
         method=parser.get_method().decode("latin-1"),
         target=collector.url.decode("latin-1"),
         version=version,
-        headers=headers,
+        headers=tuple(headers),
         content_length=content_length,
         chunked=bool(transfer_encodings),
         keep_alive=_keeps_alive(version, connection_tokens),
@@ -186,6 +216,8 @@ def parse_request_head(head: bytes) -> RequestHead:
         content_type=content_types[0].decode("latin-1") if content_types else None,
         expect_continue=expect_continue,
     )
+    passthrough = req.encode(content_length=req.content_length, chunked=req.chunked)
+    return replace(req, passthrough=passthrough)
 
 
 def _keeps_alive(version: str, connection_tokens: set[bytes]) -> bool:

@@ -173,6 +173,16 @@ class _Client(asyncio.BufferedProtocol):
                 self.buf += data[used:]
                 self._process()
             return
+        if self.state == _HEAD and not self.buf:
+            # The usual keep-alive case: one read holds exactly one whole head and nothing else.
+            # Parse it straight from the read (one copy, which is also the head cache's key).
+            chunk = bytes(data)
+            if find_head_end(chunk) == len(chunk):
+                self._start_request(chunk)
+                return
+            self.buf += chunk
+            self._process()
+            return
         self.buf += data
         self._process()
 
@@ -307,7 +317,7 @@ class _Client(asyncio.BufferedProtocol):
         req = self.req
         assert req is not None
         self._begin_response()
-        self._to_upstream(req.encode(content_length=req.content_length, chunked=req.chunked))
+        self._to_upstream(req.passthrough)
         self.state = _BODY
         if not req.has_body:
             self._body_complete()

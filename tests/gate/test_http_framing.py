@@ -197,3 +197,19 @@ def test_response_framing_fields_are_found_in_any_case() -> None:
 def test_a_garbled_daemon_response_is_an_error(bad: bytes) -> None:
     with pytest.raises(ValueError):
         parse_response_head(bad, "GET")
+
+
+def test_a_repeated_head_is_parsed_once_and_shared_immutably() -> None:
+    raw = head("GET /v1.45/containers/json HTTP/1.1", "Host: docker")
+    first, again = parse_request_head(raw), parse_request_head(bytes(bytearray(raw)))
+    assert first is again
+    assert first.passthrough == first.encode(content_length=None, chunked=False)
+    with pytest.raises(AttributeError):
+        first.target = "/other"  # type: ignore[misc]
+
+
+def test_a_refused_head_is_refused_every_time() -> None:
+    bad = head("POST /x HTTP/1.1", "Content-Length: 3", "Transfer-Encoding: chunked")
+    for _ in range(2):
+        with pytest.raises(FramingError):
+            parse_request_head(bad)
