@@ -236,7 +236,7 @@ INTERIM = 4  # a 1xx other than 101: another head follows
 SWITCHED = 5  # 101: raw bytes both ways from here on
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ResponseHead:
     status: int
     body: int  # one of the BODY_* / INTERIM / SWITCHED values
@@ -248,14 +248,40 @@ _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: [^\r\n]*)?\r\n"
 _FRAMING_FIELD = re.compile(
     rb"\r\n(content-length|transfer-encoding|connection)[ \t]*:[ \t]*([^\r\n]*)", re.IGNORECASE
 )
+_RESPONSE_CACHE: dict[tuple[bytes, str], ResponseHead] = {}
+_RESPONSE_CACHE_SIZE = 256
 
 
 def parse_response_head(head: bytes, request_method: str) -> ResponseHead:
     """Status and body framing of a daemon response head (RFC 9112 section 6.3 rules).
 
     The daemon is trusted to frame its answers, so only the few fields that decide framing are
-    looked up (one regular-expression scan: this runs for every response the gate relays).
+    looked up (one regular-expression scan). This runs for every response the gate relays, and
+    the daemon's heads for one endpoint differ only in their `Date:` line, which frames nothing:
+    so the result is remembered by the head's exact bytes without that line.
     """
+    key = _without_date(head)
+    known = _RESPONSE_CACHE.get((key, request_method))
+    if known is not None:
+        return known
+    resp = _parse_response_head(head, request_method)
+    if len(key) <= _CACHED_HEAD_MAX:
+        if len(_RESPONSE_CACHE) >= _RESPONSE_CACHE_SIZE:
+            del _RESPONSE_CACHE[next(iter(_RESPONSE_CACHE))]  # the oldest entry
+        _RESPONSE_CACHE[(key, request_method)] = resp
+    return resp
+
+
+def _without_date(head: bytes) -> bytes:
+    """`head` without its first `Date:` line (as Go's server writes it), if it has one."""
+    start = head.find(b"\r\nDate: ")
+    if start < 0:
+        return head
+    end = head.find(b"\r\n", start + 2)
+    return head if end < 0 else head[:start] + head[end:]
+
+
+def _parse_response_head(head: bytes, request_method: str) -> ResponseHead:
     status_line = _STATUS_LINE.match(head)
     if status_line is None:
         raise ValueError(f"malformed response from the daemon: {head[:40]!r}")

@@ -213,3 +213,21 @@ def test_a_refused_head_is_refused_every_time() -> None:
     for _ in range(2):
         with pytest.raises(FramingError):
             parse_request_head(bad)
+
+
+def test_response_heads_that_differ_only_in_their_date_frame_alike() -> None:
+    for date in ("Mon, 30 Nov 2026 07:00:00 GMT", "Mon, 30 Nov 2026 07:00:01 GMT"):
+        resp = parse_response_head(head("HTTP/1.1 200 OK", f"Date: {date}", "Content-Length: 2"), "GET")
+        assert (resp.body, resp.length, resp.keep_alive) == (BODY_LENGTH, 2, True)
+    closing = parse_response_head(
+        head(
+            "HTTP/1.1 200 OK", "Date: Mon, 30 Nov 2026 07:00:01 GMT", "Content-Length: 2", "Connection: close"
+        ),
+        "GET",
+    )
+    assert not closing.keep_alive
+    assert (
+        parse_response_head(head("HTTP/1.1 200 OK", "Date: x", "Content-Length: 2"), "HEAD").body == BODY_NONE
+    )
+    chunked = head("HTTP/1.1 200 OK", "Date: x", "Content-Length-Extra: 1", "transfer-encoding: chunked")
+    assert parse_response_head(chunked, "GET").body == BODY_CHUNKED
