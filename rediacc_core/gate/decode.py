@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -28,6 +28,7 @@ from rediacc_core.gate.decode_fields import (
     ListOf,
     MapOf,
     Scalar,
+    StructRef,
 )
 
 MAX_INSPECTED_BODY = 4 * 1024 * 1024  # bytes; the daemon has no limit, the gate must have one
@@ -68,6 +69,7 @@ _ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*")
 _VERSIONED = re.compile(r"/v([0-9.]+)(/.*)")
 _VERSION = re.compile(r"[0-9]+\.[0-9]+")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_BAD_TARGET_CHAR = re.compile("[\x00-\x20\x7f#]")  # controls, space, DEL, a fragment
 
 
 def _unescape(text: str, what: str) -> str:
@@ -99,7 +101,7 @@ def _parse_query(raw: str) -> dict[str, tuple[str, ...]]:
 
 def parse_target(raw_target: str) -> Target:
     """Route `raw_target` (origin- or absolute-form) the way the daemon does; BadRequest if unclean."""
-    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in raw_target) or "#" in raw_target:
+    if _BAD_TARGET_CHAR.search(raw_target):
         raise BadRequest("invalid character in the request target")
     target = raw_target
     absolute = _ABSOLUTE.match(target)
@@ -248,6 +250,27 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest(f"invalid JSON: {exc}") from None
 
 
+# Where a value sits in the body, for error messages only: a string, or (parent, key, style) built
+# as the walk goes down and formatted only when something is refused (most bodies are admitted).
+_FIELD, _INDEX, _MAP_KEY, _ANY_KEY = range(4)
+Where = str | tuple[Any, Any, int]
+
+
+def place(where: Where) -> str:
+    """The location `where` stands for, as error messages show it (`HostConfig.Devices[0]`)."""
+    if isinstance(where, str):
+        return where
+    parent, key, style = where
+    above = place(parent)
+    if style == _FIELD:
+        return f"{above}.{key}" if above else str(key)
+    if style == _ANY_KEY:
+        return f"{above}.{key}"
+    if style == _INDEX:
+        return f"{above}[{key}]"
+    return f"{above}[{key!r}]"
+
+
 def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
@@ -260,8 +283,8 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def _type_error(value: Any, expected: str, where: str) -> BadRequest:
-    return BadRequest(f"{where}: cannot use a JSON {_json_type(value)} as {expected}")
+def _type_error(value: Any, expected: str, where: Where) -> BadRequest:
+    return BadRequest(f"{place(where)}: cannot use a JSON {_json_type(value)} as {expected}")
 
 
 def is_empty(value: Any) -> bool:
@@ -280,58 +303,75 @@ class Canonicaliser:
         # An unpaired surrogate can only come from a `\uD800`-`\uDFFF` escape (strict UTF-8 has
         # none), so bodies without such an escape skip the per-string check.
         self.escapes = escapes
+        # One handler per kind of field type, looked up by the type's class: cheaper than a chain
+        # of isinstance checks on every value of every body.
+        self._by_kind: dict[type, Callable[[Any, Any, Where, int], Any]] = {
+            AnyValue: self._any_kind,
+            Scalar: self.scalar,
+            ListOf: self._list,
+            MapOf: self._map,
+            StructRef: self._struct_kind,
+        }
 
-    def _string(self, value: str, where: str) -> str:
+    def _string(self, value: str, where: Where) -> str:
         if self.escapes and _SURROGATE.search(value):
-            raise BadRequest(f"{where}: invalid \\u escape (unpaired surrogate)")
+            raise BadRequest(f"{place(where)}: invalid \\u escape (unpaired surrogate)")
         return value
 
-    def value(self, value: Any, kind: FieldType, where: str, depth: int = 0) -> Any:
+    def value(self, value: Any, kind: FieldType, where: Where, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
-            raise BadRequest(f"{where}: nested too deeply")
+            raise BadRequest(f"{place(where)}: nested too deeply")
         if value is None:
             return None  # Go: null leaves a value alone or sets a pointer/slice/map to nil
-        if isinstance(kind, AnyValue):
-            return self.any(value, where, depth)
-        if isinstance(kind, Scalar):
-            return self.scalar(value, kind, where)
-        if isinstance(kind, ListOf):
-            if isinstance(value, _Pairs) or not isinstance(value, list):
-                raise _type_error(value, "a list", where)
-            return [self.value(item, kind.item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
-        if isinstance(kind, MapOf):
-            if not isinstance(value, _Pairs):
-                raise _type_error(value, "an object", where)
-            out: dict[str, Any] = {}
-            for key, item in value:
-                self._string(key, where)
-                if key in out:
-                    raise BadRequest(f"{where}: duplicate key {key!r}")
-                out[key] = self.value(item, kind.value, f"{where}[{key!r}]", depth + 1)
-            return out
+        return self._by_kind[type(kind)](value, kind, where, depth)
+
+    def _any_kind(self, value: Any, kind: AnyValue, where: Where, depth: int) -> Any:
+        return self.any(value, where, depth)
+
+    def _struct_kind(self, value: Any, kind: StructRef, where: Where, depth: int) -> dict[str, Any]:
         return self.struct(value, kind.name, where, depth)
 
-    def scalar(self, value: Any, kind: Scalar, where: str) -> Any:
-        if kind.kind == "string":
+    def _list(self, value: Any, kind: ListOf, where: Where, depth: int) -> list[Any]:
+        if isinstance(value, _Pairs) or not isinstance(value, list):
+            raise _type_error(value, "a list", where)
+        item_kind, below = kind.item, depth + 1
+        return [self.value(item, item_kind, (where, i, _INDEX), below) for i, item in enumerate(value)]
+
+    def _map(self, value: Any, kind: MapOf, where: Where, depth: int) -> dict[str, Any]:
+        if not isinstance(value, _Pairs):
+            raise _type_error(value, "an object", where)
+        out: dict[str, Any] = {}
+        for key, item in value:
+            self._string(key, where)
+            if key in out:
+                raise BadRequest(f"{place(where)}: duplicate key {key!r}")
+            out[key] = self.value(item, kind.value, (where, key, _MAP_KEY), depth + 1)
+        return out
+
+    def scalar(self, value: Any, kind: Scalar, where: Where, depth: int = 0) -> Any:
+        scalar_kind = kind.kind
+        if scalar_kind == "string":
             if not isinstance(value, str):
                 raise _type_error(value, "a string", where)
-            return self._string(value, where)
-        if kind.kind == "bool":
+            if self.escapes:
+                return self._string(value, where)
+            return value
+        if scalar_kind == "bool":
             if not isinstance(value, bool):
                 raise _type_error(value, "a boolean", where)
             return value
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _type_error(value, f"a {kind.kind}{kind.bits} number", where)
-        if kind.kind == "float":
+            raise _type_error(value, f"a {scalar_kind}{kind.bits} number", where)
+        if scalar_kind == "float":
             return value
         if isinstance(value, float):  # Go parses integer fields with ParseInt: no fraction, no exponent
-            raise BadRequest(f"{where}: {value!r} is not an integer")
-        low, high = INT_RANGE[(kind.kind, kind.bits)]
+            raise BadRequest(f"{place(where)}: {value!r} is not an integer")
+        low, high = INT_RANGE[(scalar_kind, kind.bits)]
         if not low <= value <= high:
-            raise BadRequest(f"{where}: {value} is out of range for a {kind.kind}{kind.bits}")
+            raise BadRequest(f"{place(where)}: {value} is out of range for a {scalar_kind}{kind.bits}")
         return value
 
-    def any(self, value: Any, where: str, depth: int) -> Any:
+    def any(self, value: Any, where: Where, depth: int) -> Any:
         if isinstance(value, str):
             return self._string(value, where)
         if isinstance(value, _Pairs):
@@ -342,46 +382,50 @@ class Canonicaliser:
                 self._string(key, where)
                 folded = fold(key)
                 if folded in seen:
-                    raise BadRequest(_duplicate(where, seen[folded], key))
+                    raise BadRequest(_duplicate(place(where), seen[folded], key))
                 seen[folded] = key
-                out[key] = self.any(item, f"{where}.{key}", depth + 1)
+                out[key] = self.any(item, (where, key, _ANY_KEY), depth + 1)
             return out
         if isinstance(value, list):
             if depth > MAX_DEPTH:
-                raise BadRequest(f"{where}: nested too deeply")
-            return [self.any(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
+                raise BadRequest(f"{place(where)}: nested too deeply")
+            return [self.any(item, (where, i, _INDEX), depth + 1) for i, item in enumerate(value)]
         return value
 
-    def struct(self, value: Any, name: str, where: str, depth: int) -> dict[str, Any]:
+    def struct(self, value: Any, name: str, where: Where, depth: int) -> dict[str, Any]:
         if not isinstance(value, _Pairs):
             raise _type_error(value, f"a {name} object", where)
-        struct = STRUCTS[name]
+        fields = STRUCTS[name].fields
+        strict = STRUCTS[name].strict
         index = _FIELD_INDEX[name]
         forbidden = _FORBIDDEN_INDEX[name]
+        escapes = self.escapes
         out: dict[str, Any] = {}
         seen: dict[str, str] = {}
+        below = depth + 1
         for key, item in value:
-            self._string(key, where)
+            if escapes:
+                self._string(key, where)
             if key.isascii():
                 folded = exact = key.upper()
             else:
                 folded, exact = fold(key), go_fold(key)
             if folded in seen:
-                raise BadRequest(_duplicate(where, seen[folded], key))
+                raise BadRequest(_duplicate(place(where), seen[folded], key))
             seen[folded] = key
             field = index.get(exact)
-            inner = f"{where}.{field or key}" if where else (field or key)
             if field is not None:
-                out[field] = self.value(item, struct.fields[field], inner, depth + 1)
+                out[field] = self.value(item, fields[field], (where, field, _FIELD), below)
                 continue
+            inner = (where, key, _FIELD)
             if exact in forbidden and not is_empty(item):
-                raise BadRequest(f"{inner}: belongs inside HostConfig, not at the top level")
-            if struct.strict and not is_empty(item):
+                raise BadRequest(f"{place(inner)}: belongs inside HostConfig, not at the top level")
+            if strict and not is_empty(item):
                 raise BadRequest(
-                    f"{inner}: unknown field in {name}; the gate refuses fields it cannot check "
+                    f"{place(inner)}: unknown field in {name}; the gate refuses fields it cannot check "
                     "in settings that govern hardware"
                 )
-            out[key] = self.any(item, inner, depth + 1)
+            out[key] = self.any(item, inner, below)
         return out
 
 
