@@ -1,0 +1,470 @@
+"""Turns the records of one run into the results table, the chart and the printed ratios.
+
+Values per path are medians over all cycles. Ratios and added latencies are paired: each cycle
+measured every path within a few seconds, so the ratio is taken within each cycle and the median of
+those per-cycle ratios is reported, with their range. A burst of other work on the machine then
+moves one cycle's ratio, not the result. Absolute numbers move with the machine; ratios are the result.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Record = dict[str, Any]
+PATHS = ("direct", "haproxy", "gate")
+Key = Callable[[Record], float]
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The median of per-cycle values, with their range."""
+
+    median: float
+    low: float
+    high: float
+    cycles: int
+
+    def text(self, unit: str, digits: int = 2) -> str:
+        if self.cycles == 1:
+            return f"{self.median:.{digits}f}{unit}"
+        return f"{self.median:.{digits}f}{unit} ({self.low:.{digits}f}–{self.high:.{digits}f})"
+
+
+def _stat(values: list[float]) -> Stat | None:
+    return Stat(statistics.median(values), min(values), max(values), len(values)) if values else None
+
+
+def _selected(records: list[Record], scenario: str, endpoint: str) -> list[Record]:
+    return [r for r in records if r["scenario"] == scenario and r["endpoint"] == endpoint]
+
+
+def median_of(records: list[Record], scenario: str, endpoint: str, path: str, key: Key) -> float | None:
+    values = [
+        v for r in _selected(records, scenario, endpoint) if r["path"] == path if (v := key(r)) is not None
+    ]
+    return statistics.median(values) if values else None
+
+
+def _pairs(
+    records: list[Record], scenario: str, endpoint: str, a: str, b: str, key: Key
+) -> list[tuple[float, float]]:
+    cycles: dict[Any, dict[str, float]] = {}
+    for r in _selected(records, scenario, endpoint):
+        value = key(r)
+        if value is not None:
+            cycles.setdefault(r["cycle"], {})[r["path"]] = value
+    return [(v[a], v[b]) for v in cycles.values() if a in v and b in v]
+
+
+def ratio(records: list[Record], scenario: str, endpoint: str, a: str, b: str, key: Key) -> Stat | None:
+    """a/b within each cycle."""
+    return _stat([x / y for x, y in _pairs(records, scenario, endpoint, a, b, key) if y])
+
+
+def added(records: list[Record], scenario: str, endpoint: str, a: str, b: str, key: Key) -> Stat | None:
+    """a-b within each cycle."""
+    return _stat([x - y for x, y in _pairs(records, scenario, endpoint, a, b, key)])
+
+
+def _ms(us_key: str) -> Key:
+    return lambda r: float(r["latency_us"][us_key]) / 1000.0
+
+
+def _rate(r: Record) -> float:
+    return float(r["rate"])
+
+
+def _mbps(r: Record) -> float:
+    return float(r["mb_per_s"])
+
+
+def _cpu(r: Record) -> float:
+    """The proxy's CPU µs per request served (None on the direct path: there is no proxy)."""
+    value = r.get("proxy_cpu_us_per_req")
+    return float(value) if value is not None else None  # type: ignore[return-value]
+
+
+def endpoints(records: list[Record], scenario: str) -> list[str]:
+    seen: list[str] = []
+    for r in records:
+        if r["scenario"] == scenario and r["endpoint"] not in seen:
+            seen.append(r["endpoint"])
+    return seen
+
+
+@dataclass(frozen=True)
+class Target:
+    what: str
+    measured: Stat | None
+    unit: str
+    limit: float
+    higher_is_better: bool
+
+    @property
+    def met(self) -> bool | None:
+        if self.measured is None:
+            return None
+        value = self.measured.median
+        return value >= self.limit if self.higher_is_better else value <= self.limit
+
+    @property
+    def verdict(self) -> str:
+        return {None: "not measured", True: "met", False: "NOT met"}[self.met]
+
+    def row(self) -> str:
+        sign = "≥" if self.higher_is_better else "≤"
+        shown = "not measured" if self.measured is None else self.measured.text(self.unit)
+        mark = {None: "–", True: "yes", False: "**no**"}[self.met]
+        return f"| {self.what} | {sign} {self.limit:g}{self.unit} | {shown} | {mark} |"
+
+
+def targets(records: list[Record]) -> list[Target]:
+    out: list[Target] = []
+    for endpoint in endpoints(records, "rate"):
+        measured = ratio(records, "rate", endpoint, "gate", "haproxy", _rate)
+        out.append(Target(f"request rate `GET {endpoint}`, gate/HAProxy", measured, "×", 1.0, True))
+    for endpoint in endpoints(records, "rate"):
+        measured = ratio(records, "rate", endpoint, "gate", "haproxy", _ms("p99"))
+        out.append(Target(f"p99 latency `GET {endpoint}`, gate/HAProxy", measured, "×", 1.2, False))
+    for endpoint in endpoints(records, "decision"):
+        measured = added(records, "decision", endpoint, "gate", "direct", _ms("p50"))
+        out.append(Target("create decision (409 reply): p50 added over direct", measured, " ms", 0.5, False))
+    for endpoint in endpoints(records, "bulk"):
+        measured = ratio(records, "bulk", endpoint, "gate", "direct", _mbps)
+        out.append(Target(f"bulk {endpoint}, gate/direct", measured, "×", 0.9, True))
+    idle = [
+        r
+        for r in records
+        if r["scenario"] == "memory" and r["path"] == "gate" and r["endpoint"].startswith("idle")
+    ]
+    measured = _stat([float(idle[0]["kib_per_item"])]) if idle else None
+    out.append(Target("gate memory per idle keep-alive connection", measured, " KiB", 64, False))
+    return out
+
+
+def checks(records: list[Record]) -> list[str]:
+    """Anything that makes a number suspect: wrong statuses, errors, failed streams."""
+    expected = {"rate": "200", "latency": "200", "create": "201", "decision": "409"}
+    problems = []
+    for r in records:
+        where = f"{r['scenario']} {r['endpoint']} via {r['path']} (cycle {r.get('cycle', '-')})"
+        if r["scenario"] in expected:
+            statuses = r.get("statuses", {})
+            others = {k: v for k, v in statuses.items() if k != expected[r["scenario"]]}
+            if others or r.get("errors"):
+                problems.append(f"{where}: statuses {statuses}, errors {r.get('errors', 0)}")
+            if not r.get("requests"):
+                problems.append(f"{where}: no request completed")
+        elif r["scenario"] == "bulk" and r["status"] != 200:
+            problems.append(f"{where}: HTTP {r['status']}")
+        elif r["scenario"] == "memory" and r["failed"]:
+            problems.append(f"{where}: {r['failed']} of {r['count']} connections did not work")
+    return problems
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _st(stat: Stat | None, unit: str = "×", digits: int = 2) -> str:
+    return "–" if stat is None else stat.text(unit, digits)
+
+
+def markdown(records: list[Record], meta: dict[str, Any]) -> str:
+    lines = [
+        f"# Gate benchmark, {meta['date']}",
+        "",
+        f"- commit measured: `{meta['commit']}`",
+        f"- machine: {meta['machine']}",
+        f"- software: {meta['software']}",
+        f"- settings: {meta['settings']}",
+        f"- create body: {meta['create_body']}",
+        f"- command: `{meta['command']}` ({meta['elapsed_s']:.0f} s)",
+        f"- load average before / after: {meta.get('loadavg_before', '?')} / "
+        f"{meta.get('loadavg_after', '?')}",
+        "",
+        "Absolute numbers move with the machine; the ratios within this one run are the result.",
+        "Paths were measured interleaved, in short cycles with rotating order. Values are medians over",
+        "cycles; ratios and added latencies are medians of per-cycle ratios (range in brackets).",
+        "",
+    ]
+    if meta.get("gate_missing"):
+        lines += [f"**The gate was not measured: {meta['gate_missing']}.**", ""]
+    lines += ["## Targets (issue 7)", "", "| target | limit | measured (range over cycles) | met |"]
+    lines += ["|---|---|---|---|", *[t.row() for t in targets(records)]]
+    lines += [
+        "",
+        "## Proxy CPU per request",
+        "",
+        "CPU time the proxy process spent (all threads, from /proc/<pid>/task/*/schedstat) divided by the",
+        "requests it served. Unlike requests per second it hardly moves when other work shares the",
+        "machine. On a machine whose cores are all busy (load generator, daemon and proxy here), a proxy",
+        "matches HAProxy's rate only by spending no more CPU per request than HAProxy does.",
+        "",
+        "| request | gate µs | HAProxy µs | gate/HAProxy |",
+        "|---|---|---|---|",
+    ]
+    for scenario, label in (("rate", "`GET {}`, 8 connections"), ("decision", "{}, one at a time")):
+        for endpoint in endpoints(records, scenario):
+            gate, haproxy = (median_of(records, scenario, endpoint, p, _cpu) for p in ("gate", "haproxy"))
+            lines.append(
+                f"| {label.format(endpoint)} | {_fmt(gate, 1)} | {_fmt(haproxy, 1)} "
+                f"| {_st(ratio(records, scenario, endpoint, 'gate', 'haproxy', _cpu))} |"
+            )
+    lines += [
+        "",
+        "## Request rate (keep-alive)",
+        "",
+        f"{meta['rate_conns']} connections, each with one request in flight, "
+        f"{meta['rate_seconds']:g} s per path and cycle.",
+        "",
+        "| endpoint | path | req/s | p50 ms | p99 ms | req/s vs HAProxy | p99 vs HAProxy | req/s vs direct "
+        "| proxy CPU µs/req | CPU/req vs HAProxy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for endpoint in endpoints(records, "rate"):
+        for path in PATHS:
+            rate = median_of(records, "rate", endpoint, path, _rate)
+            if rate is None:
+                continue
+            lines.append(
+                f"| `GET {endpoint}` | {path} | {_fmt(rate, 0)} "
+                f"| {_fmt(median_of(records, 'rate', endpoint, path, _ms('p50')), 3)} "
+                f"| {_fmt(median_of(records, 'rate', endpoint, path, _ms('p99')), 3)} "
+                f"| {_st(ratio(records, 'rate', endpoint, path, 'haproxy', _rate))} "
+                f"| {_st(ratio(records, 'rate', endpoint, path, 'haproxy', _ms('p99')))} "
+                f"| {_st(ratio(records, 'rate', endpoint, path, 'direct', _rate))} "
+                f"| {_fmt(median_of(records, 'rate', endpoint, path, _cpu), 1)} "
+                f"| {_st(ratio(records, 'rate', endpoint, path, 'haproxy', _cpu))} |"
+            )
+    lines += [
+        "",
+        "## Latency of a single request (one connection, one request at a time)",
+        "",
+        "| endpoint | path | req/s | p50 ms | p99 ms | p50 added vs direct | proxy CPU µs/req |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for endpoint in endpoints(records, "latency"):
+        for path in PATHS:
+            p50 = median_of(records, "latency", endpoint, path, _ms("p50"))
+            if p50 is None:
+                continue
+            lines.append(
+                f"| `GET {endpoint}` | {path} "
+                f"| {_fmt(median_of(records, 'latency', endpoint, path, _rate), 0)} "
+                f"| {_fmt(p50, 3)} | {_fmt(median_of(records, 'latency', endpoint, path, _ms('p99')), 3)} "
+                f"| {_st(added(records, 'latency', endpoint, path, 'direct', _ms('p50')), ' ms', 3)} "
+                f"| {_fmt(median_of(records, 'latency', endpoint, path, _cpu), 1)} |"
+            )
+    lines += [
+        "",
+        "## Container create (`docker run --device vendor.example/gpu=0 …`'s body, one request at a time)",
+        "",
+        "| request | path | p50 ms | p99 ms | p50 added vs direct | p99 added vs direct | proxy CPU µs/req |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for scenario in ("decision", "create"):
+        label = "create, name taken (409)" if scenario == "decision" else "create (201, container made)"
+        for endpoint in endpoints(records, scenario):
+            for path in PATHS:
+                p50 = median_of(records, scenario, endpoint, path, _ms("p50"))
+                if p50 is None:
+                    continue
+                lines.append(
+                    f"| {label} | {path} | {_fmt(p50, 3)} "
+                    f"| {_fmt(median_of(records, scenario, endpoint, path, _ms('p99')), 3)} "
+                    f"| {_st(added(records, scenario, endpoint, path, 'direct', _ms('p50')), ' ms', 3)} "
+                    f"| {_st(added(records, scenario, endpoint, path, 'direct', _ms('p99')), ' ms', 3)} "
+                    f"| {_fmt(median_of(records, scenario, endpoint, path, _cpu), 0)} |"
+                )
+    for r in records:
+        if r["scenario"] == "engine":
+            lines += [
+                "",
+                f"The decision engine alone (`Decider.decide` on the same body, in the benchmark's process, "
+                f"{r['calls']} calls): **{r['us_per_call']:.0f} µs** of CPU per decision "
+                f"(batches {r['us_min']:.0f}–{r['us_max']:.0f} µs).",
+            ]
+    lines += [
+        "",
+        "The 409 request carries the same body with a name already in use: the daemon decodes it and",
+        "answers at once, so the difference between paths is the proxy's own cost (read, decide,",
+        "re-encode, forward). The real create shows that cost against a whole create.",
+        "",
+        f"## Bulk transfer ({meta['bulk_mib']} MiB tar through `/containers/{{id}}/archive`, curl)",
+        "",
+        "| transfer | path | MB/s | vs direct | vs HAProxy |",
+        "|---|---|---|---|---|",
+    ]
+    for endpoint in endpoints(records, "bulk"):
+        for path in PATHS:
+            speed = median_of(records, "bulk", endpoint, path, _mbps)
+            if speed is not None:
+                lines.append(
+                    f"| {endpoint} | {path} | {_fmt(speed, 0)} "
+                    f"| {_st(ratio(records, 'bulk', endpoint, path, 'direct', _mbps))} "
+                    f"| {_st(ratio(records, 'bulk', endpoint, path, 'haproxy', _mbps))} |"
+                )
+    lines += [
+        "",
+        "## Resident memory (VmRSS of the proxy process)",
+        "",
+        "The gate is restarted first, so freed memory left by the load above does not hide the cost.",
+        "",
+        "| held open | path | count | RSS before KiB | RSS held KiB | per item KiB | RSS after closing KiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if r["scenario"] == "memory":
+            lines.append(
+                f"| {r['endpoint']} | {r['path']} | {r['count']} | {r['rss_before_kib']:,} "
+                f"| {r['rss_held_kib']:,} | {r['kib_per_item']:.1f} | {r['rss_after_close_kib']:,} |"
+            )
+    problems = checks(records)
+    lines += ["", "## Checks", ""]
+    lines += (
+        [f"- {p}" for p in problems] if problems else ["Every request got the expected status; no errors."]
+    )
+    lines += ["", "## Load generator cost", ""]
+    cpu = [r["cpu_s"] / (r["duration_s"] or 1) for r in records if r["scenario"] in ("rate", "latency")]
+    if cpu:
+        lines.append(
+            f"bench/loadgen used at most {max(cpu) * 100:.0f}% of one core during a rate measurement "
+            f"(median {statistics.median(cpu) * 100:.0f}%)."
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def summary_lines(records: list[Record]) -> list[str]:
+    """The ratios printed at the end of a run."""
+    out = []
+    for endpoint in endpoints(records, "rate"):
+        out.append(
+            f"rate GET {endpoint}: gate/HAProxy "
+            f"{_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _rate))}, "
+            f"gate/direct {_st(ratio(records, 'rate', endpoint, 'gate', 'direct', _rate))}; p99 gate/HAProxy "
+            f"{_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _ms('p99')))}"
+        )
+    for endpoint in endpoints(records, "rate"):
+        gate, haproxy = (median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", "haproxy"))
+        out.append(
+            f"proxy CPU per request GET {endpoint}: gate {_fmt(gate, 1)} µs, HAProxy {_fmt(haproxy, 1)} µs, "
+            f"gate/HAProxy {_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _cpu))}"
+        )
+    for endpoint in endpoints(records, "latency"):
+        out.append(
+            f"latency GET {endpoint} (1 connection), p50 added over direct: gate "
+            f"{_st(added(records, 'latency', endpoint, 'gate', 'direct', _ms('p50')), ' ms', 3)}, HAProxy "
+            f"{_st(added(records, 'latency', endpoint, 'haproxy', 'direct', _ms('p50')), ' ms', 3)}"
+        )
+    for scenario in ("decision", "create"):
+        for endpoint in endpoints(records, scenario):
+            out.append(
+                f"{scenario} {endpoint}, p50 added over direct: gate "
+                f"{_st(added(records, scenario, endpoint, 'gate', 'direct', _ms('p50')), ' ms', 3)}, HAProxy "
+                f"{_st(added(records, scenario, endpoint, 'haproxy', 'direct', _ms('p50')), ' ms', 3)}"
+            )
+    for r in records:
+        if r["scenario"] == "engine":
+            out.append(f"decision engine alone (in-process): {r['us_per_call']:.0f} µs per create decision")
+    for endpoint in endpoints(records, "bulk"):
+        out.append(
+            f"bulk {endpoint}: gate/direct {_st(ratio(records, 'bulk', endpoint, 'gate', 'direct', _mbps))}, "
+            f"gate/HAProxy {_st(ratio(records, 'bulk', endpoint, 'gate', 'haproxy', _mbps))}, "
+            f"HAProxy/direct {_st(ratio(records, 'bulk', endpoint, 'haproxy', 'direct', _mbps))}"
+        )
+    for r in records:
+        if r["scenario"] == "memory":
+            out.append(
+                f"memory {r['endpoint']} via {r['path']}: {r['kib_per_item']:.1f} KiB each ({r['count']})"
+            )
+    for t in targets(records):
+        out.append(f"target {t.what}: {_st(t.measured, t.unit)} -> {t.verdict}")
+    return out
+
+
+def chart(records: list[Record], path: Path, title: str) -> str | None:
+    """Writes the PNG chart; returns why not when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (tox -e bench installs it)"
+    colours = {"direct": "#8c8c8c", "haproxy": "#4c72b0", "gate": "#dd8452"}
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    fig.suptitle(title)
+
+    def bars(
+        ax: Any,
+        groups: list[str],
+        value: Callable[[str, str], float | None],
+        ylabel: str,
+        limit: float | None = None,
+    ) -> None:
+        width = 0.8 / len(PATHS)
+        for i, path in enumerate(PATHS):
+            ys = [value(g, path) for g in groups]
+            xs = [j + (i - 1) * width for j in range(len(groups))]
+            ax.bar(xs, [y or 0 for y in ys], width, label=path, color=colours[path])
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([g.replace(" (", "\n(") for g in groups], fontsize=8)
+        ax.set_ylabel(ylabel)
+        if limit is not None:
+            ax.axhline(limit, color="red", linestyle="--", linewidth=1, label="target")
+        ax.legend(fontsize=7)
+
+    rate_eps = endpoints(records, "rate")
+    bars(
+        axes[0][0],
+        rate_eps,
+        lambda e, p: median_of(records, "rate", e, p, _rate),
+        "requests/s (higher is better)",
+    )
+    axes[0][0].set_title("keep-alive request rate")
+    bars(axes[0][1], rate_eps, lambda e, p: median_of(records, "rate", e, p, _cpu), "µs (lower is better)")
+    axes[0][1].set_title("proxy CPU per request")
+    bars(axes[0][2], rate_eps, lambda e, p: median_of(records, "rate", e, p, _ms("p99")), "ms")
+    axes[0][2].set_title("p99 latency under load")
+    bulk_eps = endpoints(records, "bulk")
+    bars(
+        axes[1][0],
+        bulk_eps,
+        lambda e, p: median_of(records, "bulk", e, p, _mbps),
+        "MB/s (higher is better)",
+    )
+    axes[1][0].set_title("bulk transfer")
+    create_groups = [("decision", e) for e in endpoints(records, "decision")] + [
+        ("create", e) for e in endpoints(records, "create")
+    ]
+    labels = ["create (409)" if s == "decision" else "create (201)" for s, _ in create_groups]
+
+    def added_p50(label: str, path: str) -> float | None:
+        scenario, endpoint = create_groups[labels.index(label)]
+        stat = added(records, scenario, endpoint, path, "direct", _ms("p50"))
+        return None if stat is None else stat.median
+
+    bars(axes[1][1], labels, added_p50, "ms added over direct (p50)", 0.5)
+    axes[1][1].set_title("create: added p50 latency")
+    mem = [r for r in records if r["scenario"] == "memory"]
+    mem_groups = []
+    for r in mem:
+        if r["endpoint"] not in mem_groups:
+            mem_groups.append(r["endpoint"])
+
+    def per_item(group: str, path: str) -> float | None:
+        found = [r["kib_per_item"] for r in mem if r["endpoint"] == group and r["path"] == path]
+        return float(found[0]) if found else None
+
+    bars(axes[1][2], mem_groups, per_item, "KiB per item", 64)
+    axes[1][2].set_title("resident memory per held connection")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

@@ -1,0 +1,448 @@
+"""The gate benchmark: dockerd direct, through HAProxy, and through the gate, side by side.
+
+    python bench/run.py [--rounds N] [--quick] [--out DIR] [--profile SECONDS]
+
+Starts a private dockerd, HAProxy and the gate in a temporary directory, measures every path
+interleaved, writes `results-<date>.md`, `latest.md`, `latest.json` and `chart.png` to the output
+directory (bench/results, or bench/results/quick for --quick), prints the ratios gate/HAProxy and
+gate/direct, and stops everything it started. Needs root (dockerd), a C compiler, curl, HAProxy and
+Docker Engine; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cli_capture
+import decide_cost
+import gate_launch
+import gate_profile
+import loadgen
+import report
+import scenarios
+import stack
+import uds
+
+BENCH = Path(__file__).resolve().parent
+REPO_ROOT = BENCH.parent
+KEEP = {"bench-taken", "bench-bulk"}
+DECISION_TARGET = "/{api}/containers/create?name=bench-taken"
+
+
+def log(text: str) -> None:
+    print(text, flush=True)
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise TimeoutError("the benchmark ran past its time limit; stopping everything it started")
+
+
+def _on_term(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
+def missing_tools() -> list[str]:
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("run as root: the benchmark starts its own dockerd")
+    for tool, hint in (
+        (stack.DOCKERD, "Docker Engine (bash .ci/install-docker.sh)"),
+        (stack.HAPROXY, "HAProxy (apt-get install haproxy)"),
+        (stack.BUSYBOX, "busybox-static (apt-get install busybox-static)"),
+        ("curl", "curl (apt-get install curl)"),
+    ):
+        if shutil.which(tool) is None:
+            problems.append(f"{tool} not found: install {hint}")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        problems.append("no C compiler: apt-get install gcc")
+    return problems
+
+
+def _run_text(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def commit_measured() -> str:
+    head = _run_text(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"]) or "unknown"
+    dirty = _run_text(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
+    untracked_core = _run_text(
+        [
+            "git",
+            "-C",
+            str(REPO_ROOT),
+            "status",
+            "--porcelain",
+            "--",
+            "rediacc_core",
+            "plugins",
+            "pyproject.toml",
+        ]
+    )
+    return head + (" + uncommitted changes" if dirty or untracked_core else "")
+
+
+def machine_text() -> str:
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    return f"{os.cpu_count()} CPUs ({model}), {mem_kib / 1048576:.0f} GiB RAM, Linux {platform.release()}"
+
+
+def software_text(docker_sock: str) -> str:
+    try:
+        docker = uds.call(docker_sock, "GET", "/version").json()
+        engine = f"Docker Engine {docker['Version']} (API {docker['ApiVersion']})"
+    except (OSError, uds.HttpError, ValueError, KeyError):
+        engine = "Docker Engine (version unknown)"
+    haproxy = _run_text([stack.HAPROXY, "-v"]).splitlines()
+    return f"{engine}, {haproxy[0] if haproxy else 'HAProxy'}, Python {platform.python_version()}"
+
+
+def api_version(docker_sock: str) -> str:
+    with uds.Conn(docker_sock) as conn:
+        resp = conn.request("GET", "/_ping")
+    return resp.headers.get("api-version", "1.45")
+
+
+def settings_text(s: scenarios.Settings) -> str:
+    return (
+        f"{s.rounds} rounds × {s.slices} cycles; per path and cycle: rate {s.rate_conns} connections × "
+        f"{s.rate_seconds:g} s, {s.decisions} decision and {s.creates} real creates; per round: "
+        f"{s.bulk_per_round} bulk cycle(s) of {s.bulk_mib} MiB each way; {s.idle_conns} idle connections; "
+        f"{s.attached} attached containers"
+    )
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, help="rounds of interleaved measurements (default 3, quick 1)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a short smoke run with small sizes (under a minute)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="where results go (default bench/results, quick: bench/results/quick)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="also sample the gate with py-spy under GET /_ping and the create decision",
+    )
+    parser.add_argument("--only", default="rate,create,bulk,memory", help="comma list of scenarios to run")
+    parser.add_argument(
+        "--data-on-disk",
+        action="store_true",
+        help="keep dockerd's data on disk instead of a tmpfs (bulk numbers then follow the disk)",
+    )
+    parser.add_argument(
+        "--keep-workdir", action="store_true", help="leave the temporary directory (logs) behind"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = scenarios.QUICK if args.quick else scenarios.FULL
+    if args.rounds:
+        if args.rounds < 1:
+            print("error: --rounds must be at least 1", file=sys.stderr)
+            return 2
+        settings = dataclasses.replace(settings, rounds=args.rounds)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - {"rate", "create", "bulk", "memory"}
+    if unknown:
+        print(
+            f"error: unknown scenario(s) {', '.join(sorted(unknown))}; pick from rate,create,bulk,memory",
+            file=sys.stderr,
+        )
+        return 2
+    problems = missing_tools()
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    out_dir = args.out or (BENCH / "results" / "quick" if args.quick else BENCH / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    # Everything stops by itself: a hard limit on the whole run, then the finally block cleans up.
+    limit_s = int(180 + settings.cycles * 45 + args.profile) if not args.quick else 150
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.alarm(limit_s)
+    stack.raise_fd_limit()
+
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="rdc-bench-"))
+    st = stack.Stack(workdir)
+    records: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    try:
+        log(f"bench: work directory {workdir}")
+        docker_sock = st.start_dockerd(data_in_memory=not args.data_on_disk)
+        st.import_image()
+        haproxy_sock = st.start_haproxy(docker_sock)
+        gate_launch.write_machine(st.machine_root)
+        socks = {"direct": docker_sock, "haproxy": haproxy_sock}
+        gate_missing = gate_launch.gate_available()
+        if gate_missing is None:
+            launch = gate_launch.launch(workdir, st.machine_root, docker_sock)
+            socks["gate"] = st.start_gate(launch.argv, launch.sock, launch.env)
+        else:
+            log(f"bench: the gate is not measured: {gate_missing}")
+        binary = loadgen.build(workdir)
+        api = "v" + api_version(docker_sock)
+        body, body_source = cli_capture.capture_create_body(workdir, api[1:], stack.IMAGE, gate_launch.DEVICE)
+        body_file = workdir / "create-body.json"
+        body_file.write_bytes(body)
+        meta = {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": commit_measured(),
+            "machine": machine_text(),
+            "software": software_text(docker_sock)
+            + (
+                f"; the gate on Python's {gate_launch.event_loop()} event loop"
+                if gate_missing is None
+                else ""
+            ),
+            "settings": settings_text(settings) + f"; dockerd's data-root on {st.data_on}",
+            "create_body": f"{len(body)} bytes, {body_source}",
+            "command": "python bench/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "rate_conns": settings.rate_conns,
+            "rate_seconds": settings.rate_seconds,
+            "bulk_mib": settings.bulk_mib,
+            "gate_missing": gate_missing,
+            "loadavg_before": loadavg(),
+        }
+        direct_create = uds.call(docker_sock, "POST", "/containers/create?name=bench-taken", json.loads(body))
+        bulk_create = uds.call(
+            docker_sock,
+            "POST",
+            "/containers/create?name=bench-bulk",
+            {"Image": stack.IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": "none"}},
+        )
+        if direct_create.status != 201 or bulk_create.status != 201:
+            raise RuntimeError(
+                f"could not create the helper containers: {direct_create.body!r} {bulk_create.body!r}"
+            )
+        tar_path = workdir / "bulk.tar"
+        if "bulk" in only:
+            scenarios.write_bulk_tar(tar_path, settings.bulk_mib)
+
+        pids = {"haproxy": st.haproxy_proc.pid} if st.haproxy_proc else {}
+        if st.gate_proc is not None:
+            pids["gate"] = st.gate_proc.pid
+        repo_id = launch.repo_id if gate_missing is None else ""
+        ctx = Context(
+            binary, socks, pids, body_file, api, docker_sock, tar_path, settings, st.machine_root, repo_id
+        )
+        for round_no in range(settings.rounds):
+            log(f"bench: round {round_no + 1} of {settings.rounds}")
+            measure_round(ctx, round_no, only, records)
+        if "create" in only and ctx.repo_id:
+            with timed("decision engine in-process"):
+                try:
+                    records.append(
+                        decide_cost.measure(
+                            st.machine_root, ctx.repo_id, docker_sock, DECISION_TARGET.format(api=api), body,
+                            max(200, settings.decisions * settings.cycles),
+                        )
+                    )  # fmt: skip
+                except Exception as exc:  # an aside: the gate's own numbers stand without it
+                    log(f"bench: the decision engine was not measured alone: {type(exc).__name__}: {exc}")
+        if "memory" in only:
+            records += measure_memory(ctx, st)
+
+        if args.profile and st.gate_proc is not None:
+            profile_gate(ctx, st.gate_proc.pid, args.profile, out_dir, meta)
+    except BaseException as exc:
+        log(f"bench: stopped early: {type(exc).__name__}: {exc}")
+        for proc in st.procs:
+            if not proc.alive():
+                log(f"bench: {proc.name} had exited; its log ends with:\n{proc.log_tail()}")
+        raise
+    finally:
+        signal.alarm(0)
+        meta["elapsed_s"] = time.monotonic() - started
+        meta["loadavg_after"] = loadavg()
+        if records and meta.get("date"):
+            write_results(records, meta, out_dir)
+        log("bench: stopping dockerd, HAProxy and the gate")
+        st.close()
+        if args.keep_workdir:
+            log(f"bench: work directory kept: {workdir}")
+        else:
+            stack.remove_tree(workdir)
+    return 0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every measurement needs: the load generator, the sockets, the request bodies."""
+
+    binary: Path
+    socks: dict[str, str]
+    pids: dict[str, int]  # the proxies' processes, for their CPU time
+    body_file: Path
+    api: str
+    docker_sock: str
+    tar_path: Path
+    settings: scenarios.Settings
+    machine_root: Path
+    repo_id: str  # the bench repo, "" when the gate is not measured
+
+
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        log(f"  {label}: {time.monotonic() - start:.1f}s")
+
+
+def measure_round(ctx: Context, round_no: int, only: set[str], records: list[dict[str, Any]]) -> None:
+    """One round: `slices` short cycles of the request scenarios, then its bulk cycles.
+
+    Appends to `records` as it goes, so a run stopped part-way still reports what it measured.
+    """
+    s = ctx.settings
+    with timed(f"{s.slices} cycles of rate, latency and create"):
+        for slice_no in range(s.slices):
+            cycle = round_no * s.slices + slice_no
+            if "rate" in only:
+                for endpoint in ("/_ping", f"/{ctx.api}/containers/json"):
+                    records += scenarios.rate(ctx.binary, ctx.socks, ctx.pids, endpoint, cycle, s)
+                records += scenarios.latency(ctx.binary, ctx.socks, ctx.pids, "/_ping", cycle, s)
+            if "create" in only:
+                records += scenarios.decision(
+                    ctx.binary, ctx.socks, ctx.pids, ctx.body_file, ctx.api, "bench-taken", cycle, s
+                )
+                records += scenarios.create(
+                    ctx.binary, ctx.socks, ctx.body_file, ctx.api, ctx.docker_sock, KEEP, cycle, s
+                )
+    if "bulk" in only:
+        with timed("bulk"):
+            for k in range(s.bulk_per_round):
+                cycle = round_no * s.bulk_per_round + k
+                records += scenarios.bulk(ctx.socks, ctx.tar_path, ctx.api, "bench-bulk", cycle, s)
+
+
+def measure_memory(ctx: Context, st: stack.Stack) -> list[dict[str, Any]]:
+    """Idle connections, then attach streams, held through the gate and (for reference) HAProxy."""
+    log("bench: memory")
+    records = []
+
+    def fresh_pids() -> dict[str, int]:
+        # A fresh gate before each measurement: after earlier load its allocator holds freed memory
+        # that new connections would reuse, which would make them look cheaper than they are.
+        pids = {"haproxy": st.haproxy_proc.pid} if st.haproxy_proc else {}
+        if st.gate_proc is not None:
+            with timed("restart the gate"):
+                st.restart_gate()
+                scenarios.warm_up(ctx.socks["gate"])
+                pids["gate"] = st.gate_proc.pid
+        return pids
+
+    pids = fresh_pids()
+    for name in ("gate", "haproxy"):
+        if name in pids:
+            with timed(f"{ctx.settings.idle_conns} idle connections via {name}"):
+                records.append(
+                    scenarios.idle_connections(name, ctx.socks[name], pids[name], ctx.settings.idle_conns)
+                )
+    with timed(f"start {ctx.settings.attached} containers"):
+        ids = scenarios.start_attachable(ctx.docker_sock, ctx.settings.attached)
+    pids = fresh_pids()
+    for name in ("gate", "haproxy"):
+        if name in pids:
+            with timed(f"{len(ids)} attach streams via {name}"):
+                records.append(scenarios.attached_streams(name, ctx.socks[name], pids[name], ctx.api, ids))
+    with timed("remove the attached containers"):
+        scenarios.remove_all_but(ctx.docker_sock, KEEP)
+    return records
+
+
+def profile_gate(ctx: Context, pid: int, seconds: float, out_dir: Path, meta: dict[str, Any]) -> None:
+    """py-spy on the gate under `GET /_ping` (the pure proxy path) and under the create decision."""
+    loads = [
+        gate_profile.Load("ping", "/_ping", ctx.settings.rate_conns),
+        gate_profile.Load(
+            "create",
+            DECISION_TARGET.format(api=ctx.api),
+            1,
+            "POST",
+            ctx.body_file,
+            ("Content-Type: application/json",),
+        ),
+    ]
+    parts = [f"# Gate profile ({meta['date']}, commit {meta['commit']})", ""]
+    for load in loads:
+        log(f"bench: profiling the gate for {seconds:g}s under {load.method} {load.path}")
+        stacks, summary = gate_profile.record(ctx.binary, ctx.socks["gate"], pid, seconds, out_dir, load)
+        parts += [f"## {load.method} {load.path}", "", summary, "", gate_profile.summarise(stacks)]
+    try:
+        engine = decide_cost.profile(
+            ctx.machine_root, ctx.repo_id, ctx.docker_sock, DECISION_TARGET.format(api=ctx.api),
+            ctx.body_file.read_bytes(), 2000,
+        )  # fmt: skip
+    except Exception as exc:  # an aside: the profiles above stand without it
+        engine = f"not profiled: {type(exc).__name__}: {exc}\n"
+    parts += ["## The decision engine alone (cProfile, in the benchmark's process)", "", engine]
+    (out_dir / "profile-top.md").write_text("\n".join(parts))
+    log(f"bench: profile written to {out_dir / 'profile-top.md'}")
+
+
+def write_results(records: list[dict[str, Any]], meta: dict[str, Any], out_dir: Path) -> None:
+    text = report.markdown(records, meta)
+    day = meta["date"].split()[0]
+    (out_dir / f"results-{day}.md").write_text(text)
+    (out_dir / "latest.md").write_text(text)
+    (out_dir / "latest.json").write_text(
+        json.dumps({"meta": meta, "records": records}, indent=1, sort_keys=True)
+    )
+    why_not = report.chart(
+        records, out_dir / "chart.png", f"rediacc gate benchmark, {meta['date']}, {meta['commit'][:12]}"
+    )
+    log(
+        f"bench: results in {out_dir}/latest.md"
+        + (f" (no chart: {why_not})" if why_not else " and chart.png")
+    )
+    log("")
+    for line in report.summary_lines(records):
+        log(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

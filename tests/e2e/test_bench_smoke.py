@@ -1,0 +1,65 @@
+"""The gate benchmark's smoke run (`python bench/run.py --quick`) on a real Docker Engine.
+
+It starts a private dockerd, HAProxy and the gate, measures every path, writes its results and
+leaves nothing behind. It only checks that the benchmark works: speed is judged from the numbers
+it writes (bench/results/), never by a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        os.environ.get("RDC_E2E") != "1", reason="needs root, Docker Engine and HAProxy: set RDC_E2E=1"
+    ),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def test_quick_run_measures_direct_haproxy_and_gate_then_cleans_up(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+
+    results = json.loads((tmp_path / "latest.json").read_text())
+    records = results["records"]
+    assert {r["path"] for r in records} == {"direct", "haproxy", "gate"}
+    scenarios = {r["scenario"] for r in records}
+    assert scenarios == {"rate", "latency", "decision", "create", "engine", "bulk", "memory"}
+    assert results["meta"]["commit"].split()[0] != "unknown"
+
+    table = (tmp_path / "latest.md").read_text()
+    assert "Every request got the expected status; no errors." in table, table
+    assert "gate/HAProxy" in run.stdout and "gate/direct" in run.stdout
+
+    workdir = next(line.split()[-1] for line in run.stdout.splitlines() if "work directory" in line)
+    assert not Path(workdir).exists(), f"{workdir} was left behind"
+    assert _processes_mentioning(workdir) == [], "processes outlived the benchmark"
