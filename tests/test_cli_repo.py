@@ -26,6 +26,7 @@ from rediacc_core.errors import (
     EXIT_STATE,
     EXIT_VALIDATION,
 )
+from rediacc_core.gate.lifecycle import runtime_for
 from rediacc_core.grants import read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import set_plugins
@@ -86,6 +87,20 @@ def test_delete_asks_first_and_refuses_without_a_terminal(box: Machine) -> None:
     ok("repo", "create", "alpha@box")
     refused = rdc("repo", "delete", "alpha@box")
     assert refused.exit_code == EXIT_REFUSED and "--yes" in refused.stderr
+    assert [r.label for r in RepoStore(box).list()] == ["alpha"]
+
+
+def test_delete_refuses_a_running_repo(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    repo = RepoStore(box).get_by_label("alpha")
+    runtime = runtime_for(box, repo)
+    runtime.gate_pidfile.parent.mkdir(parents=True, exist_ok=True)
+    runtime.gate_pidfile.write_text(f"{os.getpid()}\n")  # a live pid stands for the gate
+
+    refused = rdc("repo", "delete", "alpha@box", "--yes")
+
+    assert refused.exit_code == EXIT_STATE
+    assert "is running: gate (pid" in refused.stderr and "rdc repo down alpha@box" in refused.stderr
     assert [r.label for r in RepoStore(box).list()] == ["alpha"]
 
 

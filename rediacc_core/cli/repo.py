@@ -9,7 +9,8 @@ import click
 
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
-from rediacc_core.errors import RefusedError, ValidationError
+from rediacc_core.errors import RefusedError, StateError, ValidationError
+from rediacc_core.gate.lifecycle import running_parts
 from rediacc_core.grants import Grant, GrantStore, read_grants
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoRef, RepoStore, resolve_ref
@@ -88,6 +89,13 @@ def list_repos(machine_name: str, fmt: str) -> None:
 def delete(ref: str, yes: bool) -> None:
     """Delete a repo and its grants."""
     machine, found = resolve_ref(ref, Config.load())
+    running = running_parts(machine, found)
+    if running:
+        # Its daemon would keep serving containers whose grants were just dropped.
+        raise StateError(
+            f"repo {found.ref} is running: {', '.join(running)}",
+            f"stop it first: rdc repo down {found.ref}",
+        )
     if not yes:
         if not sys.stdin.isatty():
             raise RefusedError(

@@ -179,6 +179,20 @@ def _stop_by_pidfile(pidfile: Path, timeout: float) -> int | None:
     return pid
 
 
+def running_parts(machine: Machine, repo: Repo) -> list[str]:
+    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)"); empty when it is down."""
+    runtime = runtime_for(machine, repo)
+    pidfiles = [("gate", runtime.gate_pidfile)]
+    if runtime.owns_daemon:
+        pidfiles.append(("dockerd", runtime.daemon_paths.pidfile))
+    running = []
+    for what, pidfile in pidfiles:
+        pid = daemon.read_pid(pidfile)
+        if pid is not None and daemon.pid_alive(pid):
+            running.append(f"{what} (pid {pid})")
+    return running
+
+
 def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIMEOUT) -> list[str]:
     """Stop the gate, then the repo's own daemon; returns what was stopped, for the user."""
     runtime = runtime_for(machine, repo)
