@@ -8,6 +8,7 @@ puts first on PATH.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -69,6 +70,20 @@ class FakeMachine:
             node.write_text("")
             node.with_name(node.name + ".devnum").write_text(f"{major}:{minor}\n")
         return node
+
+    def copy_tree(self, source: Path, absolute: str) -> Path:
+        """Copy a captured tree's files under `absolute` (contents only, modes not copied).
+
+        Captures are often read-only; copying their modes would make the fake root unwritable.
+        """
+        target = self.path(absolute)
+        for here, dirs, files in os.walk(source):
+            into = target / Path(here).relative_to(source)
+            into.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                shutil.copyfile(Path(here) / name, into / name)
+            dirs.sort()
+        return target
 
     # --- PCI ------------------------------------------------------------------------------------
     def pci_device(

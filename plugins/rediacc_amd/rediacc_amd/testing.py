@@ -11,7 +11,6 @@ partitioned card.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from rediacc_amd.kfd import TOPOLOGY, gpus_from_nodes, read_topology
@@ -41,7 +40,7 @@ def install_kfd_capture(fm: FakeMachine, capture: str | Path, kfd: bool = True) 
     `kfd=False` leaves out `/dev/kfd`, as on a machine whose driver is loaded without compute.
     """
     source = capture if isinstance(capture, Path) else kfd_capture_dir(capture)
-    _copy_tree(source, fm.path(TOPOLOGY))
+    fm.copy_tree(source, TOPOLOGY)
     if kfd:
         add_kfd_node(fm)
     _add_render_nodes(fm)
@@ -140,13 +139,3 @@ def _render_node(fm: FakeMachine, parent: str, minor: int) -> None:
 
 def _properties(values: dict[str, int]) -> str:
     return "".join(f"{key} {value}\n" for key, value in values.items())
-
-
-def _copy_tree(source: Path, target: Path) -> None:
-    # Contents only: the captures are read-only, and a copied mode would make the root unwritable.
-    for here, dirs, files in os.walk(source):
-        into = target / Path(here).relative_to(source)
-        into.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            shutil.copyfile(Path(here) / name, into / name)
-        dirs.sort()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 from rediacc_core.testing.fakemachine import FakeMachine
@@ -103,19 +102,9 @@ def install_drm_capture(fm: FakeMachine, capture: Path, first_render_minor: int 
             continue  # not a PCI device: nothing in the captures is like that
         bdf = match.group(1).lower()
         parent = f"/sys/devices/pci{bdf[:4]}:{bdf[5:7]}/{bdf}"
-        _copy_tree(device, fm.path(parent))
+        fm.copy_tree(device, parent)
         _drm_entry(fm, parent, card_dir.name, int(card_dir.name[4:]))
         _drm_entry(fm, parent, f"renderD{minor}", minor)
         given[card_dir.name] = minor
         minor += 1
     return given
-
-
-def _copy_tree(source: Path, target: Path) -> None:
-    # Contents only: the captures are read-only, and a copied mode would make the root unwritable.
-    for here, dirs, files in os.walk(source):
-        into = target / Path(here).relative_to(source)
-        into.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            shutil.copyfile(Path(here) / name, into / name)
-        dirs.sort()
