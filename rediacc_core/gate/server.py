@@ -58,6 +58,7 @@ READ_SIZE = 256 * 1024
 INLINE_DECISION_MAX = 64 * 1024  # inspected bodies up to this are decided on the event loop
 _JOIN_MAX = 64 * 1024  # head and body go out in one write up to this size
 _INSPECTS_CACHE = 4096
+_WHOLE_RESPONSE_MAX = 64 * 1024  # a read up to this size is tried as one whole response
 
 
 class DecisionLike(Protocol):
@@ -498,10 +499,39 @@ class _Client(asyncio.BufferedProtocol):
             self._write(data)
             return
         if self.rstate == _R_HEAD:
-            self.rbuf += data
+            if not self.rbuf and len(data) <= _WHOLE_RESPONSE_MAX:
+                chunk = bytes(data)
+                if self._whole_response(chunk):
+                    return
+                self.rbuf += chunk
+            else:
+                self.rbuf += data
             self._response_heads()
             return
         self._response_body(data)
+
+    def _whole_response(self, chunk: bytes) -> bool:
+        """Relay the usual keep-alive answer, one read holding a head and exactly its body, as read.
+
+        False (nothing done) for everything else, which `_response_heads` then handles.
+        """
+        end = find_head_end(chunk)
+        if end < 0:
+            return False
+        req = self.req
+        try:
+            resp = parse_response_head(chunk[:end], req.method if req is not None else "GET")
+        except ValueError:
+            return False
+        body = len(chunk) - end
+        whole = (resp.body == BODY_LENGTH and resp.length == body) or (resp.body == BODY_NONE and not body)
+        if not whole:
+            return False
+        self.rsent = True
+        self.rclose = not resp.keep_alive or (req is not None and not req.keep_alive)
+        self._write(chunk)
+        self._response_complete()
+        return True
 
     def _response_heads(self) -> None:
         req = self.req
