@@ -24,15 +24,6 @@ from rediacc_core.testing import FakeMachine
 
 
 @pytest.fixture
-def vendor(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVendor]:
-    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
-    plugin = FakeVendor()
-    use_vendor(plugin)
-    yield plugin
-    set_plugins(None)
-
-
-@pytest.fixture
 def fm(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> FakeMachine:
     return make_fake_machine("box")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,18 +18,8 @@ from rediacc_core.cli.machine import TerminalProgress
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_TOOL, ToolError
 from rediacc_core.inventory import load_inventory
-from rediacc_core.plugins import set_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
-
-
-@pytest.fixture
-def vendor(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVendor]:
-    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
-    plugin = FakeVendor()
-    use_vendor(plugin)
-    yield plugin
-    set_plugins(None)
 
 
 @pytest.fixture
