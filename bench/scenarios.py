@@ -95,10 +95,19 @@ def with_proxy_cpu(pid: int | None, run: Callable[[], Record]) -> Record:
     return {**result, "proxy_cpu_s": spent, "proxy_cpu_us_per_req": spent / served * 1e6 if served else None}
 
 
-def rate(
-    binary: Path, socks: dict[str, str], pids: dict[str, int], endpoint: str, cycle: int, settings: Settings
+def _loadgen(
+    scenario: str,
+    binary: Path,
+    socks: dict[str, str],
+    pids: dict[str, int],
+    endpoint: str,
+    cycle: int,
+    *,
+    conns: int,
+    duration_s: float,
+    warmup_s: float,
 ) -> list[Record]:
-    """Keep-alive GETs from several connections at once, as fast as each path answers."""
+    """One load-generator run per path, in this cycle's rotated order, with each proxy's CPU."""
     records = []
     for name in rotated(list(socks), cycle):
         result = with_proxy_cpu(
@@ -108,35 +117,47 @@ def rate(
                 binary,
                 socks[name],
                 endpoint,
-                conns=settings.rate_conns,
-                duration_s=settings.rate_seconds,
-                warmup_s=0.25,
+                conns=conns,
+                duration_s=duration_s,
+                warmup_s=warmup_s,
             ),
         )
-        records.append({"scenario": "rate", "endpoint": endpoint, "path": name, "cycle": cycle, **result})
+        records.append({"scenario": scenario, "endpoint": endpoint, "path": name, "cycle": cycle, **result})
     return records
+
+
+def rate(
+    binary: Path, socks: dict[str, str], pids: dict[str, int], endpoint: str, cycle: int, settings: Settings
+) -> list[Record]:
+    """Keep-alive GETs from several connections at once, as fast as each path answers."""
+    return _loadgen(
+        "rate",
+        binary,
+        socks,
+        pids,
+        endpoint,
+        cycle,
+        conns=settings.rate_conns,
+        duration_s=settings.rate_seconds,
+        warmup_s=0.25,
+    )
 
 
 def latency(
     binary: Path, socks: dict[str, str], pids: dict[str, int], endpoint: str, cycle: int, settings: Settings
 ) -> list[Record]:
     """One connection, one request at a time: what each hop adds to a single request."""
-    records = []
-    for name in rotated(list(socks), cycle):
-        result = with_proxy_cpu(
-            pids.get(name),
-            functools.partial(
-                loadgen.run,
-                binary,
-                socks[name],
-                endpoint,
-                conns=1,
-                duration_s=settings.rate_seconds / 2,
-                warmup_s=0.2,
-            ),
-        )
-        records.append({"scenario": "latency", "endpoint": endpoint, "path": name, "cycle": cycle, **result})
-    return records
+    return _loadgen(
+        "latency",
+        binary,
+        socks,
+        pids,
+        endpoint,
+        cycle,
+        conns=1,
+        duration_s=settings.rate_seconds / 2,
+        warmup_s=0.2,
+    )
 
 
 # --- container create --------------------------------------------------------------------------------
