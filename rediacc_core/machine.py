@@ -65,6 +65,8 @@ class LocalTransport:
             )
         except FileNotFoundError as exc:
             return CommandResult(tuple(argv), 127, "", f"{argv[0]}: {exc.strerror}")
+        except OSError as exc:  # found but not runnable (no x bit, bad interpreter): the shell's 126
+            return CommandResult(tuple(argv), 126, "", f"{argv[0]}: cannot run it: {exc.strerror}")
         except subprocess.TimeoutExpired:
             return CommandResult(tuple(argv), 124, "", f"{argv[0]}: timed out after {timeout}s")
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)

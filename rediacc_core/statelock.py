@@ -9,8 +9,8 @@ reader sees a whole old or a whole new file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import filelock
@@ -20,6 +20,16 @@ from rediacc_core.machine import Machine
 
 DEFAULT_TIMEOUT = 10.0
 TIMEOUT_ENV = "REDIACC_LOCK_TIMEOUT"
+
+# What wraps a wait for a lock someone else holds: the CLI shows it (with the time waited on a terminal).
+WaitNotice = Callable[[str], AbstractContextManager[object]]
+_wait_notice: WaitNotice | None = None
+
+
+def notify_waits(notice: WaitNotice | None) -> None:
+    """Wrap every wait for a held lock in `notice(what is awaited)`; None waits silently."""
+    global _wait_notice
+    _wait_notice = notice
 
 
 def lock_path(machine: Machine) -> Path:
@@ -56,7 +66,7 @@ def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path), timeout=wait)
     try:
-        lock.acquire()
+        _acquire(lock, wait, machine)
     except filelock.Timeout:
         pid = holder_pid(machine)
         holder = f"process {pid}" if pid is not None else "another process (its pid is not recorded yet)"
@@ -74,3 +84,17 @@ def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]
         # Remove our pid before letting go, so the file never names a process that no longer holds it.
         pid_path(machine).unlink(missing_ok=True)
         lock.release()
+
+
+def _acquire(lock: filelock.FileLock, wait: float, machine: Machine) -> None:
+    try:
+        lock.acquire(timeout=0)
+        return
+    except filelock.Timeout:
+        if wait <= 0:
+            raise
+    pid = holder_pid(machine)
+    held = f" (held by process {pid})" if pid is not None else ""
+    what = f"Waiting for the state lock of machine {machine.name}{held}"
+    with _wait_notice(what) if _wait_notice is not None else nullcontext():
+        lock.acquire(timeout=wait)

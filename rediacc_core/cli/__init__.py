@@ -16,8 +16,10 @@ from typing import Any
 import click
 
 from rediacc_core import __version__
-from rediacc_core.errors import EXIT_GENERAL, RdcError
+from rediacc_core.cli.output import waiting
+from rediacc_core.errors import EXIT_GENERAL, EXIT_INTERRUPTED, RdcError, from_os_error
 from rediacc_core.plugins import PluginLoadWarning, get_plugins
+from rediacc_core.statelock import notify_waits
 
 DEBUG_ENV = "RDC_DEBUG"
 
@@ -58,12 +60,19 @@ class RdcGroup(click.Group):
         except RdcError as exc:
             report_error(exc)
             raise click.exceptions.Exit(exc.exit_code) from exc
+        except OSError as exc:  # forgetting sudo, a file in the way: the operator's to fix, not a bug
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exc()
+            error = from_os_error(exc)
+            report_error(error)
+            raise click.exceptions.Exit(error.exit_code) from exc
 
 
 @click.group(cls=RdcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rdc")
 def cli() -> None:
     """rdc: hand GPUs to isolated Docker workloads through CDI grants."""
+    notify_waits(waiting)  # a command blocked on another's lock says so rather than hang silently
 
 
 def _add_groups() -> None:
@@ -120,7 +129,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:  # usage errors: click's own message and exit code (2)
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        # click turns Ctrl-C into Abort; a refused confirmation is an Abort too, and stays a plain 1.
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            click.echo("Interrupted.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         click.echo("Aborted.", err=True)
         sys.exit(EXIT_GENERAL)
     except RdcError as exc:  # raised outside a command (e.g. while building one)
@@ -128,7 +141,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:  # outside a command, e.g. while a plugin builds its options
+        report_error(from_os_error(exc))
+        sys.exit(from_os_error(exc).exit_code)
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
@@ -208,9 +209,11 @@ class TerminalProgress:
         self.title = ""
         self._stop = threading.Event()
         self._spinner: threading.Thread | None = None
+        self._started = 0.0
 
     def start(self, title: str, slow: bool = False) -> None:
         self.title = title
+        self._started = time.monotonic()
         if not self.tty:
             self.stream.write(f"- {title}\n")
             self.stream.flush()
@@ -225,17 +228,22 @@ class TerminalProgress:
     def _spin(self) -> None:
         frame = 0
         while not self._stop.wait(self.interval):
-            self.stream.write(f"\r{self.FRAMES[frame % len(self.FRAMES)]} {self.title} …")
+            self.stream.write(f"\r{self.FRAMES[frame % len(self.FRAMES)]} {self.title} … {self._elapsed()}")
             self.stream.flush()
             frame += 1
 
+    def _elapsed(self) -> str:
+        return f"{time.monotonic() - self._started:.0f}s"
+
     def finish(self, ok: bool) -> None:
+        took = ""
         if self._spinner is not None:
             self._stop.set()
             self._spinner.join()
             self._spinner = None
+            took = f" ({self._elapsed()})"  # slow steps say how long they took
         if self.tty:
-            self.stream.write(f"\r{'✓' if ok else '✗'} {self.title}  \n")
+            self.stream.write(f"\r{'✓' if ok else '✗'} {self.title}{took}  \n")
             self.stream.flush()
 
 

@@ -7,8 +7,12 @@ parse tables; tables are aligned plain text for people.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO, TypeVar
 
 import click
 import yaml
@@ -55,6 +59,36 @@ def emit(data: Any, fmt: str, table_fn: Callable[[Any], str]) -> None:
 def note(message: str) -> None:
     """Prose for the person at the terminal, kept out of the data on stdout."""
     click.echo(message, err=True)
+
+
+@contextmanager
+def waiting(what: str, stream: TextIO | None = None, interval: float = 1.0) -> Iterator[None]:
+    """Say what a command waits for: one line off a terminal; on one, with the seconds waited so far."""
+    out = stream if stream is not None else sys.stderr
+    if not out.isatty():
+        out.write(f"{what} …\n")
+        out.flush()
+        yield
+        return
+    started = time.monotonic()
+    stop = threading.Event()
+
+    def tick() -> None:
+        while True:
+            out.write(f"\r{what} … {time.monotonic() - started:.0f}s")
+            out.flush()
+            if stop.wait(interval):
+                return
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        out.write(f"\r{what} … waited {time.monotonic() - started:.0f}s\n")
+        out.flush()
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:

@@ -11,7 +11,7 @@ import click
 from rediacc_core.cli.output import note
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
-from rediacc_core.errors import StateError
+from rediacc_core.errors import PermissionDeniedError, StateError
 from rediacc_core.gate import daemon, lifecycle
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
@@ -31,6 +31,12 @@ def _resolve(ref: str) -> tuple[Machine, Repo]:
 def up(ref: str, foreground: bool) -> None:
     """Start the repo's Docker daemon and its gate; return once the gate answers."""
     machine, found = _resolve(ref)
+    if found.docker_host is None and os.geteuid() != 0:
+        # dockerd refuses to start without root; saying so here beats a daemon log to read.
+        raise PermissionDeniedError(
+            f"starting the Docker daemon of repo {found.ref} needs root",
+            f"rerun it as root: sudo rdc repo up {found.ref}",
+        )
     if foreground:
         _up_foreground(machine, found)
         return
