@@ -159,6 +159,25 @@ def install_step(ctx: SetupContext) -> SetupStep:
         return SetupStep(
             title, (f"nvidia-ctk found at {ctk}: the toolkit is installed, nothing to install",), order=20
         )
+    if not machine.is_host:
+        # A directory-rooted machine is simulated or prepared by hand: the host's package manager and
+        # network belong to the host, never to it.
+        where = f"machine {machine.name}'s root is {machine.root}, not /"
+
+        def refuse_here() -> None:
+            raise ToolError(
+                f"nvidia-ctk is not on PATH and {where}: setup never installs packages for such a machine "
+                "(the host's apt-get, dnf and network are left alone)",
+                "put nvidia-ctk on PATH (install nvidia-container-toolkit on the host yourself), "
+                "or run setup with --install-nvidia-toolkit=false",
+            )
+
+        return SetupStep(
+            title,
+            (f"refuse: nvidia-ctk is not on PATH and {where}: no package manager or network is used for it",),
+            refuse_here,
+            order=20,
+        )
     plan = install_plan(machine)
     if plan is None:
 

@@ -10,6 +10,7 @@ from rediacc_nvidia import testing
 from rediacc_core import ApiRequest, Refusal
 from rediacc_core.errors import ToolError
 from rediacc_core.inventory import load_inventory
+from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
@@ -70,8 +71,12 @@ def test_setup_writes_the_spec_and_the_inventory_with_mig_names(
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(
-    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+    plugins: Plugins,
+    capture: Callable[[str], str],
+    make_fake_machine: Callable[[str], FakeMachine],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(Machine, "is_host", property(lambda self: True))  # only the host installs packages
     fm = make_fake_machine("dry")
     testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
     testing.package_manager(fm, "apt")
@@ -83,9 +88,28 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
     assert not fm.machine.cdi_dir.exists() or not any(fm.machine.cdi_dir.iterdir())
 
 
-def test_setup_installs_the_toolkit_then_generates(
+def test_dry_run_of_a_directory_rooted_machine_plans_no_package_install(
     plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
 ) -> None:
+    fm = make_fake_machine("dir")
+    testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
+    log = testing.package_manager(fm, "apt")
+    report = run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"}, dry_run=True)
+    lines = [line for step in report.plan for line in step.lines]
+    assert not any("apt-get" in line or "curl" in line or "fetch " in line for line in lines)
+    assert any(line.startswith("refuse: nvidia-ctk is not on PATH and machine dir's root is") for line in lines)
+    with pytest.raises(ToolError, match="setup never installs packages for such a machine"):
+        run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+    assert log.read_text() == ""
+
+
+def test_setup_installs_the_toolkit_then_generates(
+    plugins: Plugins,
+    capture: Callable[[str], str],
+    make_fake_machine: Callable[[str], FakeMachine],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Machine, "is_host", property(lambda self: True))  # only the host installs packages
     fm = make_fake_machine("fresh")
     testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
     log = testing.package_manager(fm, "apt")

@@ -92,6 +92,28 @@ def test_host_machine_gets_no_root_flags(monkeypatch: pytest.MonkeyPatch, tmp_pa
 # --- installing -----------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Treat the fake machine as the host (root /): only there does setup use a package manager."""
+    monkeypatch.setattr(Machine, "is_host", property(lambda self: True))
+
+
+def test_a_directory_rooted_machine_never_uses_the_hosts_package_manager_or_network(
+    bare: FakeMachine,
+) -> None:
+    log = testing.package_manager(bare, "apt")  # apt-get and curl stand-ins that log each call
+    install = toolkit.setup_steps(ctx(bare.machine))[0]
+
+    plan = " ".join(install.plan)
+    assert "apt-get" not in plan and "curl" not in plan and "fetch" not in plan
+    assert plan.startswith("refuse: nvidia-ctk is not on PATH and machine bare's root is")
+    assert install.apply is not None
+    with pytest.raises(ToolError) as raised:
+        install.apply()
+    assert "--install-nvidia-toolkit=false" in raised.value.todo
+    assert not log.exists() or log.read_text() == ""
+
+
 def test_installed_toolkit_is_not_installed_again(bare: FakeMachine) -> None:
     ctk = testing.install_ctk(bare)
     install = toolkit.setup_steps(ctx(bare.machine))[0]
@@ -99,7 +121,7 @@ def test_installed_toolkit_is_not_installed_again(bare: FakeMachine) -> None:
     assert install.apply is None
 
 
-def test_apt_plan_and_install(bare: FakeMachine) -> None:
+def test_apt_plan_and_install(bare: FakeMachine, host: None) -> None:
     log = testing.package_manager(bare, "apt")
     install = toolkit.setup_steps(ctx(bare.machine))[0]
     keyring = bare.path("/usr/share/keyrings/nvidia-container-toolkit-keyring.asc")
@@ -127,7 +149,7 @@ def test_apt_plan_and_install(bare: FakeMachine) -> None:
 
 
 @pytest.mark.parametrize("manager", ["dnf", "yum"])
-def test_rpm_plan_and_install(bare: FakeMachine, manager: str) -> None:
+def test_rpm_plan_and_install(bare: FakeMachine, host: None, manager: str) -> None:
     log = testing.package_manager(bare, manager)
     install = toolkit.setup_steps(ctx(bare.machine))[0]
     repo = bare.path("/etc/yum.repos.d/nvidia-container-toolkit.repo")
@@ -144,7 +166,7 @@ def test_rpm_plan_and_install(bare: FakeMachine, manager: str) -> None:
     assert repo.read_text().startswith("[nvidia-container-toolkit]")
 
 
-def test_no_package_manager_fails_saying_what_to_do(bare: FakeMachine) -> None:
+def test_no_package_manager_fails_saying_what_to_do(bare: FakeMachine, host: None) -> None:
     install = toolkit.setup_steps(ctx(bare.machine))[0]
     assert "no apt-get, dnf or yum" in install.plan[0]
     assert install.apply is not None
@@ -153,7 +175,7 @@ def test_no_package_manager_fails_saying_what_to_do(bare: FakeMachine) -> None:
     assert "--install-nvidia-toolkit=false" in raised.value.todo
 
 
-def test_failing_package_manager_is_a_tool_error(bare: FakeMachine) -> None:
+def test_failing_package_manager_is_a_tool_error(bare: FakeMachine, host: None) -> None:
     testing.package_manager(bare, "apt")
     bare.standin(
         "apt-get", "#!/bin/sh\necho 'E: Unable to locate package nvidia-container-toolkit' >&2\nexit 100\n"
