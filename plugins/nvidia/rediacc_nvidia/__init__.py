@@ -14,7 +14,7 @@ import click
 
 from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, SetupStep, Verdict, hookimpl
 from rediacc_core.machine import Machine
-from rediacc_nvidia import discovery, rules, toolkit, units
+from rediacc_nvidia import discovery, raw, rules, toolkit, units
 
 
 @hookimpl
@@ -60,4 +60,4 @@ def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | N
 
 @hookimpl
 def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
-    return rules.request_rules(request, ctx)
+    return rules.request_rules(request, ctx) + raw.request_rules(request, ctx)

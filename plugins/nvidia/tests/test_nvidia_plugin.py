@@ -97,7 +97,9 @@ def test_dry_run_of_a_directory_rooted_machine_plans_no_package_install(
     report = run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"}, dry_run=True)
     lines = [line for step in report.plan for line in step.lines]
     assert not any("apt-get" in line or "curl" in line or "fetch " in line for line in lines)
-    assert any(line.startswith("refuse: nvidia-ctk is not on PATH and machine dir's root is") for line in lines)
+    assert any(
+        line.startswith("refuse: nvidia-ctk is not on PATH and machine dir's root is") for line in lines
+    )
     with pytest.raises(ToolError, match="setup never installs packages for such a machine"):
         run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
     assert log.read_text() == ""
