@@ -80,9 +80,14 @@ class Config:
         return [LOCALHOST, *sorted(name for name in self.entries if name != LOCALHOST)]
 
     def machines(self) -> list[Machine]:
-        return [self.machine(name) for name in self.names()]
+        """Every machine, those whose root has vanished included (listings show them as such)."""
+        return [self.machine(name, present=False) for name in self.names()]
 
-    def machine(self, name: str) -> Machine:
+    def machine(self, name: str, *, present: bool = True) -> Machine:
+        """The machine `name`; with `present`, refused when its root directory is gone.
+
+        Working on a vanished root would silently create a new, empty tree in its place.
+        """
         if name == LOCALHOST:
             return Machine(LOCALHOST, Path("/"))
         entry = self.entries.get(name)
@@ -91,7 +96,13 @@ class Config:
                 f"no machine named {name!r}",
                 "run `rdc machine list` to see the machines, or `rdc machine add`",
             )
-        return Machine(name, Path(entry["root"]))
+        root = Path(entry["root"])
+        if present and not root.is_dir():
+            raise StateError(
+                f"the root of machine {name}, {root}, does not exist any more (moved or deleted?)",
+                f"restore {root}, or forget the machine with `rdc machine remove {name}`",
+            )
+        return Machine(name, root)
 
     def has(self, name: str) -> bool:
         return name == LOCALHOST or name in self.entries
@@ -114,6 +125,13 @@ class Config:
             raise ValidationError(
                 f"machine root {root} is not a directory", f"create it first: mkdir -p {root}"
             )
+        # Two machines on one root would each own the same repos: every reference would be ambiguous.
+        for other in self.machines():
+            if other.root.resolve() == root.resolve():
+                raise StateError(
+                    f"machine {other.name} already has the root {other.root}",
+                    f"use `{other.name}`, or remove it first with `rdc machine remove {other.name}`",
+                )
         self.entries[name] = {"root": str(root)}
         return self.machine(name)
 
@@ -121,7 +139,7 @@ class Config:
         if name == LOCALHOST:
             raise ValidationError("localhost always exists and cannot be removed", "remove another machine")
         if name not in self.entries:
-            self.machine(name)  # raises the not-found error
+            self.machine(name, present=False)  # raises the not-found error
         del self.entries[name]
 
     def forget_old_settings(self, name: str) -> dict[str, str]:

@@ -78,6 +78,16 @@ def parse_grants(text: str, path: Path) -> list[Grant]:
                 restore_hint(path),
             )
         seen.add(key)
+    exclusive = {g.device: g.repo_id for g in grants if g.exclusive}
+    for grant in grants:
+        holder = exclusive.get(grant.device)
+        if holder is not None and holder != grant.repo_id:
+            # `rdc repo gpu grant` never writes this; a hand edit did, and the gate must not guess who wins.
+            raise ValidationError(
+                f"grants file {path} grants {grant.device} to repo {grant.repo_id} although repo {holder} "
+                "holds it exclusively",
+                restore_hint(path),
+            )
     return grants
 
 
@@ -112,6 +122,21 @@ def drop_repo_grants(machine: Machine, repo_id: str) -> int:
     if len(kept) != len(grants):
         _write_grants(machine, kept)
     return len(grants) - len(kept)
+
+
+def prune_orphans(machine: Machine, *, lock_timeout: float | None = None) -> list[Grant]:
+    """Remove the grants of repos that no longer exist on the machine; returns what went.
+
+    A repo deleted by hand from repos.json (or by an older rdc) leaves them behind, still reserving
+    hardware when exclusive.
+    """
+    with state_lock(machine, lock_timeout):
+        known = {repo.id for repo in RepoStore(machine).list()}
+        grants = read_grants(machine)
+        orphans = [g for g in grants if g.repo_id not in known]
+        if orphans:
+            _write_grants(machine, [g for g in grants if g.repo_id in known])
+    return orphans
 
 
 # --- hardware overlap ----------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from rediacc_core import CdiSpecFile, GpuPartition, hookimpl
 from rediacc_core.cli import cli, main
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
+from rediacc_core.grants import GrantStore
 from rediacc_core.plugins import set_plugins
+from rediacc_core.repos import RepoStore
 from rediacc_core.settings import read_settings
 from rediacc_core.testing import FakeMachine
 
@@ -175,8 +177,60 @@ def test_list_tolerates_a_machine_whose_root_is_gone_and_config_will_not_create_
 
     result = rdc("machine", "config", "gone", "--set", "legacy-visible-devices=translate")
     assert result.exit_code == EXIT_STATE
-    assert f"the root of machine 'gone', {gone}, is not a directory" in result.stderr
+    assert f"the root of machine gone, {gone}, does not exist any more" in result.stderr
     assert not gone.exists()
+    assert listed[1]["inventory"] == "root missing"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["repo", "create", "z@gone"],
+        ["repo", "list", "gone"],
+        ["machine", "setup", "gone"],
+        ["machine", "gpu", "list", "gone"],
+    ],
+)
+def test_work_on_a_machine_whose_root_vanished_is_refused_and_recreates_nothing(
+    fm: FakeMachine, tmp_path: Path, args: list[str]
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    assert rdc("machine", "add", "gone", "--root", str(gone)).exit_code == 0
+    gone.rmdir()
+
+    result = rdc(*args)
+
+    assert result.exit_code == EXIT_STATE, result.output
+    assert f"Error: the root of machine gone, {gone}, does not exist any more" in result.stderr
+    assert "rdc machine remove gone" in result.stderr
+    assert not gone.exists()
+    removed = rdc("machine", "remove", "gone")  # forgetting it still works
+    assert removed.exit_code == 0, removed.output
+
+
+@pytest.mark.parametrize("same", ["/", "{root}", "{root}/."])
+def test_a_second_machine_on_a_root_already_registered_is_refused(
+    fm: FakeMachine, rdc_config: Path, same: str
+) -> None:
+    assert rdc("machine", "add", "box", "--root", str(fm.root)).exit_code == 0
+    owner = "localhost" if same == "/" else "box"
+
+    result = rdc("machine", "add", "twin", "--root", same.format(root=fm.root))
+
+    assert result.exit_code == EXIT_STATE, result.output
+    assert f"Error: machine {owner} already has the root" in result.stderr
+    assert "twin" not in rdc_config.read_text()
+
+
+def test_machine_list_json_gives_the_inventory_time_not_its_age(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up_box(vendor, fm)
+    generated = json.loads(fm.machine.inventory_path.read_text())["generatedAt"]
+
+    listed = json.loads(rdc("machine", "list", "-o", "json").stdout)
+
+    assert listed[1]["inventory"] == f"written {generated}"
+    assert "written just now" in rdc("machine", "list").stdout  # people read the age
 
 
 def test_settings_an_older_rdc_kept_in_the_config_file_are_pointed_out_then_moved(
@@ -304,6 +358,39 @@ def test_gpu_list_shows_grants_in_force_read_live(vendor: FakeVendor, fm: FakeMa
     out = rdc("machine", "gpu", "list", "box").stdout
     row_all = next(line for line in out.splitlines() if line.startswith(f"{KIND}=all"))
     assert row_all.endswith("-")
+
+
+def test_gpu_list_with_a_corrupt_repos_file_is_an_error_naming_it(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up_box(vendor, fm)
+    machine = Config.load().machine("box")
+    alpha = RepoStore(machine).create("alpha")
+    GrantStore(machine, use_vendor(vendor)).grant(alpha, [f"{KIND}=0"])
+    machine.repos_path.write_text("{")
+
+    result = rdc("machine", "gpu", "list", "box")
+
+    assert result.exit_code == EXIT_VALIDATION, result.output
+    assert f"Error: repos file {machine.repos_path}" in result.stderr
+    assert "unknown repo" not in result.output
+
+
+def test_gpu_prune_removes_the_grants_of_a_deleted_repo(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up_box(vendor, fm)
+    machine = Config.load().machine("box")
+    alpha = RepoStore(machine).create("alpha")
+    GrantStore(machine, use_vendor(vendor)).grant(alpha, [f"{KIND}=0"], exclusive=True)
+    machine.repos_path.write_text(json.dumps({"schemaVersion": 1, "repos": []}))  # deleted by hand
+    listed = rdc("machine", "gpu", "list", "box").stdout
+    assert f"{alpha.id} (deleted repo: rdc machine gpu prune) (exclusive)" in listed
+
+    pruned = rdc("machine", "gpu", "prune", "box", "-o", "json")
+
+    assert pruned.exit_code == 0, pruned.output
+    assert json.loads(pruned.stdout) == [{"repoId": alpha.id, "device": f"{KIND}=0", "exclusive": True}]
+    assert json.loads(machine.grants_path.read_text())["grants"] == []
+    assert "No grants of deleted repos on box." in rdc("machine", "gpu", "prune", "box").stderr
 
 
 def test_a_corrupt_inventory_is_an_error_naming_the_file(vendor: FakeVendor, fm: FakeMachine) -> None:

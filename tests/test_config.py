@@ -107,7 +107,7 @@ def test_settings_an_older_rdc_kept_here_are_kept_but_have_no_effect(rdc_config:
     # Nothing recorded is lost: the CLI shows them and how to move them onto the machine.
     assert config.old_settings("lab") == {"legacy-visible-devices": "translate"}
     assert config.old_settings("localhost") == {"legacy-visible-devices": "translate"}
-    assert config.machine("lab").root == Path("/srv/lab")
+    assert config.machine("lab", present=False).root == Path("/srv/lab")
     config.save()
     assert yaml.safe_load(rdc_config.read_text()) == yaml.safe_load(text)
 

@@ -24,7 +24,7 @@ from rediacc_core.errors import (
     ValidationError,
 )
 from rediacc_core.files import schema_errors
-from rediacc_core.grants import GrantStore, LiveGrants, read_grants, units_overlap
+from rediacc_core.grants import GrantStore, LiveGrants, prune_orphans, read_grants, units_overlap
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
@@ -385,6 +385,40 @@ def test_a_grants_file_granting_one_name_twice_to_a_repo_is_corrupt(store: Grant
     path.write_text(json.dumps(document))
     with pytest.raises(ValidationError, match="more than once"):
         store.all()
+
+
+@pytest.mark.parametrize("second_exclusive", [True, False])
+def test_a_grants_file_giving_an_exclusive_device_to_a_second_repo_is_corrupt(
+    store: GrantStore, alpha: Repo, beta: Repo, second_exclusive: bool
+) -> None:
+    store.grant(alpha, [f"{GPU}=0"], exclusive=True)
+    path = store.machine.grants_path
+    document = json.loads(path.read_text())
+    document["grants"].append({**document["grants"][0], "repoId": beta.id, "exclusive": second_exclusive})
+    path.write_text(json.dumps(document))  # a hand edit: `grant` itself refuses this
+
+    with pytest.raises(ValidationError, match="holds it exclusively") as caught:
+        store.all()
+    assert str(path) in caught.value.what
+    with pytest.raises(ValidationError, match="holds it exclusively"):
+        LiveGrants(store.machine).for_repo(beta.id)  # the gate fails closed
+
+
+def test_prune_removes_only_the_grants_of_repos_that_no_longer_exist(
+    store: GrantStore, alpha: Repo, beta: Repo
+) -> None:
+    store.grant(alpha, [f"{GPU}=0"], exclusive=True)
+    store.grant(beta, [f"{GPU}=1"])
+    repos_path = store.machine.repos_path
+    document = json.loads(repos_path.read_text())
+    document["repos"] = [r for r in document["repos"] if r["id"] != alpha.id]
+    repos_path.write_text(json.dumps(document))  # alpha deleted by hand: its exclusive grant stayed
+
+    gone = prune_orphans(store.machine)
+
+    assert [(g.repo_id, g.device) for g in gone] == [(alpha.id, f"{GPU}=0")]
+    assert [(g.repo_id, g.device) for g in store.all()] == [(beta.id, f"{GPU}=1")]
+    assert prune_orphans(store.machine) == []
 
 
 def test_an_unreadable_grants_file_is_an_error(store: GrantStore, alpha: Repo) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import time
@@ -15,9 +14,11 @@ import click
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
+from rediacc_core.grants import GrantStore, prune_orphans
 from rediacc_core.inventory import age, load_inventory, read_inventory_text
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
+from rediacc_core.repos import RepoStore
 from rediacc_core.settings import SETTINGS, change_settings, read_settings
 from rediacc_core.setup import SetupReport, run_setup
 
@@ -52,7 +53,7 @@ def add(name: str, root: Path) -> None:
 def list_machines(fmt: str) -> None:
     """List the configured machines (localhost always among them) and the settings set on each."""
     config = Config.load()
-    rows = [_machine_row(m) for m in config.machines()]
+    rows = [_machine_row(m, fmt) for m in config.machines()]
     for name in config.names():
         _note_old_settings(config, name)
     emit(
@@ -78,10 +79,17 @@ def _settings_text(settings: Mapping[str, str]) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or None
 
 
-def _machine_row(m: Machine) -> dict[str, Any]:
+def _machine_row(m: Machine, fmt: str) -> dict[str, Any]:
     try:
         inventory = load_inventory(m)
-        state = "not set up" if inventory is None else f"written {age(inventory['generatedAt'])}"
+        if not m.root.is_dir():
+            state = "root missing"
+        elif inventory is None:
+            state = "not set up"
+        elif fmt == "table":
+            state = f"written {age(inventory['generatedAt'])}"
+        else:
+            state = f"written {inventory['generatedAt']}"  # data for scripts: the time, not "just now"
     except RdcError:
         state = "unreadable"
     settings: dict[str, str] | str
@@ -114,7 +122,7 @@ def _note_old_settings(config: Config, name: str) -> None:
 def remove(name: str) -> None:
     """Forget the machine NAME (nothing under its root is touched)."""
     config = Config.load()
-    root = config.machine(name).root
+    root = config.machine(name, present=False).root  # a machine whose root vanished can be forgotten
     config.remove(name)
     config.save()
     note(f"Removed machine {name}; nothing under {root} was changed.")
@@ -315,41 +323,34 @@ def gpu_list(name: str, fmt: str) -> None:
     click.echo(render_gpu_table(inventory, live_grants(target)))
 
 
-def live_grants(target: Machine) -> dict[str, list[str]]:
-    """Device name -> holders such as `alpha:gpu (exclusive)`, read from the machine now.
+@gpu.command("prune")
+@click.argument("name")
+@output_option()
+def gpu_prune(name: str, fmt: str) -> None:
+    """Remove the grants left behind by repos that no longer exist on NAME (shown as "deleted repo")."""
+    target = Config.load().machine(name)
+    gone = prune_orphans(target)
+    data = [{"repoId": g.repo_id, "device": g.device, "exclusive": g.exclusive} for g in gone]
+    if fmt != "table":
+        emit(data, fmt, lambda _: "")
+        return
+    for grant in gone:
+        note(f"Removed {grant.device} from deleted repo {grant.repo_id}.")
+    if not gone:
+        note(f"No grants of deleted repos on {name}.")
 
-    The grants module comes with repos; without it (or without any grant) this is empty.
-    """
-    try:
-        grants_module: Any = importlib.import_module("rediacc_core.grants")
-    except ModuleNotFoundError as exc:
-        if exc.name != "rediacc_core.grants":
-            raise
-        return {}
-    grants = grants_module.GrantStore(target, get_plugins()).all()
-    labels: dict[str, str] = {}
-    try:
-        repos_module: Any = importlib.import_module("rediacc_core.repos")
-        store = repos_module.RepoStore(target)
-    except ModuleNotFoundError:
-        store = None
+
+def live_grants(target: Machine) -> dict[str, list[str]]:
+    """Device name -> holders such as `alpha:gpu (exclusive)`, read from the machine now."""
+    grants = GrantStore(target, get_plugins()).all()
+    # An unreadable repos file is an error here as in every other command, never "unknown repo".
+    labels = {repo.id: repo.label for repo in RepoStore(target).list()} if grants else {}
     held: dict[str, list[str]] = {}
     for grant in grants:
-        if grant.repo_id not in labels:
-            labels[grant.repo_id] = _repo_label(store, grant.repo_id)
-        holder = labels[grant.repo_id] + (" (exclusive)" if grant.exclusive else "")
+        holder = labels.get(grant.repo_id, f"{grant.repo_id} (deleted repo: rdc machine gpu prune)")
+        holder += " (exclusive)" if grant.exclusive else ""
         held.setdefault(grant.device, []).append(holder)
     return held
-
-
-def _repo_label(store: Any, repo_id: str) -> str:
-    if store is None:
-        return repo_id
-    try:
-        repo = store.by_id(repo_id)
-    except RdcError:
-        repo = None
-    return str(repo.label) if repo is not None else f"{repo_id} (unknown repo)"
 
 
 def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str]]) -> str:
