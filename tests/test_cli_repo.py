@@ -228,3 +228,22 @@ def test_the_rdc_program_exits_with_the_error_code(box: Machine, rdc_config: Pat
     )
     assert good.returncode == 0, good.stderr
     assert [g.device for g in read_grants(box)] == [f"{GPU}=all"]
+
+
+@pytest.mark.parametrize(
+    ("args", "meant"),
+    [
+        (["repo", "grant", "a", "--device", "x"], "rdc repo gpu grant"),
+        (["repo", "revoke", "a"], "rdc repo gpu revoke"),
+        (["grant"], "rdc repo gpu grant"),
+        (["prune"], "rdc machine gpu prune"),
+    ],
+)
+def test_a_command_typed_one_level_too_high_names_where_it_lives(args: list[str], meant: str) -> None:
+    result = CliRunner().invoke(cli, args, prog_name="rdc")
+    assert result.exit_code == 2
+    assert (
+        f"No such command {args[0] if args[0] != 'repo' else args[1]!r}. Did you mean `{meant}`?"
+        in result.output
+    )
+    assert "'gate'" not in result.output

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from rediacc_core import __version__
+from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import waiting
 from rediacc_core.errors import EXIT_GENERAL, EXIT_INTERRUPTED, RdcError, from_os_error
 from rediacc_core.plugins import PluginLoadWarning, get_plugins
@@ -30,7 +31,7 @@ def report_error(exc: RdcError) -> None:
         click.echo(f"What to do: {exc.todo}", err=True)
 
 
-class RdcGroup(click.Group):
+class RdcGroup(HintingGroup):
     """The root group: adds the plugins' commands, and turns RdcError into the two-line report."""
 
     def _plugin_commands(self) -> dict[str, click.Command]:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, TextIO
 
 import click
 
+from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
@@ -23,7 +24,7 @@ from rediacc_core.settings import SETTINGS, change_settings, read_settings
 from rediacc_core.setup import SetupReport, run_setup
 
 
-@click.group()
+@click.group(cls=HintingGroup)
 def machine() -> None:
     """Machines: where their root is, their settings, setup and GPUs."""
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RefusedError, StateError, ValidationError
@@ -37,7 +38,7 @@ def _devices_cell(grants: list[dict[str, Any]]) -> str:
     return ", ".join(g["device"] + (" *" if g["exclusive"] else "") for g in grants) or "-"
 
 
-@click.group()
+@click.group(cls=HintingGroup)
 def repo() -> None:
     """Repos: isolated Docker workloads on a machine, each with its own daemon behind the gate."""
 
