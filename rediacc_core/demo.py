@@ -45,9 +45,10 @@ def is_demo_root(root: Path) -> bool:
 def build_demo_machine(workdir: Path, name: str = DEMO_MACHINE) -> DemoMachine:
     """A fresh fake machine under `workdir/root`, stand-in tools in `workdir/bin`."""
     root, bin_dir = workdir / "root", workdir / "bin"
+    ours = is_demo_root(root)  # asked once: wiping the root removes the marker
     for directory in (root, bin_dir):
         if directory.exists() and any(directory.iterdir()):
-            if not is_demo_root(root):
+            if not ours:
                 raise StateError(
                     f"{directory} exists and was not made by `rdc demo`",
                     "choose an empty or new --workdir",

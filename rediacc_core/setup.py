@@ -12,7 +12,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +69,16 @@ class SetupReport:
     removed: list[Path] = field(default_factory=list)
     inventory: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cards(self) -> int:
+        """Physical GPUs: one card several plugins report (same PCI bus id) counts once."""
+        return count_cards(self.gpus)
+
+
+def count_cards(gpus: Sequence[Gpu]) -> int:
+    buses = {gpu.pci_bus_id.lower() for gpu in gpus if gpu.pci_bus_id}
+    return len(buses) + sum(1 for gpu in gpus if not gpu.pci_bus_id)
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ def run_setup(
     _check_filenames(spec_files)
     report.plan.extend(_plan_specs(machine, spec_files))
     inventory_line = (
-        f"write {machine.inventory_path} ({len(report.gpus)} GPU(s), grantable names from {machine.cdi_dir})"
+        f"write {machine.inventory_path} ({report.cards} GPU(s), grantable names from {machine.cdi_dir})"
     )
     report.plan.append(PlannedStep("Write the inventory", (inventory_line,)))
     if dry_run:

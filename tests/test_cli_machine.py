@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
@@ -485,7 +487,13 @@ def test_demo_sets_up_a_simulated_machine_and_lists_its_gpus(
 
     assert result.exit_code == 0, result.output
     assert "Machine demo: platform native" in result.stdout
-    assert "hardware from: example" in result.stderr
+    assert "hardware from: example" in result.stdout  # a walkthrough: its prose on stdout, in order
+    assert (
+        result.stdout.rstrip()
+        .splitlines()[-2]
+        .startswith(f"Next: REDIACC_CONFIG={rdc_config} rdc machine gpu list demo")
+    )
+    assert result.stderr == ""
     demo = Config.load().machine("demo")
     assert demo.root == workdir.absolute() / "root"
     assert (demo.root / "etc/example-demo-layout").read_text() == "laid out\n"
@@ -494,6 +502,30 @@ def test_demo_sets_up_a_simulated_machine_and_lists_its_gpus(
 
     again = rdc("demo", "--workdir", str(workdir))  # rerunnable: rebuilds its own machine
     assert again.exit_code == 0, again.output
+
+
+def test_demo_run_again_rebuilds_its_machine_in_place_leaving_no_temporary_directory_behind(
+    vendor: FakeVendor, rdc_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    for _ in range(3):
+        result = rdc("demo")
+        assert result.exit_code == 0, result.output
+
+    (made,) = temp.iterdir()
+    assert made.name.startswith("rdc-demo-")
+    assert Config.load().machine("demo").root == made / "root"
+
+
+def test_tox_demo_uses_its_own_config_and_workdir_never_the_users() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(Path(__file__).parents[1] / "tox.ini")
+    env = tox["testenv:demo"]
+    assert "REDIACC_CONFIG = {envtmpdir}{/}rdc-config.yaml" in env["set_env"]
+    assert "--workdir {envtmpdir}" in env["commands"]
 
 
 def test_demo_never_wipes_a_directory_it_did_not_make(

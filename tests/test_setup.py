@@ -6,6 +6,7 @@ import io
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from rediacc_core.cli.machine import TerminalProgress
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_TOOL, ToolError
 from rediacc_core.inventory import load_inventory
+from rediacc_core.plugins import load_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
 
@@ -328,3 +330,20 @@ def test_off_a_terminal_steps_are_plain_lines_without_a_spinner() -> None:
     progress.finish(True)
 
     assert log.getvalue() == "- Install the toolkit\n"
+
+
+def test_a_card_two_plugins_report_is_counted_once(
+    monkeypatch: pytest.MonkeyPatch, make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
+    fm = make_fake_machine("two")
+    card = example_gpu(0)
+    generic = replace(card, source="generic", vendor="example", cdi_names=())  # e.g. its render node
+    plugins = load_plugins(
+        extra=[("vendor", FakeVendor(gpus=[card, example_gpu(1)])), ("generic", FakeVendor(gpus=[generic]))]
+    )
+
+    report = run_setup(fm.machine, plugins, {}, dry_run=True)
+
+    assert len(report.gpus) == 3 and report.cards == 2
+    assert any("(2 GPU(s)," in line for step in report.plan for line in step.lines)

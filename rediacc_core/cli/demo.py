@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import click
 
 from rediacc_core.cli.machine import TerminalProgress, live_grants, render_gpu_table
 from rediacc_core.cli.output import note
-from rediacc_core.config import Config
+from rediacc_core.config import CONFIG_ENV, Config
 from rediacc_core.demo import DEMO_MACHINE, build_demo_machine, is_demo_root, walkthrough
 from rediacc_core.errors import StateError
 from rediacc_core.inventory import load_inventory
@@ -27,19 +28,30 @@ from rediacc_core.setup import run_setup
     help="Where to build the simulated machine (default: a new temporary directory).",
 )
 def demo(workdir: Path | None) -> None:
-    """Build a simulated machine, register it as `demo`, set it up and list its GPUs."""
-    workdir = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="rdc-demo-"))
+    """Build a simulated machine, register it as `demo`, set it up and list its GPUs.
+
+    It is a walkthrough, so everything but warnings goes to stdout, in order. Run again, it rebuilds
+    the demo machine where it was rather than leaving one temporary directory per run.
+
+    \b
+    Examples:
+      rdc demo
+      REDIACC_CONFIG=/tmp/rdc.yaml rdc demo --workdir /tmp/rdc-demo
+    """
+    config = Config.load()
+    old_root = config.machine(DEMO_MACHINE, present=False).root if config.has(DEMO_MACHINE) else None
+    if workdir is None:
+        reusable = old_root is not None and is_demo_root(old_root)
+        workdir = old_root.parent if reusable and old_root else Path(tempfile.mkdtemp(prefix="rdc-demo-"))
     built = build_demo_machine(workdir)
     fake = built.fake
     for problem in built.problems:
         note(f"Warning: {problem}")
     if built.layouts:
-        note(f"Simulated machine at {fake.root} with hardware from: {', '.join(built.layouts)}")
+        click.echo(f"Simulated machine at {fake.root} with hardware from: {', '.join(built.layouts)}")
     else:
-        note(f"Simulated machine at {fake.root}; no plugin offers a demo layout, so it has no GPUs.")
-    config = Config.load()
-    if config.has(DEMO_MACHINE):
-        old_root = config.machine(DEMO_MACHINE).root
+        click.echo(f"Simulated machine at {fake.root}; no plugin offers a demo layout, so it has no GPUs.")
+    if old_root is not None:
         if old_root != fake.root and old_root.exists() and not is_demo_root(old_root):
             raise StateError(
                 f"a machine named {DEMO_MACHINE!r} already exists with root {old_root}, "
@@ -59,7 +71,7 @@ def demo(workdir: Path | None) -> None:
     saved_path = os.environ.get("PATH")
     os.environ["PATH"] = f"{fake.bin_dir}{os.pathsep}{saved_path or ''}"
     try:
-        report = run_setup(target, plugins, options, progress=TerminalProgress())
+        report = run_setup(target, plugins, options, progress=TerminalProgress(sys.stdout))
     finally:
         if saved_path is None:
             del os.environ["PATH"]
@@ -67,15 +79,17 @@ def demo(workdir: Path | None) -> None:
             os.environ["PATH"] = saved_path
     for warning in report.warnings:
         note(f"Warning: {warning}")
-    note("")
+    click.echo("")
     click.echo(render_gpu_table(load_inventory(target) or {}, live_grants(target)))
-    note("")
+    click.echo("")
     click.echo("Grants and the gate (decisions asked of the gate's engine, as `docker run` would send them):")
     for step in walkthrough(target, plugins):
         mark = "ok " if step.ok else "no "
         click.echo(f"  {mark} $ {step.command}")
         for line in step.outcome.splitlines():
             click.echo(f"        {line}")
-    note("")
-    note(f"Next: rdc machine gpu list {DEMO_MACHINE}   (grants now in force)")
-    note(f"      rdc repo gpu list alpha@{DEMO_MACHINE}")
+    click.echo("")
+    # A config other than the default must be named, or the next command would not find `demo`.
+    prefix = f"REDIACC_CONFIG={config.path} " if os.environ.get(CONFIG_ENV) else ""
+    click.echo(f"Next: {prefix}rdc machine gpu list {DEMO_MACHINE}   (grants now in force)")
+    click.echo(f"      {prefix}rdc repo gpu list alpha@{DEMO_MACHINE}")

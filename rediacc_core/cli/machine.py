@@ -272,7 +272,7 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
         note(f"Warning: {warning}")
     inventory = report.inventory or {}
     note(
-        f"Machine {name} is set up: {len(report.gpus)} GPU(s), {len(inventory.get('devices', []))} grantable "
+        f"Machine {name} is set up: {report.cards} GPU(s), {len(inventory.get('devices', []))} grantable "
         f"CDI device(s); inventory at {target.inventory_path}."
     )
     for path in report.written:
