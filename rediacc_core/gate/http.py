@@ -32,6 +32,7 @@ _REASONS = {
     400: "Bad Request",
     403: "Forbidden",
     404: "Not Found",
+    408: "Request Timeout",
     500: "Internal Server Error",
     502: "Bad Gateway",
     503: "Service Unavailable",

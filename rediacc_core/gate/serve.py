@@ -15,7 +15,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
@@ -32,6 +34,9 @@ def stderr_log(line: str) -> None:
 
 
 _ADMITTED_DELAY = 0.25  # seconds a line about an admitted request may wait before it is written
+MAX_LOG_LINE = 1024  # characters of one log line; the rest is cut (a refused 200 KiB path is one line)
+LOG_BURST = 100  # lines written back to back before the rate applies
+LOG_RATE = 20.0  # lines a second after a burst; the others are counted and said in one line
 
 
 class GateLog:
@@ -41,15 +46,61 @@ class GateLog:
     `docker run` fails. Lines about admitted requests, most of the log under load, are gathered on
     the event loop and written together at most `_ADMITTED_DELAY` later, which saves a write per
     admitted request. Whatever is gathered is written before any other line, and by `flush()`.
+
+    A tenant chooses what its requests say, so each line is one physical line of at most
+    `MAX_LOG_LINE` characters, and lines are rate-limited (a token bucket of `LOG_BURST` lines
+    refilled at `LOG_RATE` a second); lines over the rate are dropped and their number is written
+    once writing resumes. Every decision is still in the audit log (`rdc repo gate log`), whose
+    size is bounded by rotation instead.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        max_line: int = MAX_LOG_LINE,
+        burst: int = LOG_BURST,
+        rate: float = LOG_RATE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stream = stream
         self._pending: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._lock = threading.Lock()  # decisions in worker threads log too
+        self._max_line = max_line
+        self._burst = float(burst)
+        self._rate = rate
+        self._clock = clock
+        self._tokens = float(burst)
+        self._refilled = clock()
+        self.dropped = 0  # lines over the rate not yet reported
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stderr
+
+    def _admit(self, stamp: str) -> str | None:
+        """Take a token (under the lock): None when the line is over the rate, else what to write
+        before it (the note about lines dropped since the last one written)."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._refilled) * self._rate)
+        self._refilled = now
+        if self._tokens < 1:
+            self.dropped += 1
+            return None
+        self._tokens -= 1
+        if not self.dropped:
+            return ""
+        note = f"{stamp} {self.dropped} log lines dropped (over {self._rate:g} lines a second)\n"
+        self.dropped = 0
+        return note
 
     def __call__(self, line: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if len(line) > self._max_line:
+            line = f"{line[: self._max_line]}... ({len(line) - self._max_line} more characters)"
+        if "\n" in line or "\r" in line:
+            line = line.replace("\r", "\\r").replace("\n", " | ")
         text = f"{stamp} {line}\n"
         if line.startswith("admitted "):
             try:
@@ -58,23 +109,29 @@ class GateLog:
                 loop = None
             if loop is not None:
                 with self._lock:
-                    self._pending.append(text)
+                    note = self._admit(stamp)
+                    if note is None:
+                        return
+                    self._pending.append(note + text)
                     if self._timer is None:
                         self._timer = loop.call_later(_ADMITTED_DELAY, self.flush)
                 return
         with self._lock:
-            sys.stderr.write("".join(self._pending) + text)
+            note = self._admit(stamp)
+            if note is None:
+                return
+            self.stream.write("".join(self._pending) + note + text)
             self._pending.clear()
-        sys.stderr.flush()
+        self.stream.flush()
 
     def flush(self) -> None:
         with self._lock:
             self._timer = None
             if not self._pending:
                 return
-            sys.stderr.write("".join(self._pending))
+            self.stream.write("".join(self._pending))
             self._pending.clear()
-        sys.stderr.flush()
+        self.stream.flush()
 
 
 def flush_log(gate: GateServer) -> None:

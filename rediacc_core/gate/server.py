@@ -15,6 +15,14 @@ read, every read lands in one shared 256 KiB buffer (nothing is allocated per re
 idle connection), and flow control is transport pause/resume in both directions. uvloop's loop is
 used when it is installed. A `101` answer (attach, exec start, BuildKit's h2c) turns the connection into a raw
 tunnel that forwards each half-close to the other side.
+
+Limits (`GateLimits`, defaults below), so that one tenant cannot exhaust the gate's memory: at most
+`max_connections` client connections (one more is answered 503 and closed); a request head must be
+complete within `head_timeout` seconds of its first byte, and an inspected body within `body_timeout`
+of its head (else 408 and the connection closes: a slow-loris client is dropped); unfinished heads and
+inspected bodies held across all connections stay under `max_buffered` bytes (the request that would
+go over is answered 503). Streamed bodies are never held, so they have no deadline: flow control
+keeps them at one read.
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -59,6 +69,26 @@ INLINE_DECISION_MAX = 64 * 1024  # inspected bodies up to this are decided on th
 _JOIN_MAX = 64 * 1024  # head and body go out in one write up to this size
 _INSPECTS_CACHE = 4096
 _WHOLE_RESPONSE_MAX = 64 * 1024  # a read up to this size is tried as one whole response
+
+MAX_CONNECTIONS = 512  # client connections per gate; docker and Compose use a handful each
+HEAD_TIMEOUT = 30.0  # seconds from a head's first byte to its blank line
+BODY_TIMEOUT = 60.0  # seconds from an inspected request's head to its body's last byte
+MAX_BUFFERED = 64 * 1024 * 1024  # unfinished heads and inspected bodies held at once, all connections
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """What one gate holds at most, and how long it waits for a request (see the module docstring)."""
+
+    max_connections: int = MAX_CONNECTIONS
+    head_timeout: float = HEAD_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    max_buffered: int = MAX_BUFFERED
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often deadlines are checked: a fraction of the shortest, at most a second."""
+        return min(1.0, self.head_timeout / 4, self.body_timeout / 4)
 
 
 class DecisionLike(Protocol):
@@ -142,6 +172,8 @@ class _Client(asyncio.BufferedProtocol):
         self.body_read = False  # the whole request body is in (or there is none)
         self.client_eof = False
         self.upstream_eof_seen = False
+        self.deadline = 0.0  # monotonic time by which the head or inspected body must be in (0: none)
+        self.held = 0  # bytes of unfinished request this connection counts in `gate.buffered`
         # response side
         self.rstate = _R_IDLE
         self.rbuf = bytearray()
@@ -154,6 +186,16 @@ class _Client(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        if len(self.gate.connections) >= self.gate.limits.max_connections:
+            self.state = _CLOSED
+            message = (
+                f"the gate of repo {self.gate.repo_ref} has {self.gate.limits.max_connections} connections "
+                "open (its limit); close idle clients or retry later"
+            )
+            self.gate.log(f"refused 503: {message}")
+            self.transport.write(error_response(503, message, close=True))
+            self.transport.close()
+            return
         self.transport.set_write_buffer_limits(high=_WRITE_HIGH)
         self.gate.connections.add(self)
 
@@ -173,6 +215,8 @@ class _Client(asyncio.BufferedProtocol):
             if used < len(data):
                 self.buf += data[used:]
                 self._process()
+            elif self.inspect is not None:
+                self._account()
             return
         if self.state == _HEAD and not self.buf:
             # The usual keep-alive case: one read holds exactly one whole head and nothing else.
@@ -204,6 +248,7 @@ class _Client(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.gate.connections.discard(self)
         self.state = _CLOSED
+        self._release()
         self._close_upstream()
 
     def pause_writing(self) -> None:
@@ -246,7 +291,43 @@ class _Client(asyncio.BufferedProtocol):
             self.state = _CLOSED
             if self.transport is not None:
                 self.transport.close()
+        self._release()
         self._close_upstream()
+
+    def _account(self) -> None:
+        """Bring this connection's share of `gate.buffered` up to date; 503 when it grew past the limit."""
+        if self.state == _CLOSED:
+            return
+        held = len(self.buf) + (len(self.inspect) if self.inspect is not None else 0)
+        grew = held - self.held
+        gate = self.gate
+        if grew > 0 and gate.buffered + grew > gate.limits.max_buffered:
+            # What was read is let go with the connection: the gate never holds more than the limit
+            # (plus the one read that would have gone over).
+            self._fail(
+                503,
+                f"the gate of repo {gate.repo_ref} holds {gate.limits.max_buffered // (1024 * 1024)} MiB "
+                "of unfinished requests (its limit); retry later",
+            )
+            return
+        self.held = held
+        gate.buffered += grew
+        if gate.buffered > gate.buffered_peak:
+            gate.buffered_peak = gate.buffered
+
+    def _release(self) -> None:
+        self.gate.buffered -= self.held
+        self.held = 0
+        self.deadline = 0.0
+
+    def expired(self, now: float) -> None:
+        """Called by the gate's sweep once `deadline` has passed: drop the unfinished request."""
+        what, limit = ("head", self.gate.limits.head_timeout)
+        if self.state != _HEAD:
+            what, limit = ("body", self.gate.limits.body_timeout)
+        self._fail(
+            408, f"the request {what} did not arrive within {limit:g} s; the gate closed the connection"
+        )
 
     def _close_upstream(self) -> None:
         up, self.upstream = self.upstream, None
@@ -268,7 +349,9 @@ class _Client(asyncio.BufferedProtocol):
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
                     self._fail(400, f"request head larger than {MAX_HEAD} bytes")
-                return
+                elif not self.deadline:
+                    self.deadline = time.monotonic() + self.gate.limits.head_timeout
+                break
             head = bytes(self.buf[:end])
             del self.buf[:end]
             self._start_request(head)
@@ -280,6 +363,8 @@ class _Client(asyncio.BufferedProtocol):
                     self.buf[:0] = memoryview(data)[used:]
         if self.state in (_WAIT, _BUSY) and len(self.buf) > _PIPELINE_LIMIT:
             self.pause_reading("pipeline")
+        if self.held or self.buf or self.inspect is not None:
+            self._account()
 
     def _start_request(self, head: bytes) -> None:
         try:
@@ -289,6 +374,7 @@ class _Client(asyncio.BufferedProtocol):
             self._fail(exc.status, str(exc))
             return
         self.req = req
+        self.deadline = 0.0
         self.request_done = False
         self.body_read = not req.has_body
         self.chunks = ChunkedDecoder(strict=True) if req.chunked else None
@@ -305,6 +391,8 @@ class _Client(asyncio.BufferedProtocol):
             self.state = _BODY
             if not req.has_body:
                 self._body_complete()
+            else:
+                self.deadline = time.monotonic() + self.gate.limits.body_timeout
             return
         self.inspect = None
         if self.upstream is None:
@@ -376,6 +464,8 @@ class _Client(asyncio.BufferedProtocol):
             req, body = self.req, bytes(self.inspect)
             assert req is not None
             self.inspect = None
+            self.deadline = 0.0
+            self._account()
             self.state = _BUSY
             self.pause_reading("decide")
             self._decide(req, body)
@@ -692,6 +782,7 @@ class GateServer:
         log: Log | None = None,
         repo_ref: str = "<repo>",
         socket_mode: int = 0o660,
+        limits: GateLimits | None = None,
     ) -> None:
         self.listen_path = listen_path
         self.upstream_path = upstream_path
@@ -699,7 +790,11 @@ class GateServer:
         self.log: Log = log or (lambda line: None)
         self.repo_ref = repo_ref
         self.socket_mode = socket_mode
+        self.limits = limits or GateLimits()
         self.connections: set[_Client] = set()
+        self.buffered = 0  # bytes of unfinished requests held, all connections (see GateLimits)
+        self.buffered_peak = 0  # the most `buffered` has been
+        self._sweeper: asyncio.TimerHandle | None = None
         # One read buffer for every socket: reads are handled to the end before the next one, and
         # whatever must outlive a read is copied. So idle connections cost no buffer, and no read
         # allocates (asyncio's own 256 KiB reads each cost an allocation of that size).
@@ -749,6 +844,16 @@ class GateServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(lambda: _Client(self), str(path), backlog=1024)
         os.chmod(path, self.socket_mode)
+        self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
+
+    def _sweep(self) -> None:
+        """Drop the connections whose head or inspected body is overdue. One timer per gate, not
+        per request: a deadline costs a clock read where a request waits for more bytes."""
+        now = time.monotonic()
+        for client in [c for c in self.connections if c.deadline and c.deadline < now]:
+            client.expired(now)
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -758,6 +863,8 @@ class GateServer:
             await self._server.serve_forever()
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         for client in list(self.connections):

@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+# The proxy's fixtures (a gate in this process before a real HTTP server), for every file here.
+from proxy_kit import env, env_down, new_loop, short_dir  # noqa: F401
+
 from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict, hookimpl
 from rediacc_core.gate.decide import Decider, Decision
 from rediacc_core.plugins import load_plugins

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
 
@@ -57,3 +58,34 @@ def test_flush_writes_what_is_gathered(capsys: pytest.CaptureFixture[str]) -> No
         assert lines(capsys.readouterr().err) == ["admitted POST /volumes/create"]
 
     asyncio.run(serve())
+
+
+def test_a_long_line_is_cut_to_the_limit_and_says_how_much_was_cut() -> None:
+    written = io.StringIO()
+    GateLog(written, max_line=100)("refused 403 POST /containers/create?name=" + "n" * 5000)
+    (line,) = lines(written.getvalue())
+    assert line.startswith("refused 403 POST /containers/create?name=nnn")
+    assert line.endswith("... (4941 more characters)")
+
+
+def test_a_multi_line_message_is_written_as_one_line() -> None:
+    written = io.StringIO()
+    GateLog(written)("403 POST /containers/create: first problem\nsecond problem\r\nthird")
+    assert lines(written.getvalue()) == [
+        "403 POST /containers/create: first problem | second problem\\r | third"
+    ]
+
+
+def test_lines_over_the_rate_are_dropped_and_counted_in_the_next_line_written() -> None:
+    written = io.StringIO()
+    now = [0.0]
+    log = GateLog(written, burst=3, rate=2.0, clock=lambda: now[0])  # three at once, then two a second
+    for n in range(10):
+        log(f"refused {n}")
+    assert lines(written.getvalue()) == ["refused 0", "refused 1", "refused 2"]
+    assert log.dropped == 7
+    now[0] = 0.5  # one line's worth of time later
+    log("refused 10")
+    log("refused 11")
+    assert lines(written.getvalue())[3:] == ["7 log lines dropped (over 2 lines a second)", "refused 10"]
+    assert log.dropped == 1

@@ -1,0 +1,287 @@
+"""A gate in this process in front of a real HTTP server on a Unix socket, for the proxy's tests.
+
+The upstream is the standard library's HTTP server, and the decider a small stand-in with the real
+decider's interface, so the tests that use this pin down the proxy alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import shutil
+import socket
+import socketserver
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rediacc_core.gate.images import may_block
+from rediacc_core.gate.server import GateLimits, GateServer
+
+
+# --- an upstream that reports what it received ---------------------------------------------------
+class Upstream(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    connections = 0
+    stream_gate: threading.Event
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client the gate let go: expected
+            super().handle_error(request, client_address)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Upstream
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1
+
+    def address_string(self) -> str:
+        return "unix"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            out = b""
+            while True:
+                line = self.rfile.readline()
+                if not line:
+                    raise ConnectionAbortedError("the gate cut the body off")
+                size = int(line.strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/_ping":
+            self._send(200, b"OK", "text/plain")
+        elif self.path == "/big":
+            self._send(200, bytes(range(256)) * (32 * 1024), "application/octet-stream")
+        elif self.path == "/stream":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"6\r\nfirst\n\r\n")
+            self.wfile.flush()
+            self.server.stream_gate.wait(10)  # the client must have seen "first" to get here
+            self.wfile.write(b"7\r\nsecond\n\r\n0\r\n\r\n")
+        else:
+            self._send(404, b'{"message":"no such thing"}')
+
+    def do_POST(self) -> None:
+        try:
+            body = self._body()
+        except ConnectionAbortedError:
+            self.close_connection = True  # what the gate does with a body it refused halfway
+            return
+        if self.headers.get("Upgrade") == "tcp":
+            self._hijack()
+            return
+        report = {
+            "path": self.path,
+            "te": self.headers.get("Transfer-Encoding"),
+            "cl": self.headers.get("Content-Length"),
+            "expect": self.headers.get("Expect"),
+            "body": body.decode("latin-1"),
+        }
+        self._send(200, json.dumps(report).encode())
+
+    def _hijack(self) -> None:
+        self.wfile.write(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+        self.wfile.flush()
+        sock = self.connection
+        received = b""
+        while True:
+            piece = sock.recv(65536)
+            if not piece:
+                break  # the client half-closed: it is done sending, and still reading
+            received += piece
+        sock.sendall(received.upper() + b"<eof>")
+        sock.shutdown(socket.SHUT_WR)
+        self.close_connection = True
+
+
+# --- a decider stand-in with the real one's interface -------------------------------------------
+@dataclass(frozen=True)
+class Decision:
+    forward: bool
+    status: int = 200
+    message: str = ""
+    body: bytes | None = None
+    log: tuple[str, ...] = ()
+
+
+class StandInDecider:
+    """Refuses Privileged; `Slow` stands for a rule that asks the daemon about an image."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def inspects(self, method: str, raw_target: str) -> bool:
+        return method == "POST" and raw_target.split("?")[0].endswith("/containers/create")
+
+    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
+        doc = json.loads(body) if body else {}
+        self.threads.append(threading.current_thread().name)
+        if doc.get("Slow"):
+            may_block()  # what ImageConfigs does before asking the daemon
+            time.sleep(1.5)
+        if doc.get("Privileged"):
+            return Decision(False, 403, "privileged containers are refused")
+        return Decision(True, body=json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+@dataclass
+class Env:
+    gate_path: Path
+    upstream: Upstream | None
+    gate: GateServer
+    decider: StandInDecider
+    loop: asyncio.AbstractEventLoop
+
+    def connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        sock.connect(str(self.gate_path))
+        return sock
+
+    def on_loop(self, func: Callable[[], Any]) -> Any:
+        """`func()` run on the gate's event loop (to read its state between events)."""
+
+        async def call() -> Any:
+            return func()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
+
+    def http(self) -> http.client.HTTPConnection:
+        conn = http.client.HTTPConnection("docker", timeout=10)
+        conn.sock = self.connect()
+        return conn
+
+
+def loops() -> list[Any]:
+    """asyncio's own loop, and uvloop's when it is installed (the gate prefers it)."""
+    loops: list[Any] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    try:
+        import uvloop
+    except ImportError:
+        return loops
+    return [*loops, pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+def start_gate(
+    gate: GateServer, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    loop = new_loop()
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(gate.start())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    return loop, thread
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gp", dir="/tmp"))  # Unix socket paths must stay short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=loops())
+def new_loop(request: pytest.FixtureRequest) -> Callable[[], asyncio.AbstractEventLoop]:
+    factory: Callable[[], asyncio.AbstractEventLoop] = request.param
+    return factory
+
+
+def gate_env(
+    short_dir: Path,
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+    with_upstream: bool = True,
+    *,
+    limits: GateLimits | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Iterator[Env]:
+    upstream = None
+    if with_upstream:
+        upstream = Upstream(str(short_dir / "up.sock"), Handler)
+        upstream.stream_gate = threading.Event()
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    decider = StandInDecider()
+    gate = GateServer(
+        short_dir / "gate.sock", short_dir / "up.sock", decider, repo_ref="alpha@m1", limits=limits, log=log
+    )
+    loop, thread = start_gate(gate, new_loop)
+    yield Env(short_dir / "gate.sock", upstream, gate, decider, loop)
+    asyncio.run_coroutine_threadsafe(gate.close(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    if upstream is not None:
+        upstream.shutdown()
+        upstream.server_close()
+
+
+@pytest.fixture
+def env(short_dir: Path, new_loop: Callable[[], asyncio.AbstractEventLoop]) -> Iterator[Env]:
+    yield from gate_env(short_dir, new_loop)
+
+
+@pytest.fixture
+def env_down(short_dir: Path, new_loop: Callable[[], asyncio.AbstractEventLoop]) -> Iterator[Env]:
+    yield from gate_env(short_dir, new_loop, with_upstream=False)
+
+
+def read_response(sock: socket.socket) -> tuple[int, bytes]:
+    """Exactly one Content-Length response from a raw socket, and not a byte more.
+
+    The head is read a byte at a time and the body to its length, so a response the gate already
+    sent behind this one (pipelining) stays in the socket for the next call.
+    """
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        piece = sock.recv(1)
+        if not piece:
+            break
+        head += piece
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+    body = b""
+    while len(body) < length:
+        piece = sock.recv(length - len(body))
+        if not piece:
+            break
+        body += piece
+    return int(head.split()[1]), body
