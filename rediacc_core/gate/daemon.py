@@ -89,6 +89,30 @@ def daemon_config(root: Path, paths: DaemonPaths) -> dict[str, Any]:
         "hosts": [f"unix://{paths.socket}"],
         # No TCP, no extra groups: the socket directory is 0700 and only the gate connects.
         "group": "root",
+        # Defence in depth: defaults that narrow what a request can ask, should one get past the
+        # gate's rules. Each is a key Docker Engine 25 and 26.1 accept (a test validates the file
+        # with the installed dockerd, and the e2e suite runs containers under it).
+        # setuid binaries in a container cannot gain privileges (`--security-opt
+        # no-new-privileges=false` is refused by the gate, so this holds for every container).
+        "no-new-privileges": True,
+        # A container sees only its own cgroup subtree, never the host's or another repo's.
+        "default-cgroupns-mode": "private",
+        # No container joins another's IPC namespace unless asked by name (shareable is the default).
+        "default-ipc-mode": "private",
+        # BuildKit refuses `--allow network.host` and `--allow security.insecure` (a build step with
+        # the host's network or a privileged one). Docker 26's BuildKit has no device entitlement.
+        "builder": {"entitlements": {"network-host": False, "security-insecure": False}},
+        # A published port must not make a root docker-proxy listen on the host's addresses.
+        "userland-proxy": False,
+        # The daemon must not switch on the host's IP forwarding (a host-wide sysctl).
+        "ip-forward": False,
+        # Containers stop with their daemon: `rdc repo down` relies on it to leave nothing running.
+        "live-restore": False,
+        # A tenant's container logs cannot fill the host's disk (a per-container --log-opt can
+        # still choose other sizes; the daemon's default bounds every container that does not).
+        "log-opts": {"max-size": "20m", "max-file": "3"},
+        # Not set: "icc" (it applies only to the default bridge, which a repo daemon does not have)
+        # and "userns-remap" (it would break binds of the repo's files and granted device nodes).
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Iterator
 
@@ -20,6 +21,25 @@ def test_the_repo_daemon_reads_cdi_specs_only_from_the_machine(e2e: E2E) -> None
     config = json.loads(e2e.alpha.runtime.daemon_paths.config.read_text())
     assert config["features"] == {"cdi": True}
     assert (config["bridge"], config["iptables"]) == ("none", False)
+
+
+def test_containers_of_a_repo_daemon_get_its_narrowing_defaults(e2e: E2E) -> None:
+    run = e2e.alpha.docker(
+        "run", "--rm", "--name", "defaults-probe", IMAGE, "sh", "-c",
+        "grep NoNewPrivs /proc/self/status; cat /proc/self/cgroup; readlink /proc/self/ns/ipc",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == ["NoNewPrivs:", "1"]  # no-new-privileges
+    cgroups = lines[1:-1]  # one line on cgroup v2, one per hierarchy on v1
+    assert cgroups and all(line.endswith(":/") for line in cgroups)  # a private cgroup namespace
+    assert lines[-1] != readlink_ipc_of_this_process()  # a private IPC namespace
+    info = e2e.alpha.docker("info", "--format", "{{json .SecurityOptions}}")
+    assert "name=cgroupns" in json.loads(info.stdout)
+
+
+def readlink_ipc_of_this_process() -> str:
+    return os.readlink("/proc/self/ns/ipc")
 
 
 def test_only_the_gate_socket_is_open_to_users(e2e: E2E) -> None:

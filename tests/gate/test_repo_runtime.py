@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socketserver
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -63,6 +65,28 @@ def test_the_daemon_reads_cdi_specs_only_from_the_machine_and_keeps_to_itself() 
     assert (config["bridge"], config["iptables"]) == ("none", False)
     assert config["data-root"] == "/tmp/data" and config["exec-root"] == "/tmp/w/exec"
     assert config["pidfile"] == "/tmp/w/dockerd.pid" and config["hosts"] == ["unix:///tmp/w/docker.sock"]
+
+
+def test_the_daemon_narrows_what_a_request_can_ask_by_default() -> None:
+    config = daemon.daemon_config(Path("/tmp/m"), daemon.DaemonPaths(Path("/tmp/w"), Path("/tmp/data")))
+    assert config["no-new-privileges"] is True
+    assert (config["default-cgroupns-mode"], config["default-ipc-mode"]) == ("private", "private")
+    assert config["builder"] == {"entitlements": {"network-host": False, "security-insecure": False}}
+    assert (config["userland-proxy"], config["ip-forward"], config["live-restore"]) == (False, False, False)
+
+
+@pytest.mark.skipif(shutil.which("dockerd") is None, reason="needs Docker Engine's dockerd")
+def test_the_installed_dockerd_accepts_every_key_of_the_repo_daemon_configuration(tmp_path: Path) -> None:
+    paths = daemon.DaemonPaths(tmp_path / "w", tmp_path / "data")
+    daemon.prepare(tmp_path, paths)
+    checked = subprocess.run(
+        ["dockerd", "--validate", "--config-file", str(paths.config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "configuration OK" in checked.stdout + checked.stderr
 
 
 def test_socket_paths_that_do_not_fit_are_refused_before_anything_starts(tmp_path: Path) -> None:
