@@ -62,12 +62,16 @@ def _up_foreground(machine: Machine, found: Repo) -> None:
 def down(ref: str) -> None:
     """Stop the repo's gate and, when rdc started it, its Docker daemon (and so its containers)."""
     machine, found = _resolve(ref)
-    stopped = lifecycle.repo_down(machine, found)
+    done = lifecycle.repo_down(machine, found)
+    stopped = [what for what in done if not what.startswith(("killed ", "unmounted "))]
     note(
         f"Stopped {', '.join(stopped)} of repo {found.ref}."
         if stopped
         else f"Repo {found.ref} was not running."
     )
+    for what in done:
+        if what not in stopped:  # what stopping the daemon left behind, now gone
+            note(f"  {what[0].upper()}{what[1:]}")
 
 
 @repo.command("docker-host")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
-from rediacc_core.gate import daemon
+from rediacc_core.gate import daemon, teardown
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 
@@ -194,7 +194,11 @@ def running_parts(machine: Machine, repo: Repo) -> list[str]:
 
 
 def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIMEOUT) -> list[str]:
-    """Stop the gate, then the repo's own daemon; returns what was stopped, for the user."""
+    """Stop the gate, then the repo's own daemon, then kill and unmount whatever of the repo is
+    left (see `teardown`); returns what was stopped, killed and unmounted, for the user.
+
+    Raises StateError naming what is still there when something of the repo survives all that.
+    """
     runtime = runtime_for(machine, repo)
     stopped = []
     pid = _stop_by_pidfile(runtime.gate_pidfile, timeout)
@@ -202,8 +206,18 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
         stopped.append(f"gate (pid {pid})")
     with contextlib.suppress(FileNotFoundError):
         runtime.gate_socket.unlink()
-    if runtime.owns_daemon:
-        pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
-        if pid is not None:
-            stopped.append(f"dockerd (pid {pid})")
+    if not runtime.owns_daemon:
+        return stopped  # the daemon and its containers are not the repo's to stop
+    before = teardown.footprint(runtime.daemon_paths)
+    pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
+    if pid is not None:
+        stopped.append(f"dockerd (pid {pid})")
+    swept = teardown.sweep(before)
+    stopped += [f"killed {what}" for what in swept.killed]
+    stopped += [f"unmounted {point}" for point in swept.unmounted]
+    if swept.left:
+        raise StateError(
+            f"repo {repo.ref} still has, after stopping its daemon: " + "; ".join(swept.left),
+            "stop those processes (as root), unmount those paths, then run rdc repo down again",
+        )
     return stopped

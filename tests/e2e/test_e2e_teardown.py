@@ -1,0 +1,92 @@
+"""`rdc repo down` leaves no process, containerd-shim or mount of the repo behind (checked in /proc)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_kit import E2E, IMAGE, RepoEnv
+
+from rediacc_core.gate import daemon, lifecycle
+from rediacc_core.repos import RepoStore
+from rediacc_core.testing.dockerenv import import_busybox
+
+TOKEN = "987654"  # the sleep's argument: how this test finds its container's process in /proc
+
+
+@pytest.fixture
+def zeta(e2e: E2E) -> Iterator[RepoEnv]:
+    created = e2e.rdc("repo", "create", "zeta@m1")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("zeta")
+    try:
+        up = e2e.rdc("repo", "up", repo.ref)
+        assert up.returncode == 0, up.stderr
+        runtime = lifecycle.runtime_for(e2e.machine, repo)
+        import_busybox(runtime.upstream_socket, IMAGE)
+        yield RepoEnv(repo, runtime, {**e2e.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
+    finally:
+        e2e.rdc("repo", "down", repo.ref)
+        e2e.rdc("repo", "delete", repo.ref, "--yes")
+
+
+def repo_processes(env: RepoEnv) -> list[str]:
+    """Every live process whose command line is the test's sleep or names the repo's directories."""
+    marks = (TOKEN.encode(), os.fsencode(env.runtime.daemon_paths.workdir), os.fsencode(env.runtime.data_dir))
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and any(mark in cmdline for mark in marks) and int(entry) != os.getpid():
+            words = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry}: {words}")
+    return found
+
+
+def repo_mounts(env: RepoEnv) -> list[str]:
+    dirs = (str(env.runtime.daemon_paths.workdir), str(env.runtime.data_dir))
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line for line in lines if any(d in line.split(" ")[4] for d in dirs)]
+
+
+def start_sleeper(env: RepoEnv) -> None:
+    run = env.docker("run", "-d", "--restart", "always", "--name", "sleeper", IMAGE, "sleep", TOKEN)
+    assert run.returncode == 0, run.stderr
+    assert any(TOKEN in p for p in repo_processes(env))
+    assert any("containerd-shim" in p for p in repo_processes(env))
+    assert repo_mounts(env)  # the container's rootfs
+
+
+def test_down_leaves_no_process_shim_or_mount_of_a_restart_always_container(e2e: E2E, zeta: RepoEnv) -> None:
+    start_sleeper(zeta)
+    down = e2e.rdc("repo", "down", zeta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    assert repo_processes(zeta) == []
+    assert repo_mounts(zeta) == []
+
+
+def test_down_after_the_daemon_died_kills_what_it_left_and_says_so(e2e: E2E, zeta: RepoEnv) -> None:
+    start_sleeper(zeta)
+    pid = daemon.read_pid(zeta.runtime.daemon_paths.pidfile)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # a daemon that never got to stop its containers
+    deadline = time.monotonic() + 10
+    while daemon.pid_alive(pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert any(TOKEN in p for p in repo_processes(zeta))  # containerd, the shim and the sleep live on
+    down = e2e.rdc("repo", "down", zeta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    assert "Killed sleep" in down.stderr and "Killed containerd-shim-runc-v2" in down.stderr
+    assert "Unmounted " in down.stderr
+    assert repo_processes(zeta) == []
+    assert repo_mounts(zeta) == []
