@@ -95,9 +95,53 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
+def _end_anchored(pattern: str) -> str:
+    """`pattern` with each `$` anchor written `\\Z`.
+
+    JSON Schema patterns are ECMA-262, where `$` is the end of the text; Python's `$` also matches
+    before a final newline, which would admit `vendor.com/gpu\\n` as a kind the daemon's loader
+    refuses. (`$` inside a character class or escaped does not occur in the shipped schema.)
+    """
+    out = []
+    for index, char in enumerate(pattern):
+        escaped = index > 0 and pattern[index - 1] == "\\"
+        out.append("\\Z" if char == "$" and not escaped else char)
+    return "".join(out)
+
+
+def _python_patterns(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: _end_anchored(value) if key == "pattern" and isinstance(value, str) else _python_patterns(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_python_patterns(item) for item in node]
+    return node
+
+
 @cache
 def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(schema())
+    return jsonschema.Draft202012Validator(_python_patterns(schema()))
+
+
+def _without_nulls(value: Any, annotations: bool = False) -> Any:
+    """The document as the daemon's loader reads it: a YAML/JSON `null` field is the field left out.
+
+    Go decodes `containerEdits:` or `env: null` to the zero value, so the spec loads there; a null
+    annotation value is the empty string. Nulls inside lists stay, and are refused as wrong types.
+    """
+    if isinstance(value, dict):
+        if annotations:
+            return {key: "" if item is None else item for key, item in value.items()}
+        return {
+            key: _without_nulls(item, annotations=key == "annotations")
+            for key, item in value.items()
+            if item is not None
+        }
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -235,6 +279,7 @@ def _spec_problems(document: Any) -> list[str]:
 
 
 def _validated(document: Any, source: str, path: Path | None, todo: str = "") -> Spec:
+    document = _without_nulls(document)
     problems = _spec_problems(document)
     if problems:
         raise CdiSpecError(source, problems, todo)
@@ -369,7 +414,7 @@ def write_spec(path: Path, document: Mapping[str, Any]) -> Spec:
     path = Path(path)
     keep = f"nothing was written; {path} is unchanged. Fix the spec document and write it again"
     fmt = _format_of(path)
-    plain = _plain(document)
+    plain = _without_nulls(_plain(document))
     spec = _validated(plain, str(path), path, keep)
     text = dump_spec(plain, path)
     # Read our own output back: a serialiser quirk must fail here, not in the daemon.

@@ -262,14 +262,15 @@ def test_hook_env_entries_must_be_key_equals_value_too(make_spec: SpecFactory) -
     assert 'at $.containerEdits.hooks[0].env[0]: "DEBUG" is not KEY=VALUE' in problems_of(document)
 
 
-@pytest.mark.parametrize("permissions", ["r", "rw", "rwm", "mwr", "m"])
+# As the reference loader reads them: any of r, w, m (repeats and "" included), or `none`.
+@pytest.mark.parametrize("permissions", ["r", "rw", "rwm", "mwr", "m", "", "rr", "none"])
 def test_device_permissions_are_letters_from_rwm(make_spec: SpecFactory, permissions: str) -> None:
     document = make_spec("gpu0")
     document["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = permissions
     validate_spec(document, "x")
 
 
-@pytest.mark.parametrize("permissions", ["rwx", "", "RW", "rr", "r w"])
+@pytest.mark.parametrize("permissions", ["rwx", "RW", "r w", "rw\n", "nonE"])
 def test_other_device_permissions_are_refused(make_spec: SpecFactory, permissions: str) -> None:
     document = make_spec("gpu0")
     document["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = permissions
