@@ -112,8 +112,8 @@ def _end_anchored(pattern: str) -> str:
 def _python_patterns(node: Any) -> Any:
     if isinstance(node, dict):
         return {
-            key: _end_anchored(value) if key == "pattern" and isinstance(value, str) else _python_patterns(value)
-            for key, value in node.items()
+            key: _end_anchored(item) if key == "pattern" and isinstance(item, str) else _python_patterns(item)
+            for key, item in node.items()
         }
     if isinstance(node, list):
         return [_python_patterns(item) for item in node]
