@@ -5,7 +5,9 @@ Within one value, terms separated by spaces are alternatives (OR) and terms join
 all hold (AND): `cuda>=12.2 brand=tesla,driver>=470,driver<471` reads "CUDA 12.2, or a Tesla on a
 470 driver". A term is `<key><op><value>` with keys `cuda`, `driver`, `arch`, `brand` (any case) and
 operators `= != < <= > >=`; `brand` takes only `=` and `!=`. Versions compare numerically, dot by
-dot, with missing parts as 0 (`470` == `470.0.0`, `12.10` > `12.9`).
+dot, with missing parts as 0 (`470` == `470.0.0`, `12.10` > `12.9`). As in the NVIDIA Container
+Toolkit, a term with another key is ignored, empty terms (a stray comma, two spaces) are skipped,
+and `NVIDIA_REQUIRE_JETPACK*` (Jetson mount options, not requirements) is not read.
 
 A fact the inventory lacks (an old driver reports no compute capability) makes a term unknown
 rather than false: unknown results never refuse a request, they are logged by the caller.
@@ -17,9 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rediacc_nvidia.values import major_minor
-
 PREFIX = "NVIDIA_REQUIRE_"
+JETPACK = "NVIDIA_REQUIRE_JETPACK"  # and _HOST_MOUNTS: options for Jetson's CSV mounts
 DISABLE = "NVIDIA_DISABLE_REQUIRE"
 KEYS = ("cuda", "driver", "arch", "brand")
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
@@ -88,17 +89,24 @@ def parse_bool(text: str) -> bool | None:
     return None
 
 
-def parse_term(text: str, variable: str = PREFIX + "*") -> Term:
-    match = _TERM.match(text)
+def parse_term(text: str, variable: str = PREFIX + "*") -> Term | None:
+    """The condition `text`; None when empty or for a key this language does not know (ignored, as
+    the toolkit ignores them)."""
+    if not text.strip():
+        return None
+    operator_at = next((index for index, char in enumerate(text) if char in "<>=!"), None)
+    if operator_at is None:
+        raise RequirementError(
+            f"{variable}: {text!r} is not a condition; write <key><operator><value>, e.g. cuda>=12.2"
+        )
+    if text[:operator_at].lower() not in KEYS:
+        return None  # whatever follows: the toolkit skips a key it does not know
+    match = _TERM.fullmatch(text)
     if match is None:
         raise RequirementError(
             f"{variable}: {text!r} is not a condition; write <key><operator><value>, e.g. cuda>=12.2"
         )
     key, op, value = match.group(1).lower(), match.group(2), match.group(3)
-    if key not in KEYS:
-        raise RequirementError(
-            f"{variable}: {text!r} has unknown key {match.group(1)!r}; use cuda, driver, arch or brand"
-        )
     if key == "brand":
         if op not in ("=", "!="):
             raise RequirementError(
@@ -114,10 +122,10 @@ def parse_term(text: str, variable: str = PREFIX + "*") -> Term:
 def parse_requirement(variable: str, value: str) -> Requirement:
     alternatives = []
     for alternative in value.split():
-        parts = alternative.split(",")
-        if any(part == "" for part in parts):
-            raise RequirementError(f"{variable}: {alternative!r} has an empty condition (a stray comma)")
-        alternatives.append(tuple(parse_term(part, variable) for part in parts))
+        terms = [parse_term(part, variable) for part in alternative.split(",") if part]
+        known = tuple(term for term in terms if term is not None)
+        if known:  # an alternative of ignored terms only is dropped, as upstream drops it
+            alternatives.append(known)
     return Requirement(variable, value, tuple(alternatives))
 
 
@@ -203,13 +211,29 @@ def collect(env: Mapping[str, str]) -> list[Requirement]:
     requirements = [
         parse_requirement(name, value)
         for name, value in sorted(env.items())
-        if name.startswith(PREFIX) and value.strip()
+        if name.startswith(PREFIX) and not name.startswith(JETPACK) and value.strip()
     ]
     legacy = env.get("CUDA_VERSION", "")
     if legacy and not env.get(PREFIX + "CUDA"):
         # Images from before NVIDIA_REQUIRE_CUDA existed: the runtime required their CUDA version.
-        version = major_minor(legacy)
+        version = legacy_cuda_version(legacy)
         if version is None:
             raise RequirementError(f"CUDA_VERSION={legacy!r} is not a version like 10.0.130")
         requirements.append(parse_requirement("CUDA_VERSION", f"cuda>={version}"))
     return requirements
+
+
+_SEMVER = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
+_UINT32 = 2**32 - 1
+
+
+def legacy_cuda_version(text: str) -> str | None:
+    """`major.minor` of a CUDA_VERSION as the toolkit reads it (a loose semantic version: `8` is
+    8.0, `v11.6` is 11.6, `9.0.116` is 9.0); None when it is not one or a part exceeds 32 bits."""
+    match = _SEMVER.fullmatch(text)
+    if match is None:
+        return None
+    major, minor = int(match.group(1)), int(match.group(2) or 0)
+    if major > _UINT32 or minor > _UINT32:
+        return None
+    return f"{major}.{minor}"

@@ -55,12 +55,16 @@ def token_kind(token: str) -> TokenKind | None:
 
 
 def parse_visible(variable: str, value: str) -> VisibleRequest:
-    text = value.strip()
-    if text in ("", "void"):
+    """Read `value` as the toolkit does: empty entries are skipped, `void` anywhere (or nothing at
+    all) means no GPU container, and otherwise the first `all` or `none` decides the whole list."""
+    tokens = tuple(token.strip() for token in value.split(",") if token.strip())
+    if not tokens or "void" in tokens:
         return VisibleRequest(variable, value, "void")
-    if text == "none":
+    special = next((token for token in tokens if token in ("all", "none")), None)
+    if special == "none":
         return VisibleRequest(variable, value, "none")
-    tokens = tuple(token.strip() for token in text.split(","))
+    if special == "all":
+        return VisibleRequest(variable, value, "devices", ("all",))
     for token in tokens:
         if token_kind(token) is None:
             raise VisibleDevicesError(

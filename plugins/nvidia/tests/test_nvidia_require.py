@@ -91,10 +91,8 @@ def test_failed_term_is_named() -> None:
         ("cuda", "not a condition"),
         ("cuda==12.2", "not a condition"),
         ("cuda=>12.2", "not a condition"),
-        ("gpu>=1", "unknown key 'gpu'"),
         ("brand>=tesla", "brands take only = and !="),
         ("cuda>=twelve", "not a version"),
-        ("cuda>=12.2,", "stray comma"),
         ("cuda>=12..2", "not a version"),
     ],
 )
