@@ -5,6 +5,10 @@
     machines:
       lab:
         root: /srv/sim/lab
+      gpu1:                     # reached over SSH (rediacc_core.remote)
+        ssh: root@gpu1.example.com:2222
+        identity: ~/.ssh/id_gpu1   # optional
+        root: /                 # the root on the machine; optional, `/` by default
 
 `localhost` (root `/`) always exists and can be neither added nor removed.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +32,27 @@ import yaml
 from rediacc_core.errors import NotFoundError, StateError, ValidationError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.machine import Machine
+from rediacc_core.remote.address import SshAddress
 
 CONFIG_ENV = "REDIACC_CONFIG"
 LOCALHOST = "localhost"
 
 # Machine names end up in repo references (`name:tag@machine`), so `@` and `:` stay out of them.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+# Set by the machine-side agent: the one machine it serves, with its root on this host.
+_pinned: tuple[str, str] | None = None
+
+
+def pin_machine(name: str, root: str) -> None:
+    """Make every `Config.load()` in this process see only `name`, a local machine at `root`.
+
+    `rdc-agent` runs a forwarded command with this, so the command finds the machine under the name
+    the client used without any config file on the machine.
+    """
+    global _pinned
+    _pinned = (name, root)
 
 
 def default_path() -> Path:
@@ -60,6 +80,9 @@ class Config:
 
     @classmethod
     def load(cls, path: Path | None = None) -> Config:
+        if _pinned is not None and path is None:
+            name, root = _pinned
+            return cls(Path(os.devnull), {} if name == LOCALHOST else {name: {"root": root}})
         path = path if path is not None else default_path()
         if not path.exists():
             return cls(path)
@@ -96,6 +119,10 @@ class Config:
                 f"no machine named {name!r}",
                 "run `rdc machine list` to see the machines, or `rdc machine add`",
             )
+        ssh = entry.get("ssh")
+        if ssh is not None:  # its root is on that machine: nothing here to check
+            address = SshAddress.parse(ssh, entry.get("identity"))
+            return Machine(name, Path(entry.get("root", "/")), remote=address)
         root = Path(entry["root"])
         if present and not root.is_dir():
             raise StateError(
@@ -103,6 +130,11 @@ class Config:
                 f"restore {root}, or forget the machine with `rdc machine remove {name}`",
             )
         return Machine(name, root)
+
+    @property
+    def known_hosts(self) -> Path:
+        """rdc's own known_hosts (host keys of SSH machines), beside the config file."""
+        return self.path.parent / "known_hosts"
 
     def has(self, name: str) -> bool:
         return name == LOCALHOST or name in self.entries
@@ -133,6 +165,24 @@ class Config:
                     f"use `{other.name}`, or remove it first with `rdc machine remove {other.name}`",
                 )
         self.entries[name] = {"root": str(root)}
+        return self.machine(name)
+
+    def add_ssh(self, name: str, address: SshAddress, root: str | None = None) -> Machine:
+        """Register a machine reached over SSH; `root` is a directory on that machine (`/` by default)."""
+        check_machine_name(name)
+        if self.has(name):
+            raise StateError(
+                f"a machine named {name!r} already exists",
+                f"choose another name, or remove it first with `rdc machine remove {name}`",
+            )
+        if root is not None and not root.startswith("/"):
+            raise ValidationError(f"--root {root!r} must be an absolute path on the machine", "e.g. --root /")
+        entry: dict[str, Any] = {"ssh": str(address)}
+        if address.identity:
+            entry["identity"] = address.identity
+        if root not in (None, "/"):
+            entry["root"] = root
+        self.entries[name] = entry
         return self.machine(name)
 
     def remove(self, name: str) -> None:
@@ -178,13 +228,15 @@ def _parse(path: Path, document: Any) -> dict[str, dict[str, Any]]:
             raise bad(f"invalid machine name {name!r}")
         if not isinstance(entry, dict):
             raise bad(f"machine {name!r} must be a mapping with `root`")
-        extra = set(entry) - {"root", "settings"}
+        extra = set(entry) - {"root", "settings", "ssh", "identity"}
         if extra:
             raise bad(f"machine {name!r} has unknown keys: {', '.join(sorted(map(str, extra)))}")
         root = entry.get("root")
         if name == LOCALHOST:
             if root not in (None, "/"):
                 raise bad("localhost's root is always /")
+        elif "ssh" in entry:
+            _parse_ssh(name, entry, bad)
         elif not isinstance(root, str) or not root.startswith("/"):
             raise bad(f"machine {name!r} needs an absolute `root` path")
         # Settings an older `rdc` kept here: only their shape is checked, they are kept and ignored.
@@ -192,9 +244,26 @@ def _parse(path: Path, document: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(settings, dict):
             raise bad(f"machine {name!r}: `settings` must be a mapping")
         parsed: dict[str, Any] = {}
-        if name != LOCALHOST:
+        if name != LOCALHOST and root is not None:
             parsed["root"] = root
+        for key in ("ssh", "identity"):
+            if key in entry:
+                parsed[key] = entry[key]
         if settings:
             parsed["settings"] = {str(k): str(v) for k, v in settings.items()}
         entries[name] = parsed
     return entries
+
+
+def _parse_ssh(name: str, entry: dict[str, Any], bad: Callable[[str], ValidationError]) -> None:
+    if name == LOCALHOST:
+        raise bad("localhost is this host; it has no `ssh` address")
+    root, ssh, identity = entry.get("root"), entry.get("ssh"), entry.get("identity")
+    if root is not None and (not isinstance(root, str) or not root.startswith("/")):
+        raise bad(f"machine {name!r}: `root` must be an absolute path on the machine")
+    if not isinstance(ssh, str) or (identity is not None and not isinstance(identity, str)):
+        raise bad(f"machine {name!r}: `ssh` must be [USER@]HOST[:PORT] and `identity` a path")
+    try:
+        SshAddress.parse(ssh)
+    except ValidationError as exc:
+        raise bad(f"machine {name!r}: {exc.what}") from exc

@@ -2,7 +2,8 @@
 
 Every path the project reads or writes on a machine goes through `Machine.path`, so a machine whose
 root is a directory (a simulated machine, a test) behaves exactly like `/`. Commands go through a
-`Transport`, the seam where remote (SSH) machines will plug in.
+`Transport`. A machine reached over SSH (`remote` set) has no paths here: the CLI forwards the
+whole command to the agent on it (`rediacc_core.remote`), which works on it as a local machine.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
+
+from rediacc_core.errors import StateError
+from rediacc_core.remote.address import SshAddress
 
 Platform = Literal["native", "wsl"]
 
@@ -82,9 +86,16 @@ class Machine:
     name: str
     root: Path = Path("/")
     transport: Transport = field(default_factory=LocalTransport)
+    remote: SshAddress | None = None
 
     def path(self, absolute: str | os.PathLike[str]) -> Path:
         """The host path of `absolute` as this machine sees it (`/etc/cdi` -> `<root>/etc/cdi`)."""
+        if self.remote is not None:
+            # Reading a remote root's path here would silently read this host's files instead.
+            raise StateError(
+                f"machine {self.name} is reached over SSH ({self.remote}); its files are not on this host",
+                "run the command through rdc, which forwards it to the machine",
+            )
         text = os.fspath(absolute)
         if not text.startswith("/"):
             raise ValueError(f"machine paths are absolute, got {text!r}")

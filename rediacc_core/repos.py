@@ -226,14 +226,16 @@ def resolve_ref(ref_text: str, config: MachineSource) -> tuple[Machine, Repo]:
         return machine, RepoStore(machine).get_by_label(ref.label)
     found: list[tuple[Machine, Repo]] = []
     for machine in config.machines():
+        if machine.remote is not None:  # searching it would cost a connection: name it with @machine
+            continue
         repo = RepoStore(machine).find(ref.label)
         if repo is not None:
             found.append((machine, repo))
     if not found:
         raise NotFoundError(
-            f"no repo {ref.label!r} on any configured machine",
-            "check the name with `rdc repo list <machine>`, or create it with "
-            f"`rdc repo create {ref.label}@<machine>`",
+            f"no repo {ref.label!r} on any configured local machine",
+            f"name the machine as {ref.label}@<machine> (needed for one reached over SSH); check the name "
+            f"with `rdc repo list <machine>`, or create it with `rdc repo create {ref.label}@<machine>`",
         )
     if len(found) > 1:
         candidates = ", ".join(repo.ref for _, repo in found)

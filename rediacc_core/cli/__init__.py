@@ -83,6 +83,7 @@ def _add_groups() -> None:
 
     for command in (machine, plugins, demo):
         cli.add_command(command)
+    importlib.import_module("rediacc_core.remote.cli")  # attaches `machine trust|install`
     # Written separately and attached when present, so the CLI works while they are being built.
     try:
         from rediacc_core.cli.repo import repo
@@ -122,6 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     """The `rdc` console script."""
     warnings.showwarning = _show_warning
     try:
+        from rediacc_core.remote.dispatch import forward_if_remote
+
+        # A command whose machine is reached over SSH runs there, whole (see rediacc_core.remote).
+        forwarded = forward_if_remote(sys.argv[1:] if argv is None else argv)
+        if forwarded is not None:
+            sys.exit(forwarded)
         # Not standalone, so unexpected exceptions reach the handler below; click then hands back
         # the exit code of a `ctx.exit(code)` (our commands return None otherwise).
         code = cli.main(args=argv, prog_name="rdc", standalone_mode=False)

@@ -36,14 +36,28 @@ def machine() -> None:
 @click.argument("name")
 @click.option(
     "--root",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The machine's filesystem root (/sys, /dev, /etc … are read and written under it).",
+    help="The machine's filesystem root (/sys, /dev, /etc … are read and written under it); with --ssh, "
+    "a directory on that machine (default /).",
 )
-def add(name: str, root: Path) -> None:
-    """Register the local machine NAME whose filesystem root is DIR."""
+@click.option(
+    "--ssh", "ssh", metavar="[USER@]HOST[:PORT]", help="Reach the machine over SSH (OpenSSH client)."
+)
+@click.option("--identity", metavar="FILE", help="With --ssh: the private key to log in with.")
+@click.option("--accept-host-key", is_flag=True, help="With --ssh: trust the key the host presents now.")
+def add(name: str, root: str | None, ssh: str | None, identity: str | None, accept_host_key: bool) -> None:
+    """Register the machine NAME: a local root DIR, or a machine reached over SSH."""
     config = Config.load()
-    added = config.add(name, root)
+    if ssh is not None:
+        from rediacc_core.remote.cli import add_ssh_machine
+
+        add_ssh_machine(config, name, ssh, identity, root, accept_host_key)
+        return
+    if root is None or identity is not None or accept_host_key:
+        raise ValidationError(
+            "a local machine needs --root DIR (--identity and --accept-host-key go with --ssh)",
+            f"e.g. rdc machine add {name} --root /srv/sim/{name}, or --ssh root@host",
+        )
+    added = config.add(name, Path(root))
     config.save()
     note(f"Added machine {added.name} with root {added.root}.")
     note(f"Next: rdc machine setup {added.name}")
@@ -76,11 +90,20 @@ def list_machines(fmt: str) -> None:
     )
 
 
-def _settings_text(settings: Mapping[str, str]) -> str | None:
-    return ", ".join(f"{k}={v}" for k, v in settings.items()) or None
+def _settings_text(settings: Mapping[str, str] | None) -> str | None:
+    return ", ".join(f"{k}={v}" for k, v in (settings or {}).items()) or None
 
 
 def _machine_row(m: Machine, fmt: str) -> dict[str, Any]:
+    if m.remote is not None:  # not asked over the network: the listing stays fast and offline
+        return {
+            "name": m.name,
+            "root": f"{m.remote}:{m.root}",
+            "platform": None,
+            "settings": None,
+            "inventory": None,
+            "ssh": str(m.remote),
+        }
     try:
         inventory = load_inventory(m)
         if not m.root.is_dir():
@@ -123,10 +146,15 @@ def _note_old_settings(config: Config, name: str) -> None:
 def remove(name: str) -> None:
     """Forget the machine NAME (nothing under its root is touched)."""
     config = Config.load()
-    root = config.machine(name, present=False).root  # a machine whose root vanished can be forgotten
+    target = config.machine(name, present=False)  # a machine whose root vanished can be forgotten
     config.remove(name)
     config.save()
-    note(f"Removed machine {name}; nothing under {root} was changed.")
+    if target.remote is not None:
+        from rediacc_core.remote.cli import forget_ssh_machine
+
+        forget_ssh_machine(config, target)
+    where = f"{target.remote}:{target.root}" if target.remote is not None else str(target.root)
+    note(f"Removed machine {name}; nothing under {where} was changed.")
 
 
 @machine.command("config")
@@ -300,13 +328,19 @@ def gpu() -> None:
 
 
 @gpu.command("list")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option("--all", "every", is_flag=True, help="Every machine at once, one row per GPU.")
 @output_option()
-def gpu_list(name: str, fmt: str) -> None:
+def gpu_list(name: str | None, every: bool, fmt: str) -> None:
     """Each GPU, every grantable CDI name, and the grants in force (read live).
 
     `-o json` prints the inventory exactly as it is recorded on the machine.
     """
+    if every or name is None:
+        from rediacc_core.remote.fleet import fleet_gpu_list
+
+        fleet_gpu_list(name, every, fmt)
+        return
     target = Config.load().machine(name)
     text = read_inventory_text(target)
     if text is None:

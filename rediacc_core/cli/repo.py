@@ -64,10 +64,16 @@ def create(ref: str, docker_host: str | None) -> None:
 
 
 @repo.command("list")
-@click.argument("machine_name", metavar="MACHINE")
+@click.argument("machine_name", metavar="MACHINE", required=False)
+@click.option("--all", "every", is_flag=True, help="The repos of every machine at once.")
 @output_option()
-def list_repos(machine_name: str, fmt: str) -> None:
+def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     """The repos on MACHINE with their GPU grants (`*` marks an exclusive grant)."""
+    if every or machine_name is None:
+        from rediacc_core.remote.fleet import fleet_repo_list
+
+        fleet_repo_list(machine_name, every, fmt)
+        return
     machine = Config.load().machine(machine_name)
     repos = RepoStore(machine).list()
     grants = read_grants(machine)

@@ -1,0 +1,101 @@
+"""`rdc-agent`: the machine side of an SSH machine, run by `ssh` once per command (not a daemon).
+
+It reads one request line, checks that the client runs the same rediacc-core and plugin versions,
+then runs the same `rdc` command line against this machine's root and streams what the command
+writes back as protocol lines. The command takes the machine's own locks and writes atomically, so a
+connection that drops mid-way leaves the machine with the whole change or none of it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+from typing import Any
+
+from rediacc_core.remote import protocol
+
+EXIT_PROTOCOL = 3
+
+
+class _Chunks(io.TextIOBase):
+    """A text stream whose writes become `{"out": …}` or `{"err": …}` lines as they happen."""
+
+    def __init__(self, sender: protocol.Sender, key: str) -> None:
+        self.sender = sender
+        self.key = key
+
+    def write(self, text: str | bytes) -> int:
+        # click.echo writes bytes to a stream it cannot prove is text.
+        if text:
+            self.sender.send({self.key: text.decode(errors="replace") if isinstance(text, bytes) else text})
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+    encoding = "utf-8"
+
+
+def main() -> None:
+    # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a tool the command runs
+    # that writes straight to the fd cannot corrupt the stream (the client shows it as text).
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sender = protocol.Sender(channel)
+    # The session's end must not kill a command half way: it completes, and its answer is dropped.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    line = sys.stdin.buffer.readline()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # daemons the command starts must not hold the channel's input
+    try:
+        message = protocol.decode(line)
+    except protocol.ProtocolError:
+        sender.send({"err": "rdc-agent: the request is not protocol JSON\n"})
+        sender.send({"exit": EXIT_PROTOCOL})
+        return
+    sender.send({"exit": serve(message, sender)})
+
+
+def serve(message: dict[str, Any], sender: protocol.Sender) -> int:
+    if message.get("v") != protocol.VERSION:
+        sender.send({"skew": {"protocol": protocol.VERSION}})
+        return EXIT_PROTOCOL
+    mine = protocol.versions()
+    if message.get("op") == "versions":
+        sender.send({"versions": mine})
+        return 0
+    if message.get("versions") != mine:
+        sender.send({"skew": mine})
+        return EXIT_PROTOCOL
+    argv, name, root = message.get("argv"), message.get("machine"), message.get("root")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return _bad(sender, "argv")
+    if not (isinstance(name, str) and isinstance(root, str) and root.startswith("/")):
+        return _bad(sender, "machine/root")
+    sender.send({"started": os.getpid()})  # from here on, a lost connection means "dropped mid-way"
+    columns = message.get("columns")
+    if isinstance(columns, int) and columns > 0:
+        os.environ["COLUMNS"] = str(columns)
+    return run_command(argv, name, root, sender)
+
+
+def _bad(sender: protocol.Sender, what: str) -> int:
+    sender.send({"err": f"rdc-agent: bad request ({what})\n"})
+    return EXIT_PROTOCOL
+
+
+def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender) -> int:
+    from rediacc_core import cli, config
+
+    config.pin_machine(name, root)
+    sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err")
+    try:
+        cli.main(argv)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    return 0

@@ -1,0 +1,180 @@
+"""The commands that exist for SSH machines: host keys (add, trust, remove), `rdc machine install`,
+and docker from the laptop (`rdc repo env`, `rdc repo tunnel`)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import click
+
+from rediacc_core.cli.machine import machine
+from rediacc_core.cli.output import note
+from rediacc_core.cli.repo import repo
+from rediacc_core.config import Config
+from rediacc_core.errors import RdcError, RefusedError, StateError, ToolError, ValidationError
+from rediacc_core.machine import Machine
+from rediacc_core.remote import install, protocol, tunnel
+from rediacc_core.remote.address import SshAddress
+from rediacc_core.remote.dispatch import agent_path, machine_versions, ssh_machine
+from rediacc_core.remote.ssh import SshMachine, classify, fingerprints, stderr_file
+from rediacc_core.repos import RepoRef, resolve_ref
+
+
+def add_ssh_machine(
+    config: Config, name: str, ssh: str, identity: str | None, root: str | None, accept: bool
+) -> None:
+    added = config.add_ssh(name, SshAddress.parse(ssh, identity), root)
+    config.save()
+    note(f"Added machine {name} at {added.remote}, root {added.root} there.")
+    target = ssh_machine(config, added)
+    try:
+        keys = target.scan_keys()
+    except RdcError as exc:
+        note(f"Warning: could not fetch its host key now: {exc.what}")
+        note(f"When it is reachable, run: rdc machine trust {name}")
+        return
+    prints = ", ".join(fingerprints(keys))
+    if accept:
+        target.remember_keys(keys)
+        note(f"Trusted its host key: {prints}.")
+        note(f"Next: rdc machine install {name}")
+    else:
+        note(f"Its host key is not trusted yet: {prints}.")
+        note(f"If that is the machine's fingerprint, accept it: rdc machine trust {name}")
+
+
+def forget_ssh_machine(config: Config, target: Machine) -> None:
+    ssh = ssh_machine(config, target)
+    ssh.close_master()
+    ssh.forget_keys()
+
+
+def _ssh_target(name: str) -> tuple[Config, Machine, SshMachine]:
+    config = Config.load()
+    target = config.machine(name)
+    if target.remote is None:
+        raise ValidationError(f"machine {name} is local, not reached over SSH", "nothing to do for it")
+    return config, target, ssh_machine(config, target)
+
+
+@machine.command("trust")
+@click.argument("name")
+@click.option("--fingerprint", metavar="SHA256:…", help="Accept the key only if it has this fingerprint.")
+def trust(name: str, fingerprint: str | None) -> None:
+    """Trust the host key the SSH machine NAME presents now (replacing one trusted before)."""
+    _config, _target, ssh = _ssh_target(name)
+    keys = ssh.scan_keys()
+    prints = fingerprints(keys)
+    if fingerprint is not None and not any(p.split()[0] == fingerprint for p in prints):
+        raise RefusedError(
+            f"machine {name} presents {', '.join(prints)}, not {fingerprint}; nothing was trusted",
+            "check the fingerprint with the machine's operator (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub)",
+        )
+    old = fingerprints(ssh.trusted_keys()) if ssh.trusted_keys() else []
+    ssh.close_master()  # a master made under the old key must not outlive it
+    ssh.remember_keys(keys)
+    if old and set(old) != set(prints):
+        note(f"Replaced the old host key of {name} ({', '.join(old)}).")
+    note(f"Trusted the host key of {name}: {', '.join(prints)}.")
+
+
+@machine.command("install")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Install even when the machine has the same versions already.")
+def install_command(name: str, force: bool) -> None:
+    """Install this client's rediacc-core and plugin versions on the SSH machine NAME (a venv there)."""
+    config, target, ssh = _ssh_target(name)
+    wanted = protocol.versions()
+    if not force:
+        try:
+            if machine_versions(config, target) == wanted:
+                note(f"Machine {name} already runs these versions ({_pins(wanted)}); nothing to do.")
+                return
+        except StateError as exc:
+            if "not installed" not in exc.what and "other rediacc versions" not in exc.what:
+                raise
+    if not ssh.trusted_keys():
+        raise StateError(
+            f"the host key of machine {name} is not trusted yet", f"run `rdc machine trust {name}`"
+        )
+    prefix = agent_path(target).removesuffix("/bin/rdc-agent")
+    note(f"Building wheels of {_pins(wanted)} …")
+    with install.scratch_dir() as scratch:
+        wheels = install.build_wheels(list(wanted), Path(scratch))
+        archive = install.wheelhouse_tar(wheels)
+    note(f"Installing them into {prefix} on {name} …")
+    argv = ssh.argv("sh -c " + shlex.quote(install.install_script(prefix, wanted)))
+    with stderr_file() as errfile:
+        proc = subprocess.run(
+            argv, input=archive, stdout=errfile, stderr=errfile, timeout=install.PIP_TIMEOUT
+        )
+        errfile.seek(0)
+        output = errfile.read().decode(errors="replace")
+    if proc.returncode == 255:
+        raise classify(ssh, proc.returncode, output)
+    if proc.returncode != 0:
+        raise ToolError(
+            f"installing on machine {name} failed (exit {proc.returncode}): {output.strip()[-800:]}",
+            f"fix the cause on the machine (python3 3.11+, python3-venv, pip's index), then rerun "
+            f"`rdc machine install {name}`",
+        )
+    got = machine_versions(config, target)
+    if got != wanted:
+        raise ToolError(f"machine {name} still reports {_pins(got)} after installing", "rerun with --force")
+    note(f"Installed {_pins(wanted)} on {name} ({prefix}).")
+    note(f"Next: rdc machine setup {name}")
+
+
+def _pins(versions: dict[str, str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+# --- docker from the laptop -------------------------------------------------------------------------
+
+
+@repo.command("env")
+@click.argument("ref", metavar="REPO")
+def env(ref: str) -> None:
+    """Print `export DOCKER_HOST=…` for REPO's gate (over a tunnel for an SSH machine).
+
+    Use it as: eval "$(rdc repo env REPO)"; then docker and docker compose reach the repo's gate.
+    """
+    click.echo(f"export DOCKER_HOST={_docker_host(ref)}")
+
+
+@repo.command("tunnel")
+@click.argument("ref", metavar="REPO")
+@click.option("--close", is_flag=True, help="Close the tunnel instead.")
+def tunnel_command(ref: str, close: bool) -> None:
+    """Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST."""
+    config, target, parsed = _remote_repo(ref)
+    if close:
+        closed = tunnel.close_tunnel(config, target, parsed)
+        note(f"Closed the tunnel to {parsed}." if closed else f"No tunnel to {parsed} was open.")
+        return
+    click.echo(f"unix://{tunnel.open_tunnel(config, target, parsed)}")
+    note(f"Close it with: rdc repo tunnel {parsed} --close")
+
+
+def _remote_repo(ref: str) -> tuple[Config, Machine, str]:
+    parsed = RepoRef.parse(ref)
+    config = Config.load()
+    if parsed.machine is None or config.machine(parsed.machine).remote is None:
+        raise ValidationError(
+            f"{ref} is not a repo on a machine reached over SSH",
+            f"for a local repo, DOCKER_HOST is its gate socket: rdc repo env {ref}",
+        )
+    return config, config.machine(parsed.machine), ref
+
+
+def _docker_host(ref: str) -> str:
+    parsed = RepoRef.parse(ref)
+    config = Config.load()
+    if parsed.machine is not None and config.machine(parsed.machine).remote is not None:
+        return f"unix://{tunnel.open_tunnel(config, config.machine(parsed.machine), ref)}"
+    from rediacc_core.gate.lifecycle import runtime_for
+
+    machine, found = resolve_ref(ref, config)
+    return runtime_for(machine, found).docker_host_url

@@ -1,0 +1,342 @@
+"""Forwarding: a command whose target is an SSH machine runs on that machine, through `rdc-agent`.
+
+This is the one place remote machines are handled for the commands: `rdc`'s entry point asks
+`forward_if_remote` first, which finds the command's target machine the way click parses the line
+(a MACHINE/NAME argument, or the `@machine` of a repo reference). For an SSH machine the unchanged
+argument list goes to the agent, and its output and exit code become this process's, so tables,
+`-o json|yaml`, `Error:`/`What to do:` and exit codes are exactly the local ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import click
+
+from rediacc_core.config import Config
+from rediacc_core.errors import EXIT_TOOL, AmbiguousError, RdcError, StateError
+from rediacc_core.machine import Machine
+from rediacc_core.remote import protocol
+from rediacc_core.remote.address import DEFAULT_PREFIX
+from rediacc_core.remote.ssh import SshMachine, classify, key_unknown, no_ssh_client, stderr_file
+from rediacc_core.repos import RepoRef, RepoStore
+
+# Commands that act on this host's config (or open their own connections) even when named with an
+# SSH machine.
+LOCAL_COMMANDS = frozenset(
+    {
+        ("machine", "add"),
+        ("machine", "list"),
+        ("machine", "remove"),
+        ("machine", "trust"),
+        ("machine", "install"),
+        ("repo", "env"),
+        ("repo", "tunnel"),
+    }
+)
+# How a command names its target: a machine argument, or a repo reference carrying `@machine`.
+_MACHINE_PARAMS = ("machine_name", "name")
+_REF_PARAMS = ("ref",)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a command line names: its command path, and its machine or repo reference."""
+
+    path: tuple[str, ...]
+    machine: str | None = None
+    unplaced_ref: str | None = None  # a repo reference without `@machine`
+
+
+def parse_target(argv: Sequence[str]) -> Target | None:
+    """What `rdc ARGV` acts on, or None (a local command, help, or a line click will reject)."""
+    if any(arg in ("-h", "--help", "--version") for arg in argv):
+        return None
+    from rediacc_core.cli import cli
+
+    try:
+        ctx = cli.make_context("rdc", list(argv), resilient_parsing=True)
+        command: click.Command = cli
+        path: list[str] = []
+        while isinstance(command, click.Group):
+            # Click keeps the subcommand's name apart from the rest (`_protected_args` from 8.2 on).
+            held = vars(ctx).get("_protected_args", vars(ctx).get("protected_args", []))
+            rest = [*held, *ctx.args]
+            if not rest:
+                return None
+            _name, sub, rest = command.resolve_command(ctx, rest)
+            if sub is None or sub.name is None:
+                return None
+            path.append(sub.name)
+            ctx = sub.make_context(sub.name, rest, parent=ctx, resilient_parsing=True)
+            command = sub
+    except click.ClickException:
+        return None
+    if tuple(path) in LOCAL_COMMANDS:
+        return None
+    for param in _REF_PARAMS:
+        value = ctx.params.get(param)
+        if isinstance(value, str):
+            try:
+                machine = RepoRef.parse(value).machine
+            except RdcError:
+                return None
+            return Target(tuple(path), machine, None if machine else value)
+    for param in _MACHINE_PARAMS:
+        value = ctx.params.get(param)
+        if isinstance(value, str):
+            return Target(tuple(path), value)
+    return None
+
+
+def command_target(argv: Sequence[str]) -> str | None:
+    """The machine `rdc ARGV` names, or None."""
+    target = parse_target(argv)
+    return target.machine if target is not None else None
+
+
+def forward_if_remote(argv: Sequence[str]) -> int | None:
+    """Run `rdc ARGV` on its SSH machine and return the exit code; None when it runs here."""
+    target = parse_target(argv)
+    if target is None:
+        return None
+    config = Config.load()
+    name = target.machine
+    if target.unplaced_ref is not None:
+        name = _place(config, target.unplaced_ref)
+        if name is None:
+            return None  # local, or nowhere: the command resolves it and reports
+        argv = _with_machine(argv, target.unplaced_ref, name)
+    if name is None or not config.has(name):
+        return None  # the command reports the unknown machine itself
+    machine = config.machine(name)
+    if machine.remote is None:
+        return None
+    if target.path == ("repo", "docker-host"):
+        # The machine's socket path means nothing here: hand out the local end of a tunnel to it.
+        from rediacc_core.remote.tunnel import open_tunnel
+
+        ref = next(a for a in argv if a.endswith(f"@{name}"))
+        try:
+            click.echo(f"unix://{open_tunnel(config, machine, ref)}")
+        except RdcError as exc:
+            report(exc, Stream(sys.stderr))
+            return exc.exit_code
+        return 0
+    return run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
+
+
+def _place(config: Config, ref: str) -> str | None:
+    """The SSH machine holding the repo `ref` names without `@machine`, when it is only there.
+
+    Local machines are looked at here and SSH machines asked in parallel (`repo list -o json`); a
+    machine that does not answer is left out. None when the repo is local or found nowhere (the
+    command then resolves it as usual); ambiguous when several machines hold it.
+    """
+    remote = [m for m in config.machines() if m.remote is not None]
+    if not remote:
+        return None
+    label = RepoRef.parse(ref).label
+    holders = [m.name for m in config.machines() if m.remote is None and RepoStore(m).find(label) is not None]
+
+    def holds(machine: Machine) -> bool:
+        out = Stream()
+        if run_remote(config, machine, ["repo", "list", machine.name, "-o", "json"], out, Stream()) != 0:
+            return False
+        try:
+            return any(r.get("ref", "").split("@")[0] == label for r in json.loads(out.value()))
+        except (ValueError, AttributeError):
+            return False
+
+    with ThreadPoolExecutor(max_workers=min(32, len(remote))) as pool:
+        holders += [m.name for m, found in zip(remote, pool.map(holds, remote), strict=True) if found]
+    if len(holders) > 1:
+        raise AmbiguousError(
+            f"repo {label!r} exists on several machines: {', '.join(holders)}",
+            f"name the machine, e.g. {label}@{holders[0]}",
+        )
+    if holders and config.machine(holders[0]).remote is not None:
+        return holders[0]
+    return None
+
+
+def _with_machine(argv: Sequence[str], ref: str, machine: str) -> list[str]:
+    """`argv` with the repo reference placed on `machine` (its first occurrence: the argument)."""
+    placed = list(argv)
+    placed[placed.index(ref)] = f"{ref}@{machine}"
+    return placed
+
+
+# --- running on the agent -------------------------------------------------------------------------
+
+
+class Stream:
+    """Where the agent's chunks of one kind go."""
+
+    def __init__(self, target: IO[str] | None = None) -> None:
+        self.target = target
+        self.text: list[str] = []
+
+    def write(self, chunk: str) -> None:
+        if self.target is None:
+            self.text.append(chunk)
+        else:
+            self.target.write(chunk)
+            self.target.flush()
+
+    def value(self) -> str:
+        return "".join(self.text)
+
+
+def ssh_machine(config: Config, machine: Machine) -> SshMachine:
+    assert machine.remote is not None
+    return SshMachine(machine.name, machine.remote, config.known_hosts)
+
+
+def agent_path(machine: Machine) -> str:
+    """`rdc-agent` of the venv `rdc machine install` makes: /opt/rediacc, under a simulated root."""
+    return os.path.join(str(machine.root), DEFAULT_PREFIX.lstrip("/"), "bin", "rdc-agent")
+
+
+@dataclass
+class AgentCall:
+    """One exchange with the agent: the request and what came back."""
+
+    machine: Machine
+    ssh: SshMachine
+    request: dict[str, Any]
+    on_message: Callable[[dict[str, Any]], None] = field(default=lambda _m: None)
+    exit: int | None = None
+    skew: dict[str, Any] | None = None
+    versions: dict[str, str] | None = None
+    received: int = 0
+
+    def run(self, out: Stream, err: Stream) -> int:
+        if not self.ssh.trusted_keys():
+            raise key_unknown(self.ssh)
+        if shutil.which("ssh") is None:
+            raise no_ssh_client()
+        argv = self.ssh.argv("exec " + shlex.quote(agent_path(self.machine)))
+        with stderr_file() as errfile:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errfile)
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(protocol.encode(self.request))
+                proc.stdin.close()
+            except OSError:
+                pass  # ssh is gone already: its exit status and stderr say why
+            try:
+                for line in proc.stdout:
+                    self._take(line, out, err)
+            finally:
+                proc.stdout.close()
+                returncode = proc.wait()
+            errfile.seek(0)
+            ssh_stderr = errfile.read().decode(errors="replace")
+        return self._outcome(returncode, ssh_stderr)
+
+    def _take(self, line: bytes, out: Stream, err: Stream) -> None:
+        try:
+            message = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            err.write(f"{exc}\n")  # something on the machine printed plain text: show it
+            return
+        self.received += 1
+        if "out" in message:
+            out.write(str(message["out"]))
+        elif "err" in message:
+            err.write(str(message["err"]))
+        elif "exit" in message and isinstance(message["exit"], int):
+            self.exit = message["exit"]
+        elif "skew" in message:
+            self.skew = dict(message["skew"])
+        elif "versions" in message:
+            self.versions = dict(message["versions"])
+
+    def _outcome(self, returncode: int, ssh_stderr: str) -> int:
+        name = self.machine.name
+        if self.skew is not None:
+            client = self.request.get("versions") or protocol.versions()
+            raise StateError(
+                f"machine {name} runs other rediacc versions than this client: "
+                f"{protocol.skew_text(client, self.skew) or 'protocol ' + str(self.skew.get('protocol'))}",
+                f"install this client's versions on it: rdc machine install {name}",
+            )
+        if self.exit is not None:
+            return self.exit
+        if returncode == 127 or "rdc-agent: not found" in ssh_stderr or "No such file" in ssh_stderr:
+            raise StateError(
+                f"rdc is not installed on machine {name} (no {agent_path(self.machine)} there)",
+                f"install it: rdc machine install {name}",
+            )
+        if returncode == 255 and self.received == 0 and _never_connected(ssh_stderr):
+            raise classify(self.ssh, returncode, ssh_stderr)
+        detail = (
+            ssh_stderr.strip().splitlines()[-1] if ssh_stderr.strip() else f"ssh exited with {returncode}"
+        )
+        raise RdcError(
+            f"the connection to machine {name} ended before the command finished ({detail})",
+            "the machine made the whole change or none of it (its writes are atomic, under its lock): "
+            "look with a listing such as `rdc repo list " + name + "`, then rerun the command if needed",
+            exit_code=EXIT_TOOL,
+        )
+
+
+def _never_connected(stderr: str) -> bool:
+    """ssh's own words for a session that never started (any other exit 255 lost a running one)."""
+    words = (
+        "Connection refused",
+        "Connection timed out",
+        "Could not resolve",
+        "No route to host",
+        "Network is unreachable",
+        "Permission denied",
+        "Too many authentication failures",
+        "host key",
+        "Host key",
+        "HOST IDENTIFICATION",
+        "banner exchange",
+        "kex_exchange_identification",
+    )
+    return any(word in stderr for word in words)
+
+
+def run_remote(config: Config, machine: Machine, argv: Sequence[str], out: Stream, err: Stream) -> int:
+    """Forward `rdc ARGV` to MACHINE's agent; its output goes to `out`/`err`, errors to `err` too."""
+    request = protocol.request(
+        "run",
+        machine=machine.name,
+        root=str(machine.root),
+        argv=list(argv),
+        columns=shutil.get_terminal_size().columns,
+        versions=protocol.versions(),
+    )
+    try:
+        return AgentCall(machine, ssh_machine(config, machine), request).run(out, err)
+    except RdcError as exc:
+        report(exc, err)
+        return exc.exit_code
+
+
+def report(exc: RdcError, err: Stream) -> None:
+    """The two-line `Error:` / `What to do:` report, as the CLI prints it."""
+    err.write(f"Error: {exc.what}\n" + (f"What to do: {exc.todo}\n" if exc.todo else ""))
+
+
+def machine_versions(config: Config, machine: Machine) -> dict[str, str]:
+    """The rediacc versions installed on MACHINE (raises when the agent is missing or unreachable)."""
+    call = AgentCall(machine, ssh_machine(config, machine), protocol.request("versions"))
+    err = Stream()
+    call.run(Stream(), err)
+    if call.versions is None:
+        raise StateError(f"machine {machine.name} did not say its versions: {err.value().strip()}")
+    return call.versions

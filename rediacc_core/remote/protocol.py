@@ -1,0 +1,91 @@
+"""The client-agent protocol: JSON lines over the SSH channel, versioned by `v`.
+
+The client sends one request line:
+
+    {"v": 1, "op": "run", "machine": "gpu1", "root": "/", "argv": [...], "columns": 120,
+     "versions": {"rediacc-core": "0.1.0", "rediacc-example": "0.1.0"}}
+
+(`op` "versions" asks only for the agent's versions). The agent answers with lines, in order:
+`{"started": pid}` once the command runs, `{"out": text}` and `{"err": text}` chunks as the command
+writes them, then `{"exit": code}`.
+A version skew is answered with `{"skew": {...machine's versions...}}` before the exit.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from importlib import metadata
+from typing import IO, Any
+
+from rediacc_core.plugins import ENTRY_POINT_GROUP
+
+VERSION = 1
+CORE_DISTRIBUTION = "rediacc-core"
+# Plugins are the distributions that register in these groups (hooks, and the demo's layouts).
+_PLUGIN_GROUPS = (ENTRY_POINT_GROUP, "rediacc.demo")
+
+
+class ProtocolError(Exception):
+    """A line that is not the protocol (an old agent, a shell's banner, a crash's output)."""
+
+
+def versions() -> dict[str, str]:
+    """The installed rediacc-core and plugin distributions and their versions."""
+    found = {CORE_DISTRIBUTION: metadata.version(CORE_DISTRIBUTION)}
+    for group in _PLUGIN_GROUPS:
+        for ep in metadata.entry_points(group=group):
+            if ep.dist is not None:
+                found[ep.dist.name] = ep.dist.version
+    return dict(sorted(found.items()))
+
+
+def skew_text(client: Mapping[str, str], machine: Mapping[str, str]) -> str:
+    parts = []
+    for name in sorted(set(client) | set(machine)):
+        here, there = client.get(name), machine.get(name)
+        if here != there:
+            parts.append(f"{name} {here or 'absent'} here, {there or 'absent'} on the machine")
+    return "; ".join(parts)
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(line)
+    except ValueError as exc:
+        raise ProtocolError(line.decode(errors="replace").strip()[:300]) from exc
+    if not isinstance(message, dict):
+        raise ProtocolError(line.decode(errors="replace").strip()[:300])
+    return message
+
+
+def request(op: str, **fields: Any) -> dict[str, Any]:
+    return {"v": VERSION, "op": op, **fields}
+
+
+class Sender:
+    """Writes answer lines from any thread; once the client is gone, the rest is dropped quietly.
+
+    A dropped connection must not stop the command half way: it finishes (or fails) whole on the
+    machine under its locks, and nobody is left to tell.
+    """
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.gone = False
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        with self.lock:
+            if self.gone:
+                return
+            try:
+                self.stream.write(encode(message))
+                self.stream.flush()
+            except OSError:
+                self.gone = True
