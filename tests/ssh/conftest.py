@@ -1,0 +1,61 @@
+"""A real OpenSSH server on this host serving two simulated machines, and `rdc` clients for it.
+
+Runs with RDC_SSH=1 (tox -e ssh), as root, with OpenSSH installed (.ci/install-ssh.sh). The
+machines `m1` and `m2` are demo machines (every installed plugin's hardware) under one temporary
+directory; each has the test's own `rdc-agent` linked where `rdc machine install` would put it, and
+logs in with its own key, whose sessions get that machine's stand-in tools first on PATH.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ssh_kit import MACHINES, Client, Fleet, install_agent, skip_reason
+
+from rediacc_core.demo import build_demo_machine
+from rediacc_core.testing.fakemachine import FakeMachine
+from rediacc_core.testing.sshd import running_sshd
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    reason = skip_reason()
+    for item in items:
+        if here in item.path.parents and reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def machine_roots() -> Iterator[dict[str, FakeMachine]]:
+    if skip_reason() is not None:
+        pytest.skip(skip_reason() or "")
+    base = Path(tempfile.mkdtemp(prefix="rdc-ssh-", dir="/tmp"))
+    built = {}
+    for name in MACHINES:
+        fm = build_demo_machine(base / name, name=name).fake
+        install_agent(fm.root)
+        built[name] = fm
+    yield built
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def fleet(machine_roots: dict[str, FakeMachine], tmp_path: Path) -> Iterator[Fleet]:
+    """sshd serving m1 and m2, and a client that added both and trusted the host key."""
+    with running_sshd(tmp_path / "sshd") as server:
+        keys = {name: server.authorize(name, fm.bin_dir) for name, fm in machine_roots.items()}
+        fleet = Fleet(server, machine_roots, keys, Client(tmp_path))
+        fleet.client = fleet.new_client(tmp_path)
+        try:
+            for name in machine_roots:
+                added = fleet.add(fleet.client, name, "--accept-host-key")
+                assert added.returncode == 0, added.stderr
+            yield fleet
+        finally:
+            server.stop()  # ends every master connection of every client
+            for home in fleet.homes:
+                shutil.rmtree(home, ignore_errors=True)
