@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from rediacc_core.gate.audit import Audit
 from rediacc_core.gate.images import may_block
 from rediacc_core.gate.server import GateLimits, GateServer
 
@@ -231,6 +232,7 @@ def gate_env(
     *,
     limits: GateLimits | None = None,
     log: Callable[[str], None] | None = None,
+    audit: Audit | None = None,
 ) -> Iterator[Env]:
     upstream = None
     if with_upstream:
@@ -239,7 +241,13 @@ def gate_env(
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
     decider = StandInDecider()
     gate = GateServer(
-        short_dir / "gate.sock", short_dir / "up.sock", decider, repo_ref="alpha@m1", limits=limits, log=log
+        short_dir / "gate.sock",
+        short_dir / "up.sock",
+        decider,
+        repo_ref="alpha@m1",
+        limits=limits,
+        log=log,
+        audit=audit,
     )
     loop, thread = start_gate(gate, new_loop)
     yield Env(short_dir / "gate.sock", upstream, gate, decider, loop)

@@ -1,7 +1,8 @@
-"""`rdc repo docker-host | down | units`: what needs no running daemon (the rest runs in tests/e2e)."""
+"""`rdc repo docker-host | down | units | gate log`: what needs no running daemon (the rest: tests/e2e)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,8 +11,9 @@ from click.testing import CliRunner, Result
 
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
-from rediacc_core.errors import EXIT_STATE
+from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
 from rediacc_core.gate import lifecycle
+from rediacc_core.gate.audit import Audit, Peer
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.testing import FakeMachine
@@ -73,3 +75,62 @@ def test_up_refuses_when_the_existing_daemon_does_not_answer(box: Machine) -> No
     result = rdc("repo", "up", "beta@box")
     assert result.exit_code == EXIT_STATE
     assert "does not answer" in result.stderr
+
+
+def _audited(box: Machine) -> Path:
+    """Repo alpha with three decisions in its audit log: one an hour ago, two now."""
+    assert rdc("repo", "create", "alpha@box").exit_code == 0
+    repo = RepoStore(box).get_by_label("alpha")
+    path = lifecycle.runtime_for(box, repo).audit_log
+    log = Audit(path, repo.id, repo.name)
+    log.record(Peer(7, 0, 0), "POST", "/v1.45/containers/create", status=200, endpoint="container-create")
+    log.record(
+        Peer(4242, 1000, 1000), "POST", "/v1.45/containers/create", status=403, endpoint="container-create",
+        rules=("grant",), cdi_asked=("vendor.example/gpu=1",), message="no grant",
+    )  # fmt: skip
+    lines = path.read_text().splitlines()
+    old = json.loads(lines[0])
+    old["time"] = "2020-01-01T00:00:00.000Z"
+    path.write_text("\n".join([json.dumps(old), *lines]) + "\n")
+    return path
+
+
+def test_gate_log_prints_each_decision_with_the_client_credentials(box: Machine) -> None:
+    _audited(box)
+    result = rdc("repo", "gate", "log", "alpha@box")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["TIME", "PEER", "METHOD", "ENDPOINT", "DECISION", "RULES", "CDI"]
+    assert len(rows) == 3
+    assert "pid 4242 uid 1000" in rows[2] and "refused 403" in rows[2] and "grant" in rows[2]
+    assert "vendor.example/gpu=1 (refused)" in rows[2]
+
+
+def test_gate_log_since_and_json_give_the_recent_entries_as_json_lines(box: Machine) -> None:
+    _audited(box)
+    result = rdc("repo", "gate", "log", "alpha@box", "--since", "1h", "-o", "json")
+    assert result.exit_code == 0, result.output
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["decision"], e["peer"]["pid"]) for e in found] == [("admitted", 7), ("refused", 4242)]
+
+
+def test_gate_log_refuses_a_since_it_cannot_read(box: Machine) -> None:
+    _audited(box)
+    result = rdc("repo", "gate", "log", "alpha@box", "--since", "yesterday")
+    assert result.exit_code == EXIT_VALIDATION
+    assert "--since 'yesterday'" in result.stderr and "15m" in result.stderr
+
+
+def test_gate_log_of_a_gate_that_decided_nothing_says_so(box: Machine) -> None:
+    assert rdc("repo", "create", "alpha@box").exit_code == 0
+    result = rdc("repo", "gate", "log", "alpha@box")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "no audit log yet" in result.stderr
+
+
+def test_gate_with_a_repo_and_no_subcommand_still_runs_the_gate(box: Machine) -> None:
+    result = rdc("repo", "gate", "nosuch@box")  # what systemd units written before `gate run` say
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert "nosuch" in result.stderr
+    listed = rdc("repo", "gate", "--help")
+    assert "log" in listed.stdout and "run" in listed.stdout

@@ -1,17 +1,19 @@
-"""`rdc repo up | down | docker-host | gate | dockerd | units`: running a repo's daemon and gate."""
+"""`rdc repo up | down | docker-host | gate [log] | dockerd | units`: running a repo's daemon and gate."""
 
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import click
 
-from rediacc_core.cli.output import note
+from rediacc_core.cli.output import note, output_option
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
-from rediacc_core.errors import PermissionDeniedError, StateError
+from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
 from rediacc_core.gate import daemon, lifecycle
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
@@ -82,15 +84,90 @@ def docker_host(ref: str) -> None:
     click.echo(lifecycle.runtime_for(machine, found).docker_host_url)
 
 
-@repo.command("gate")
+class _GateGroup(click.Group):
+    """`rdc repo gate REPO` runs the gate (as it always has: systemd's unit says so); `rdc repo gate
+    log REPO` reads its audit trail. A first word that is no subcommand is the repo of `run`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@repo.group("gate", cls=_GateGroup)
+def gate() -> None:
+    """Run a repo's gate (rdc repo gate REPO), or read its audit trail (rdc repo gate log REPO)."""
+
+
+@gate.command("run")
 @click.argument("ref", metavar="REPO-REF")
-def gate(ref: str) -> None:
+def gate_run(ref: str) -> None:
     """Run only the repo's gate, in the foreground (the daemon must be up: systemd's gate unit)."""
     from rediacc_core.gate.serve import build_gate, run_gate
 
     machine, found = _resolve(ref)
     runtime = lifecycle.runtime_for(machine, found)
     run_gate(build_gate(machine, found, runtime.gate_socket, runtime.upstream_socket), runtime.gate_pidfile)
+
+
+@gate.command("log")
+@click.argument("ref", metavar="REPO-REF")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing decisions as they are made.")
+@click.option(
+    "--since",
+    metavar="DURATION|TIMESTAMP",
+    help="Only decisions from then on: 15m, 2h, 1d, or 2026-12-01T04:00:00Z.",
+)
+@output_option("table", "json")
+def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
+    """Print the gate's decisions: who (pid/uid/gid) asked what, and what the gate said.
+
+    One line per decided or refused request. `-o json` prints each decision as one JSON object per
+    line, as the audit log holds it.
+    """
+    from rediacc_core.gate import audit
+
+    machine, found = _resolve(ref)
+    start = None
+    if since is not None:
+        try:
+            start = audit.parse_since(since)
+        except ValueError:
+            raise ValidationError(
+                f"--since {since!r} is neither a duration nor a timestamp",
+                "give a duration such as 15m, 2h or 1d, or a time such as 2026-12-01T04:00:00Z",
+            ) from None
+    path = lifecycle.runtime_for(machine, found).audit_log
+    if not follow and not any(Path(f"{path}{tail}").exists() for tail in ("", ".1")):
+        note(f"Repo {found.ref} has no audit log yet ({path}): its gate has decided nothing so far.")
+        return
+    entries = audit.follow_entries(path, start) if follow else audit.read_entries(path, start)
+    if fmt == "table":
+        click.echo(_GATE_LOG_HEADER)
+    for entry in entries:  # --follow ends with Ctrl-C
+        click.echo(_gate_log_line(entry) if fmt == "table" else json.dumps(entry, ensure_ascii=False))
+
+
+_GATE_LOG_COLUMNS = ("TIME", "PEER", "METHOD", "ENDPOINT", "DECISION", "RULES", "CDI")
+_GATE_LOG_WIDTHS = (24, 22, 7, 26, 13, 16)
+_GATE_LOG_HEADER = "  ".join(
+    [*(f"{c:<{w}}" for c, w in zip(_GATE_LOG_COLUMNS, _GATE_LOG_WIDTHS, strict=False)), _GATE_LOG_COLUMNS[-1]]
+)
+
+
+def _gate_log_line(entry: dict[str, Any]) -> str:
+    peer = entry.get("peer") or {}
+    asked, admitted = entry.get("cdi_asked") or [], entry.get("cdi_admitted") or []
+    cdi = ",".join(admitted) if admitted else (",".join(asked) + " (refused)" if asked else "-")
+    cells = (
+        str(entry.get("time", "")),
+        f"pid {peer.get('pid', '?')} uid {peer.get('uid', '?')}",
+        str(entry.get("method", "")),
+        str(entry.get("endpoint") or entry.get("path", "")),
+        f"{entry.get('decision', '?')} {entry.get('status', '')}",
+        ",".join(entry.get("rules") or []) or "-",
+    )
+    return "  ".join([*(f"{c:<{w}}" for c, w in zip(cells, _GATE_LOG_WIDTHS, strict=True)), cdi])
 
 
 @repo.command("dockerd", hidden=True)

@@ -52,6 +52,11 @@ class Decision:
     message: str = ""  # refusal text (sent as Docker's {"message": ...} JSON)
     body: bytes | None = None  # canonical re-encoded body to forward instead of the original
     log: tuple[str, ...] = ()  # lines for the gate's log
+    # For the audit trail: the endpoint's name, the refusing rules' ids, the CDI names asked and admitted.
+    endpoint: str = ""
+    rules: tuple[str, ...] = ()
+    cdi_asked: tuple[str, ...] = ()
+    cdi_admitted: tuple[str, ...] = ()
 
 
 def _live_grants(machine: Machine) -> GrantsReader:
@@ -189,7 +194,9 @@ class Decider:
             raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
         if endpoint.name == "plugin-create":
             return self._refuse(
-                where, [f.refusal for f in rules.check(endpoint.name, None, self.machine, "")]
+                where,
+                [f.refusal for f in rules.check(endpoint.name, None, self.machine, "")],
+                endpoint=endpoint.name,
             )
         if endpoint.name == "container-start":
             if body.strip() not in (b"", b"{}", b"null"):
@@ -300,7 +307,8 @@ class Decider:
         rewrites = [v for v in verdicts if isinstance(v, Rewrite)]
         refusals += merge_refusals(findings, plugin_refusals)
         if refusals:
-            return self._refuse(where, refusals, log)
+            return self._refuse(where, refusals, log, endpoint=endpoint, cdi=cdi)
+        asked = cdi  # what the request named; rewrites may add names
         if rewrites:
             if endpoint != "container-create":
                 log.extend(
@@ -311,11 +319,13 @@ class Decider:
                 new = tuple(n for n in added if n not in cdi)
                 problems = self._grant_problems(new, grants, grants_error)
                 if problems:
-                    return self._refuse(where, problems, log)
+                    return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 forwarded = encode(body)
                 cdi += new
         log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
-        return Decision(True, body=forwarded, log=tuple(log))
+        return Decision(
+            True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi
+        )
 
     @staticmethod
     def _rewrite(
@@ -338,8 +348,24 @@ class Decider:
         return body, list(dict.fromkeys(added))
 
     @staticmethod
-    def _refuse(where: str, refusals: list[Refusal], log: list[str] | None = None) -> Decision:
+    def _refuse(
+        where: str,
+        refusals: list[Refusal],
+        log: list[str] | None = None,
+        *,
+        endpoint: str = "",
+        cdi: tuple[str, ...] = (),
+    ) -> Decision:
         status = 403 if any(r.status == 403 for r in refusals) else 400
         # One problem per line: the docker CLI prints the message as it is.
         message = "\n".join(_describe(r) for r in refusals)
-        return Decision(False, status, message, log=(*(log or []), f"{status} {where}: {message}"))
+        rule_ids = tuple(dict.fromkeys(r.rule for r in refusals if r.rule))
+        return Decision(
+            False,
+            status,
+            message,
+            log=(*(log or []), f"{status} {where}: {message}"),
+            endpoint=endpoint,
+            rules=rule_ids,
+            cdi_asked=cdi,
+        )

@@ -5,7 +5,9 @@ Where things live, for a repo with id ID on a machine rooted at ROOT:
 - `ROOT/run/rediacc/<first 12 of ID>/gate.sock`: the gate, the only socket users get
   (`rdc repo docker-host` prints it); `gate.pid` beside it.
 - `.../d/`: the daemon's working directory, mode 0700 (socket, pidfile, exec-root, daemon.json, log).
-- `ROOT/var/lib/rediacc/repos/ID/docker`: the daemon's data-root; `.../gate.log`: the gate's log.
+- `ROOT/var/lib/rediacc/repos/ID/docker`: the daemon's data-root; `.../gate.log`: the gate's log;
+  `.../audit.log` (and `.1`...): its audit trail, one JSON line per decision.
+- `ROOT/run/rediacc/metrics/ID.prom`: the gate's counters for node_exporter's textfile collector.
 
 Unix socket paths are limited to 107 bytes. When the machine root is too deep for that, the run
 directory moves to `/run/rediacc/<12 of ID>` (or `/tmp/rediacc-<12 of ID>` where /run is not
@@ -49,6 +51,10 @@ class RepoRuntime:
     @property
     def gate_log(self) -> Path:
         return self.data_dir / "gate.log"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.data_dir / "audit.log"
 
     @property
     def daemon_paths(self) -> daemon.DaemonPaths:
@@ -96,6 +102,12 @@ def runtime_for(machine: Machine, repo: Repo) -> RepoRuntime:
             )
     data_dir = machine.path(f"/var/lib/rediacc/repos/{repo.id}")
     return RepoRuntime(run_dir, data_dir, repo.docker_host)
+
+
+def metrics_file(machine: Machine, repo: Repo) -> Path:
+    """The repo gate's Prometheus textfile: one directory for every repo of the machine, so one
+    node_exporter `--collector.textfile.directory` collects them all."""
+    return machine.run_dir / "metrics" / f"{repo.id}.prom"
 
 
 def _record_fallback(machine: Machine, repo: Repo, runtime: RepoRuntime) -> None:

@@ -21,6 +21,8 @@ from typing import TextIO
 
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
+from rediacc_core.gate import lifecycle
+from rediacc_core.gate.audit import Audit
 from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.gate.server import GateServer, new_event_loop
 from rediacc_core.machine import Machine
@@ -146,7 +148,9 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
 
     log = GateLog()
     decider = Decider(machine, repo, get_plugins(), ImageConfigs(upstream), log)
-    return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref)
+    runtime = lifecycle.runtime_for(machine, repo)
+    audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
+    return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)
 
 
 def raise_open_files_limit() -> None:

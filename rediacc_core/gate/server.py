@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from rediacc_core.gate.audit import NO_PEER, Audit, peer_of
 from rediacc_core.gate.http import (
     BODY_CHUNKED,
     BODY_LENGTH,
@@ -70,7 +71,7 @@ _JOIN_MAX = 64 * 1024  # head and body go out in one write up to this size
 _INSPECTS_CACHE = 4096
 _WHOLE_RESPONSE_MAX = 64 * 1024  # a read up to this size is tried as one whole response
 
-MAX_CONNECTIONS = 512  # client connections per gate; docker and Compose use a handful each
+MAX_CONNECTIONS = 4096  # client connections per gate (an idle one costs a few KiB and two descriptors)
 HEAD_TIMEOUT = 30.0  # seconds from a head's first byte to its blank line
 BODY_TIMEOUT = 60.0  # seconds from an inspected request's head to its body's last byte
 MAX_BUFFERED = 64 * 1024 * 1024  # unfinished heads and inspected bodies held at once, all connections
@@ -174,6 +175,8 @@ class _Client(asyncio.BufferedProtocol):
         self.upstream_eof_seen = False
         self.deadline = 0.0  # monotonic time by which the head or inspected body must be in (0: none)
         self.held = 0  # bytes of unfinished request this connection counts in `gate.buffered`
+        self.peer = NO_PEER  # the client process (SO_PEERCRED), read once when auditing
+        self.started = 0.0  # when the head of the request being decided was read
         # response side
         self.rstate = _R_IDLE
         self.rbuf = bytearray()
@@ -186,6 +189,8 @@ class _Client(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        if self.gate.audit is not None:
+            self.peer = peer_of(transport)
         if len(self.gate.connections) >= self.gate.limits.max_connections:
             self.state = _CLOSED
             message = (
@@ -193,6 +198,7 @@ class _Client(asyncio.BufferedProtocol):
                 "open (its limit); close idle clients or retry later"
             )
             self.gate.log(f"refused 503: {message}")
+            self._audit_refusal(503, message, "limit")
             self.transport.write(error_response(503, message, close=True))
             self.transport.close()
             return
@@ -304,10 +310,12 @@ class _Client(asyncio.BufferedProtocol):
         if grew > 0 and gate.buffered + grew > gate.limits.max_buffered:
             # What was read is let go with the connection: the gate never holds more than the limit
             # (plus the one read that would have gone over).
+            mib = gate.limits.max_buffered // (1024 * 1024)
             self._fail(
                 503,
-                f"the gate of repo {gate.repo_ref} holds {gate.limits.max_buffered // (1024 * 1024)} MiB "
-                "of unfinished requests (its limit); retry later",
+                rule="limit",
+                message=f"the gate of repo {gate.repo_ref} holds {mib} MiB of unfinished requests "
+                "(its limit); retry later",
             )
             return
         self.held = held
@@ -326,7 +334,9 @@ class _Client(asyncio.BufferedProtocol):
         if self.state != _HEAD:
             what, limit = ("body", self.gate.limits.body_timeout)
         self._fail(
-            408, f"the request {what} did not arrive within {limit:g} s; the gate closed the connection"
+            408,
+            rule="limit",
+            message=f"the request {what} did not arrive within {limit:g} s; the gate closed the connection",
         )
 
     def _close_upstream(self) -> None:
@@ -334,10 +344,21 @@ class _Client(asyncio.BufferedProtocol):
         if up is not None and up.transport is not None:
             up.transport.close()
 
-    def _fail(self, status: int, message: str) -> None:
-        """Answer with an error and close: the connection cannot be resynchronised."""
+    def _audit_refusal(self, status: int, message: str, rule: str) -> None:
+        audit = self.gate.audit
+        if audit is not None:
+            req = self.req
+            method, target = (req.method, req.target) if req is not None else ("", "")
+            audit.record(self.peer, method, target, status=status, rules=(rule,), message=message)
+
+    def _fail(self, status: int, message: str, rule: str = "http") -> None:
+        """Answer with an error and close: the connection cannot be resynchronised.
+
+        `rule` names the cause in the audit trail: `http` (framing), `limit`, `upstream`, `gate`.
+        """
         head_only = self.req is not None and self.req.method == "HEAD"
         self.gate.log(f"refused {status}: {message}")
+        self._audit_refusal(status, message, rule)
         if not (self.rsent and self.rstate != _R_IDLE):  # never inside a response already under way
             self._write(error_response(status, message, head_only=head_only, close=True))
         self.close()
@@ -348,7 +369,7 @@ class _Client(asyncio.BufferedProtocol):
             end = find_head_end(self.buf)
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
-                    self._fail(400, f"request head larger than {MAX_HEAD} bytes")
+                    self._fail(400, f"request head larger than {MAX_HEAD} bytes", "limit")
                 elif not self.deadline:
                     self.deadline = time.monotonic() + self.gate.limits.head_timeout
                 break
@@ -375,6 +396,7 @@ class _Client(asyncio.BufferedProtocol):
             return
         self.req = req
         self.deadline = 0.0
+        self.gate.requests += 1
         self.request_done = False
         self.body_read = not req.has_body
         self.chunks = ChunkedDecoder(strict=True) if req.chunked else None
@@ -382,17 +404,18 @@ class _Client(asyncio.BufferedProtocol):
         try:
             inspected = self.gate.inspects(req.method, req.target)
         except Exception as exc:
-            self._fail(_status_of(exc), _message_of(exc))
+            self._fail(_status_of(exc), _message_of(exc), "gate")
             return
         if inspected:
             self.inspect = bytearray()
             if req.expect_continue and req.has_body:
                 self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.state = _BODY
+            self.started = time.monotonic()
             if not req.has_body:
                 self._body_complete()
             else:
-                self.deadline = time.monotonic() + self.gate.limits.body_timeout
+                self.deadline = self.started + self.gate.limits.body_timeout
             return
         self.inspect = None
         if self.upstream is None:
@@ -437,7 +460,8 @@ class _Client(asyncio.BufferedProtocol):
             if len(self.inspect) > MAX_INSPECTED_BODY:
                 self._fail(
                     400,
-                    f"request body larger than {MAX_INSPECTED_BODY // (1024 * 1024)} MiB: "
+                    rule="limit",
+                    message=f"request body larger than {MAX_INSPECTED_BODY // (1024 * 1024)} MiB: "
                     "the gate reads container and volume requests whole and refuses bigger ones",
                 )
                 return len(data)
@@ -490,12 +514,27 @@ class _Client(asyncio.BufferedProtocol):
             except MustNotBlock:
                 pass
             except Exception as exc:
-                self._fail(_status_of(exc), _message_of(exc))
+                self._fail(_status_of(exc), _message_of(exc), "gate")
                 return
             else:
                 self._apply(req, body, decision)
                 return
         self.gate.spawn(self._decide_in_worker(req, body))
+
+    def _audit_decision(self, req: RequestHead, decision: DecisionLike) -> None:
+        assert self.gate.audit is not None
+        self.gate.audit.record(
+            self.peer,
+            req.method,
+            req.target,
+            status=200 if decision.forward else decision.status,
+            endpoint=getattr(decision, "endpoint", ""),
+            rules=getattr(decision, "rules", ()),
+            cdi_asked=getattr(decision, "cdi_asked", ()),
+            cdi_admitted=getattr(decision, "cdi_admitted", ()),
+            message="" if decision.forward else decision.message,
+            seconds=time.monotonic() - self.started,
+        )
 
     async def _decide_in_worker(self, req: RequestHead, body: bytes) -> None:
         loop = asyncio.get_running_loop()
@@ -505,13 +544,15 @@ class _Client(asyncio.BufferedProtocol):
                 self.gate.executor, decide, req.method, req.target, req.content_type, body
             )
         except Exception as exc:
-            self._fail(_status_of(exc), _message_of(exc))
+            self._fail(_status_of(exc), _message_of(exc), "gate")
             return
         self._apply(req, body, decision)
 
     def _apply(self, req: RequestHead, body: bytes, decision: DecisionLike) -> None:
         for line in decision.log:
             self.gate.log(line)
+        if self.gate.audit is not None:
+            self._audit_decision(req, decision)
         if self.state == _CLOSED:
             return
         if not decision.forward:
@@ -565,7 +606,8 @@ class _Client(asyncio.BufferedProtocol):
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             self._fail(
                 502,
-                f"the repo's Docker daemon is not answering at {path} ({reason}); "
+                rule="upstream",
+                message=f"the repo's Docker daemon is not answering at {path} ({reason}); "
                 f"start it with: rdc repo up {self.gate.repo_ref}",
             )
             return False
@@ -630,7 +672,7 @@ class _Client(asyncio.BufferedProtocol):
             end = find_head_end(self.rbuf)
             if end < 0:
                 if len(self.rbuf) > MAX_HEAD:
-                    self._fail(502, "the daemon sent a response head that is too large")
+                    self._fail(502, "the daemon sent a response head that is too large", "upstream")
                 return
             head = bytes(self.rbuf[:end])
             rest = bytes(self.rbuf[end:])
@@ -638,7 +680,7 @@ class _Client(asyncio.BufferedProtocol):
             try:
                 resp = parse_response_head(head, method)
             except ValueError as exc:
-                self._fail(502, str(exc))
+                self._fail(502, str(exc), "upstream")
                 return
             self.rsent = True
             if resp.body == INTERIM:
@@ -743,7 +785,7 @@ class _Client(asyncio.BufferedProtocol):
         if self.rstate == _R_IDLE:
             self._close_upstream()  # an idle keep-alive connection the daemon let go; reopen on demand
         elif not self.rsent:
-            self._fail(502, "the repo's Docker daemon closed the connection without answering")
+            self._fail(502, "the repo's Docker daemon closed the connection without answering", "upstream")
         else:
             self.close()  # cut mid-response: the client must see it, not a truncated success
         return False
@@ -753,7 +795,7 @@ class _Client(asyncio.BufferedProtocol):
             return
         self.upstream = None
         if self.rstate == _R_HEAD and not self.rsent:
-            self._fail(502, "the repo's Docker daemon dropped the connection without answering")
+            self._fail(502, "the repo's Docker daemon dropped the connection without answering", "upstream")
         elif self.rstate != _R_IDLE:
             self.close()
 
@@ -783,6 +825,7 @@ class GateServer:
         repo_ref: str = "<repo>",
         socket_mode: int = 0o660,
         limits: GateLimits | None = None,
+        audit: Audit | None = None,
     ) -> None:
         self.listen_path = listen_path
         self.upstream_path = upstream_path
@@ -791,6 +834,8 @@ class GateServer:
         self.repo_ref = repo_ref
         self.socket_mode = socket_mode
         self.limits = limits or GateLimits()
+        self.audit = audit
+        self.requests = 0  # request heads read, for the metrics
         self.connections: set[_Client] = set()
         self.buffered = 0  # bytes of unfinished requests held, all connections (see GateLimits)
         self.buffered_peak = 0  # the most `buffered` has been
@@ -845,6 +890,12 @@ class GateServer:
         self._server = await loop.create_unix_server(lambda: _Client(self), str(path), backlog=1024)
         os.chmod(path, self.socket_mode)
         self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
+        if self.audit is not None:
+            self.audit.start_metrics(self.gauges)
+
+    def gauges(self) -> tuple[int, int, int]:
+        """What the metrics file reports besides the decisions: requests, connections, buffered bytes."""
+        return self.requests, len(self.connections), self.buffered
 
     def _sweep(self) -> None:
         """Drop the connections whose head or inspected body is overdue. One timer per gate, not
@@ -875,6 +926,9 @@ class GateServer:
         with contextlib.suppress(FileNotFoundError):
             self.listen_path.unlink()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.audit is not None:
+            self.audit.stop_metrics(self.gauges)
+            self.audit.close()
 
 
 def _answers(path: Path) -> bool:
