@@ -107,7 +107,7 @@ def test_the_gate_runs_as_a_module_of_this_python() -> None:
     ("unit", "command"),
     [
         ("rediacc-repo-dockerd@.service", "rdc repo dockerd %I"),
-        ("rediacc-repo-gate@.service", "rdc repo gate %I"),
+        ("rediacc-repo-gate@.service", "rdc repo gate run %I"),
     ],
 )
 def test_systemd_unit_templates_ship_with_the_package(unit: str, command: str) -> None:
