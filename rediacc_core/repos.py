@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from rediacc_core.errors import AmbiguousError, NotFoundError, StateError, ValidationError
@@ -193,6 +194,7 @@ class RepoStore:
                     f"pick another name, or delete it first with `rdc repo delete {repo.ref}`",
                 )
             self._write([*repos, repo])
+        files_dir(self.machine, repo.id).mkdir(parents=True, exist_ok=True)
         return repo
 
     def fork(self, repo: Repo, tag: str) -> Repo:
@@ -216,6 +218,11 @@ class RepoStore:
             dropped = drop_repo_grants(self.machine, repo.id)
             self._write([existing for existing in repos if existing.id != repo.id])
         return dropped
+
+
+def files_dir(machine: Machine, repo_id: str) -> Path:
+    """The repo's own files directory: the one host directory its containers may always bind."""
+    return machine.path(f"/var/lib/rediacc/repos/{repo_id}/files")
 
 
 def resolve_ref(ref_text: str, config: MachineSource) -> tuple[Machine, Repo]:

@@ -11,7 +11,7 @@ is failing closed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -36,12 +36,52 @@ WHAT = "settings file"
 
 @dataclass(frozen=True)
 class Setting:
-    """A per-machine setting the core knows, with the values it accepts."""
+    """A per-machine setting the core knows, with the values it accepts.
+
+    A setting has either `choices`, or a `check` that returns why a value is wrong (None when it is
+    right) for free-form values such as comma-separated lists.
+    """
 
     name: str
     choices: tuple[str, ...]
     default: str
     help: str
+    check: Callable[[str], str | None] | None = None
+
+
+def split_list(value: str) -> list[str]:
+    """The items of a comma-separated setting, stripped, empty ones dropped."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _check_bind_roots(value: str) -> str | None:
+    from rediacc_core.gate.mounts import check_root_setting
+
+    for item in split_list(value):
+        path = item.removesuffix(":ro")
+        why = check_root_setting(path)
+        if why:
+            return f"bind root {item!r}: {why}"
+    return None
+
+
+def _check_capabilities(value: str) -> str | None:
+    from rediacc_core.gate.isolation import GRANTABLE_CAPABILITIES, capability_name
+
+    for item in split_list(value):
+        if capability_name(item) not in GRANTABLE_CAPABILITIES:
+            return (
+                f"capability {item!r} cannot be allowed (it reaches the host, or is unknown); "
+                f"allowable: {', '.join(sorted(GRANTABLE_CAPABILITIES))}"
+            )
+    return None
+
+
+def _check_names(value: str) -> str | None:
+    for item in split_list(value):
+        if not all(c.isalnum() or c in "-_./:" for c in item):
+            return f"{item!r} is not a volume driver name"
+    return None
 
 
 SETTINGS: dict[str, Setting] = {
@@ -53,6 +93,28 @@ SETTINGS: dict[str, Setting] = {
             "refuse",
             "a container request that selects GPUs through a vendor's visible-devices variable: refuse it, "
             "naming the CDI devices to use, or translate it into those CDI devices when all are granted",
+        ),
+        Setting(
+            "bind-roots",
+            (),
+            "",
+            "host directories containers may bind besides the repo's own files directory, comma-separated; "
+            "':ro' after one forces read-only binds (/data/datasets:ro,/srv/shared)",
+            _check_bind_roots,
+        ),
+        Setting(
+            "extra-capabilities",
+            (),
+            "",
+            "capabilities beyond Docker's default set that containers may add, comma-separated (NET_ADMIN)",
+            _check_capabilities,
+        ),
+        Setting(
+            "volume-drivers",
+            (),
+            "",
+            "volume drivers besides 'local' that repos may use, comma-separated",
+            _check_names,
         ),
     ]
 }
@@ -69,6 +131,11 @@ def check_key(key: str) -> Setting:
 
 def check_setting(key: str, value: str) -> None:
     setting = check_key(key)
+    if setting.check is not None:
+        why = setting.check(value)
+        if why:
+            raise ValidationError(f"invalid value {value!r} for setting {key!r}: {why}", "fix the value")
+        return
     if value not in setting.choices:
         raise ValidationError(
             f"invalid value {value!r} for setting {key!r}", f"use one of: {', '.join(setting.choices)}"

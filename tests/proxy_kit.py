@@ -144,6 +144,11 @@ class StandInDecider:
     def inspects(self, method: str, raw_target: str) -> bool:
         return method == "POST" and raw_target.split("?")[0].endswith("/containers/create")
 
+    def head(self, method: str, raw_target: str) -> Decision | None:
+        if raw_target.split("?")[0].endswith("/swarm/init"):
+            return Decision(False, 403, "swarm mode is refused")
+        return None
+
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
         doc = json.loads(body) if body else {}
         self.threads.append(threading.current_thread().name)

@@ -1,10 +1,12 @@
 """The gate's decision for one Docker API request: forward (canonical body) or refuse, and why.
 
-Order matters and is fixed: route -> decode into the canonical body (400 on anything ambiguous) ->
-fold Compose's legacy CDI `Devices` into the CDI device request -> check the requested CDI names
-against the repo's live grants -> core rules and plugin rules (a plugin refusal with a core rule's id
-replaces the core's generic one) -> refuse with every problem and its replacement, or apply the
-plugins' rewrites, check the names they added against the grants, and forward the re-encoded body.
+Order matters and is fixed: route through the endpoint allow-list (`endpoints.py`: unknown and
+refused routes end here, from the head alone, and so do `/build`'s query parameters) -> decode into
+the canonical body (400 on anything ambiguous) -> fold Compose's legacy CDI `Devices` into the CDI
+device request -> check the requested CDI names against the repo's live grants -> core rules and
+plugin rules (a plugin refusal with a core rule's id replaces the core's generic one) -> refuse with
+every problem and its replacement, or apply the plugins' rewrites, check the names they added
+against the grants, pin the admitted bind sources (`pins.py`) and forward the re-encoded body.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
-from rediacc_core.gate import rules
+from rediacc_core.gate import mounts, rules
 from rediacc_core.gate.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
@@ -25,9 +27,11 @@ from rediacc_core.gate.decode import (
     canonicalise,
     check_content_type,
     encode,
-    match_endpoint,
     parse_target,
 )
+from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route
+from rediacc_core.gate.findings import Finding
+from rediacc_core.gate.pins import Pins
 from rediacc_core.model import ApiRequest, GateContext, Refusal, Rewrite
 
 if TYPE_CHECKING:
@@ -43,6 +47,8 @@ SettingsReader = Callable[[], Mapping[str, str]]
 
 # Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
 _DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
+# Endpoints whose admitted bodies name host paths, pinned before they are forwarded.
+_PINNED = frozenset({"container-create", "volume-create"})
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ def _describe(refusal: Refusal) -> str:
     return refusal.message
 
 
-def merge_refusals(core: list[rules.Finding], plugin: list[Refusal]) -> list[Refusal]:
+def merge_refusals(core: list[Finding], plugin: list[Refusal]) -> list[Refusal]:
     """The core's findings, less those a plugin refusal with the same rule id replaces, then the plugins'.
 
     A plugin refusal replaces the core findings of its rule whose subject (the refused value) it
@@ -119,7 +125,7 @@ def merge_refusals(core: list[rules.Finding], plugin: list[Refusal]) -> list[Ref
         if refusal.rule:
             by_rule.setdefault(refusal.rule, []).append(refusal)
     kept: list[Refusal] = []
-    grouped: dict[str, list[rules.Finding]] = {}
+    grouped: dict[str, list[Finding]] = {}
     for finding in core:
         grouped.setdefault(finding.refusal.rule, []).append(finding)
     for rule, findings in grouped.items():
@@ -148,6 +154,7 @@ class Decider:
         grants: GrantsReader | None = None,
         inventory: InventoryReader | None = None,
         settings: SettingsReader | None = None,
+        pins: Pins | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -159,6 +166,9 @@ class Decider:
         self._inventory: InventoryReader = inventory or _InventoryCache(machine, log)
         self._settings = settings
         self._settings_error: str | None = None
+        # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
+        self.pins = pins if pins is not None else Pins(machine.run_dir / "pins" / repo.id)
+        self._never = mounts.never_paths(machine.path)
 
     # --- what to read ---------------------------------------------------------------------------
     def inspects(self, method: str, raw_target: str) -> bool:
@@ -167,7 +177,33 @@ class Decider:
             target = parse_target(raw_target)
         except BadRequest:
             return True
-        return method.upper() == "POST" and match_endpoint(target.path) is not None
+        route = match_route(method, target.path)
+        return route is not None and route.action == "inspect"
+
+    def head(self, method: str, raw_target: str) -> Decision | None:
+        """The refusal of a request from its head alone (a route refused whole, an unknown route, or
+        `/build` parameters), or None when the head passes. Depends on nothing but its arguments."""
+        try:
+            target = parse_target(raw_target)
+        except BadRequest:
+            return None  # read and answered 400 by `decide`
+        route = match_route(method, target.path)
+        where = f"{method} {target.path}"
+        if route is None:
+            refusal = Refusal(
+                message=f"{where} is not an endpoint the gate knows, so it is refused",
+                replacement=UNKNOWN_INSTEAD,
+                rule="endpoint",
+            )
+            return self._refuse(where, [refusal])
+        if route.action == "refuse":
+            refusal = Refusal(message=f"{where}: {route.why}", replacement=route.instead, rule="endpoint")
+            return self._refuse(where, [refusal])
+        if route.action == "query":
+            findings = rules.check(route.name, None, self._rule_context(target, pinning=False))
+            if findings:
+                return self._refuse(where, [f.refusal for f in findings])
+        return None
 
     # --- the decision -------------------------------------------------------------------------
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
@@ -181,23 +217,18 @@ class Decider:
 
     def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
         target = parse_target(raw_target)
-        endpoint = match_endpoint(target.path)
-        if endpoint is None or method.upper() != "POST":
+        early = self.head(method, raw_target)
+        if early is not None:
+            return early
+        endpoint: Route | None = match_route(method, target.path)
+        if endpoint is None or endpoint.action != "inspect":
             return Decision(True)
         where = f"{method} {target.path}"
-        if method != "POST":
-            raise BadRequest(f"method {method!r} must be written in upper case")
         version = target.api_version
         if version is not None and version < MIN_API_VERSION:
             raise BadRequest(f"API version {target.version} is older than the gate supports (1.24)")
         if len(body) > MAX_INSPECTED_BODY:
             raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
-        if endpoint.name == "plugin-create":
-            return self._refuse(
-                where,
-                [f.refusal for f in rules.check(endpoint.name, None, self.machine, "")],
-                endpoint=endpoint.name,
-            )
         if endpoint.name == "container-start":
             if body.strip() not in (b"", b"{}", b"null"):
                 raise BadRequest("container start takes no body (older APIs read one as HostConfig)")
@@ -239,6 +270,30 @@ class Decider:
             self.log("settings readable again")
         return settings
 
+    def _rule_context(self, target: Target, *, pinning: bool) -> rules.RuleContext:
+        """What the core rules need for this request: the bind roots and allowances, read live."""
+        from rediacc_core.repos import files_dir
+        from rediacc_core.settings import split_list
+
+        settings = self._read_settings()
+        files = files_dir(self.machine, self.repo.id)
+        roots = [mounts.Root(os.path.realpath(files), False)]
+        for item in split_list(str(settings.get("bind-roots", ""))):
+            path = item.removesuffix(":ro")
+            if mounts.check_root_setting(path) is None:
+                roots.append(mounts.Root(os.path.realpath(self.machine.path(path)), item.endswith(":ro")))
+        policy = mounts.BindPolicy(
+            files_dir=roots[0].path,
+            roots=tuple(roots),
+            never=self._never,
+            volume_drivers=frozenset(split_list(str(settings.get("volume-drivers", "")))),
+            pins=self.pins if pinning else None,
+        )
+        extra = frozenset(
+            c.upper().removeprefix("CAP_") for c in split_list(str(settings.get("extra-capabilities", "")))
+        )
+        return rules.RuleContext(self.repo.ref, policy, extra, target.query)
+
     def _grant_problems(
         self, names: tuple[str, ...], grants: frozenset[str], error: str | None
     ) -> list[Refusal]:
@@ -277,7 +332,7 @@ class Decider:
         if grants_error:
             log.append(f"grants unreadable: {grants_error}")
         refusals = self._grant_problems(cdi, grants, grants_error)
-        findings = rules.check(endpoint, canonical, self.machine, self.repo.ref)
+        findings = rules.check(endpoint, canonical, self._rule_context(target, pinning=False))
         # Encoded before plugins run, so nothing a plugin does to the body it is shown is forwarded.
         forwarded = encode(canonical)
         request = ApiRequest(
@@ -322,6 +377,13 @@ class Decider:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 forwarded = encode(body)
                 cdi += new
+        if endpoint in _PINNED:
+            # Only now, with the request admitted, are bind sources pinned and rewritten.
+            body = json.loads(forwarded)
+            pinned = rules.pin(endpoint, body, self._rule_context(target, pinning=True))
+            if pinned:
+                return self._refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
+            forwarded = encode(body)
         log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
         return Decision(
             True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi

@@ -20,10 +20,8 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from rediacc_core.gate.decode_fields import (
-    ROUTES,
     STRUCTS,
     AnyValue,
-    Endpoint,
     FieldType,
     ListOf,
     MapOf,
@@ -120,22 +118,6 @@ def parse_target(raw_target: str) -> Target:
         if not _VERSION.fullmatch(version):
             raise BadRequest(f"API version {version!r} is not of the form <major>.<minor>")
     return Target(path=path, version=version, query=_parse_query(raw_query))
-
-
-def _route_regex(pattern: str) -> re.Pattern[str]:
-    parts = [re.escape(p) for p in pattern.split("{name}")]
-    return re.compile(".*".join(parts))
-
-
-_ROUTES = tuple((_route_regex(pattern), endpoint) for pattern, endpoint in ROUTES)
-
-
-def match_endpoint(path: str) -> Endpoint | None:
-    """The inspected endpoint `path` routes to (POST only), or None: everything else streams."""
-    for regex, endpoint in _ROUTES:
-        if regex.fullmatch(path):
-            return endpoint
-    return None
 
 
 # --- content type ----------------------------------------------------------------------------

@@ -112,7 +112,7 @@ _RESOURCES: dict[str, FieldType] = {
 _HOST_CONFIG: dict[str, FieldType] = {
     "Binds": STRS,
     "ContainerIDFile": STR,
-    "LogConfig": ANY,
+    "LogConfig": _s("LogConfig"),
     "NetworkMode": STR,
     "PortBindings": ANY,
     "RestartPolicy": ANY,
@@ -200,6 +200,7 @@ _add(
     {**_CONFIG, "HostConfig": _s("HostConfig"), "NetworkingConfig": _s("NetworkingConfig")},
     forbidden=_LEGACY_TOP_LEVEL - frozenset(_CONFIG),
 )
+_add("LogConfig", {"Type": STR, "Config": STR_MAP}, strict=True)
 _add("NetworkingConfig", {"EndpointsConfig": MapOf(ANY)})
 _add("HostConfig", _HOST_CONFIG, strict=True)
 _add("UpdateConfig", {**_RESOURCES, "RestartPolicy": ANY}, strict=True)
@@ -273,111 +274,31 @@ _add("ImageOptions", {"Subpath": STR}, strict=True)
 _add("TmpfsOptions", {"SizeBytes": INT, "Mode": UINT32, "Options": ListOf(STRS)}, strict=True)
 _add("ClusterOptions", {}, strict=True)
 
-# --- volumes and plugins -----------------------------------------------------------------------
+# --- volumes and networks ----------------------------------------------------------------------
 
 _add(
     "VolumeCreateOptions",
     {"ClusterVolumeSpec": ANY, "Driver": STR, "DriverOpts": STR_MAP, "Labels": STR_MAP, "Name": STR},
     strict=True,
 )
-_add("PluginPrivilege", {"Name": STR, "Description": STR, "Value": STRS}, strict=True)
-
-# --- swarm services (api/types/swarm) ----------------------------------------------------------
-
 _add(
-    "ServiceSpec",
+    "NetworkCreateRequest",
     {
         "Name": STR,
+        "CheckDuplicate": BOOL,
+        "Driver": STR,
+        "Scope": STR,
+        "Internal": BOOL,
+        "Attachable": BOOL,
+        "Ingress": BOOL,
+        "ConfigOnly": BOOL,
+        "ConfigFrom": ANY,
+        "IPAM": _s("IPAM"),
+        "EnableIPv4": BOOL,
+        "EnableIPv6": BOOL,
+        "Options": STR_MAP,
         "Labels": STR_MAP,
-        "TaskTemplate": _s("TaskSpec"),
-        "Mode": ANY,
-        "UpdateConfig": ANY,
-        "RollbackConfig": ANY,
-        "Networks": ANY,
-        "EndpointSpec": ANY,
-    },
-)
-_add(
-    "TaskSpec",
-    {
-        "ContainerSpec": _s("ContainerSpec"),
-        "PluginSpec": _s("PluginSpec"),
-        "NetworkAttachmentSpec": ANY,
-        "Resources": _s("ResourceRequirements"),
-        "RestartPolicy": ANY,
-        "Placement": ANY,
-        "Networks": ANY,
-        "LogDriver": ANY,
-        "ForceUpdate": UINT,
-        "Runtime": STR,
-    },
-)
-_add(
-    "ContainerSpec",
-    {
-        "Image": STR,
-        "Labels": STR_MAP,
-        "Command": STRS,
-        "Args": STRS,
-        "Hostname": STR,
-        "Env": STRS,
-        "Dir": STR,
-        "User": STR,
-        "Groups": STRS,
-        "Privileges": ANY,
-        "Init": BOOL,
-        "StopSignal": STR,
-        "TTY": BOOL,
-        "OpenStdin": BOOL,
-        "ReadOnly": BOOL,
-        "Mounts": ListOf(_s("Mount")),
-        "StopGracePeriod": INT,
-        "Healthcheck": ANY,
-        "Hosts": STRS,
-        "DNSConfig": ANY,
-        "Secrets": ANY,
-        "Configs": ANY,
-        "Isolation": STR,
-        "Sysctls": STR_MAP,
-        "CapabilityAdd": STRS,
-        "CapabilityDrop": STRS,
-        "Ulimits": ANY,
-        "OomScoreAdj": INT,
     },
     strict=True,
 )
-_add(
-    "PluginSpec",
-    {"Name": STR, "Remote": STR, "Privileges": ListOf(_s("PluginPrivilege")), "Disabled": BOOL, "Env": STRS},
-    strict=True,
-)
-_add(
-    "ResourceRequirements",
-    {"Limits": ANY, "Reservations": _s("SwarmResources"), "MemorySwap": INT, "MemorySwappiness": INT},
-)
-_add("SwarmResources", {"NanoCPUs": INT, "MemoryBytes": INT, "GenericResources": ANY})
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One inspected route: its name (what the rules switch on) and the shape of its body."""
-
-    name: str
-    body: FieldType | None  # None: the body is not JSON the gate reads (refused or must be empty)
-
-
-# Route patterns match the URL-decoded path after the optional `/v1.xx` prefix, anchored, as the
-# daemon's router does; `{name}` segments match anything (the daemon's pattern is `.*`).
-ROUTES: tuple[tuple[str, Endpoint], ...] = (
-    ("/containers/create", Endpoint("container-create", _s("CreateRequest"))),
-    ("/containers/{name}/update", Endpoint("container-update", _s("UpdateConfig"))),
-    ("/containers/{name}/exec", Endpoint("exec-create", _s("ExecConfig"))),
-    ("/containers/{name}/start", Endpoint("container-start", None)),
-    ("/volumes/create", Endpoint("volume-create", _s("VolumeCreateOptions"))),
-    ("/plugins/pull", Endpoint("plugin-pull", ListOf(_s("PluginPrivilege")))),
-    ("/plugins/{name}/upgrade", Endpoint("plugin-upgrade", ListOf(_s("PluginPrivilege")))),
-    ("/plugins/{name}/set", Endpoint("plugin-set", STRS)),
-    ("/plugins/create", Endpoint("plugin-create", None)),
-    ("/services/create", Endpoint("service-create", _s("ServiceSpec"))),
-    ("/services/{name}/update", Endpoint("service-update", _s("ServiceSpec"))),
-)
+_add("IPAM", {"Driver": STR, "Config": ANY, "Options": STR_MAP}, strict=True)

@@ -1,56 +1,38 @@
-"""The core's own request rules: every vendor-neutral way of reaching host hardware, refused.
+"""The core's request rules: the hardware rules here, and the dispatch to every other core rule.
 
-Each finding names what was refused and the CDI form to use instead. Vendor plugins know better
-replacements for their own devices (`/dev/<node>` -> the exact CDI name); they answer with a
-`Refusal` carrying the same `rule` id, and the decider lets theirs replace the core's.
-
-Capabilities: `ALL`, `SYS_ADMIN` (remounts and cgroup writes get past the device cgroup),
-`SYS_RAWIO` (I/O ports and raw memory: hardware without any device node) and `SYS_MODULE` (a kernel
-module ends every policy) are refused. `MKNOD` is in Docker's default set and harmless alone: the
-device cgroup still denies opening a node, and the rules that would widen that cgroup
-(`DeviceCgroupRules`, `Privileged`) are refused. `group_add` of any group is accepted: a group grants
-no access to a device node the container was not given.
+Hardware: every vendor-neutral way of reaching a device is refused (Privileged, raw Devices, device
+cgroup rules, non-CDI device requests, other runtimes, CDI annotations), each finding naming the CDI
+form to use instead. Vendor plugins know better replacements for their own devices (`/dev/<node>` ->
+the exact CDI name); they answer with a `Refusal` carrying the same `rule` id, and the decider lets
+theirs replace the core's. Mounts (`mounts.py`) and namespaces, capabilities and security options
+(`isolation.py`) have their own rooms; `field_policy.py` says which rule governs each request field.
 
 Rule ids (a plugin refusal with one of these replaces the core's finding about the same value):
 `privileged`, `device-cgroup-rules`, `raw-device`, `device-request-driver`, `runtime`, `dev-mount`,
-`volume-device`, `cdi-annotation`, `cdi-name-split`, `capability`, `plugin-privilege`, `plugin-create`,
-`swarm-generic-resources`; the decider adds `grant` for names the repo was not granted.
+`cdi-annotation`, `cdi-name-split`, `capability`, `bind-root`, `volume-driver`, `volume-type`,
+`volume-subpath`, `mount-type`, `tmpfs-option`, `namespace`, `security-opt`, `masked-paths`,
+`sysctl`, `cgroup-parent`, `oom`, `isolation`, `log-driver`, `storage-opt`, `network-driver`,
+`network-option`, `build-option`, `swarm`; the decider adds `grant` for names the repo was not
+granted and `endpoint` for routes it refuses whole.
 """
 
 from __future__ import annotations
 
-import os
-import posixpath
-import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from rediacc_core import hostpaths
 from rediacc_core.cdi.names import is_qualified_name
-from rediacc_core.machine import Machine
-from rediacc_core.model import Refusal
+from rediacc_core.gate import isolation, mounts
+from rediacc_core.gate.findings import Finding, refuse
+from rediacc_core.gate.mounts import BindPolicy
 
 CDI_DEVICE = "--device <vendor>/<class>=<name> (`rdc machine gpu list` shows the names)"
 COMPOSE_DEVICES = (
     "devices: [<vendor>/<class>=<name>] in Compose, --device <vendor>/<class>=<name> with docker run"
 )
-REFUSED_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_RAWIO", "SYS_MODULE"})
 ALLOWED_RUNTIMES = frozenset({"", "runc"})
-DEVICE_PRIVILEGES = frozenset({"device", "devices", "allow-all-devices"})
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A refusal plus the value it is about, so a plugin's refusal of that value can replace it."""
-
-    refusal: Refusal
-    subject: str
-
-
-def _grant_hint(repo_ref: str) -> str:
-    return f"a CDI grant: rdc repo gpu grant {repo_ref} --device <vendor>/<class>=<name>"
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -59,61 +41,6 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-# --- paths on the machine --------------------------------------------------------------------
-
-
-HARDWARE_ROOTS = ("/dev", "/sys")
-
-
-class MachinePaths:
-    """Resolves paths as the machine's kernel would (symlinks inside the machine root) to find /dev."""
-
-    def __init__(self, machine: Machine) -> None:
-        self.machine = machine
-
-    def resolve(self, path: str) -> str | None:
-        return hostpaths.resolve(self.machine, path)
-
-    def dev_roots(self) -> dict[str, str]:
-        """Every path that reaches host hardware, mapped to the name it is reported by.
-
-        /dev holds the device nodes; /sys holds the PCI config and resource files that map a card's
-        registers, so a writable bind of either hands the hardware over without any grant.
-        """
-        roots: dict[str, str] = {}
-        for top in HARDWARE_ROOTS:
-            roots[top] = top
-            real = self.resolve(top)
-            if real is not None:
-                roots.setdefault(real, top)
-        return roots
-
-    def reaches_devices(self, source: str) -> str | None:
-        """Why binding `source` would expose host devices, or None when it would not."""
-        text = source if source.startswith("/") else "/" + source
-        candidates = {self.resolve(text), self.resolve(posixpath.normpath(text))}
-        roots = self.dev_roots()
-        for resolved in candidates:
-            if resolved is None:
-                return "its symlinks loop"
-            for root, shown in roots.items():
-                if resolved == root or resolved.startswith(root + "/"):
-                    return (
-                        f"it resolves to {resolved}, under {shown}"
-                        if resolved != text
-                        else f"it is under {shown}"
-                    )
-                if resolved == "/" or root.startswith(resolved + "/"):
-                    return f"it resolves to {resolved}, which contains {shown}"
-            try:
-                mode = os.stat(self.machine.path(resolved)).st_mode
-            except OSError:
-                continue
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                return f"{resolved} is a device node"
-        return None
 
 
 # --- the Compose fold and the CDI names a request asks for ------------------------------------
@@ -177,15 +104,25 @@ def cdi_devices(holder: Mapping[str, Any] | None) -> tuple[str, ...]:
 # --- the rules -------------------------------------------------------------------------------
 
 
-def _refuse(rule: str, subject: str, message: str, replacement: str | None) -> Finding:
-    return Finding(Refusal(message=message, replacement=replacement, rule=rule), subject)
+@dataclass(frozen=True)
+class RuleContext:
+    """What the core rules need besides the body: who asks, and what the machine allows."""
+
+    repo_ref: str
+    binds: BindPolicy
+    extra_capabilities: frozenset[str] = frozenset()
+    query: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _resources(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
+def _grant_hint(repo_ref: str) -> str:
+    return f"a CDI grant: rdc repo gpu grant {repo_ref} --device <vendor>/<class>=<name>"
+
+
+def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
     """Rules for the device fields of a Resources struct (HostConfig, or an update body)."""
     rules = [r for r in _list(res.get("DeviceCgroupRules")) if r]
     if rules:
-        yield _refuse(
+        yield refuse(
             "device-cgroup-rules",
             ", ".join(rules),
             f"device cgroup rules are refused ({', '.join(rules)})",
@@ -195,14 +132,14 @@ def _resources(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
         host = _dict(entry).get("PathOnHost") or ""
         if is_qualified_name(host):
             inside = _dict(entry).get("PathInContainer") or ""
-            yield _refuse(
+            yield refuse(
                 "cdi-name-split",
                 host,
                 f"device {host}:{inside} looks like a CDI name split at ':' by Compose's short syntax",
                 "a device name without ':' (such as the UUID form), or Compose 2.30 or later",
             )
             continue
-        yield _refuse("raw-device", host, f"raw device {host or '(empty path)'} is refused", CDI_DEVICE)
+        yield refuse("raw-device", host, f"raw device {host or '(empty path)'} is refused", CDI_DEVICE)
     for request in _list(res.get("DeviceRequests")):
         request = _dict(request)
         driver = request.get("Driver") or ""
@@ -210,7 +147,7 @@ def _resources(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
             continue
         caps = [c for group in _list(request.get("Capabilities")) for c in _list(group)]
         what = "--gpus" if "gpu" in caps and not driver else f"a device request with driver {driver!r}"
-        yield _refuse(
+        yield refuse(
             "device-request-driver",
             driver or what,
             f'{what} is refused: only CDI device requests (driver "cdi") pass the gate',
@@ -218,117 +155,45 @@ def _resources(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
         )
 
 
-def _capabilities(caps: Any, field: str) -> Iterator[Finding]:
-    for cap in _list(caps):
-        if not isinstance(cap, str):
-            continue
-        name = cap.upper().removeprefix("CAP_")
-        if name in REFUSED_CAPABILITIES:
-            yield _refuse(
-                "capability",
-                cap,
-                f"{field} {cap} is refused: it reaches hardware around the device rules",
-                None,
-            )
-
-
-def _mounts(mounts: Any, paths: MachinePaths, field: str) -> Iterator[Finding]:
-    for mount in _list(mounts):
-        mount = _dict(mount)
-        kind = mount.get("Type")
-        source = mount.get("Source") or ""
-        if kind == "bind" or (kind != "volume" and source.startswith("/")):
-            why = paths.reaches_devices(source)
-            if why:
-                yield _refuse("dev-mount", source, f"{field} of {source} is refused: {why}", CDI_DEVICE)
-        options = _dict(_dict(_dict(mount.get("VolumeOptions")).get("DriverConfig")).get("Options"))
-        yield from _volume_options(options, paths, f"{field} volume {source or '(anonymous)'}")
-
-
-def _volume_options(options: Mapping[str, Any], paths: MachinePaths, what: str) -> Iterator[Finding]:
-    """A local volume's `device` option is mounted on the host: refuse one under /dev."""
-    device = options.get("device")
-    if not isinstance(device, str) or not device:
+def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    host = body.get("HostConfig")
+    if not isinstance(host, dict):
         return
-    head = device.split("/", 1)[0]
-    if ":" in head:  # a remote source such as `server:/export`
-        return
-    why = paths.reaches_devices(device)
-    if why:
-        yield _refuse(
-            "volume-device", device, f"{what} with option device={device} is refused: {why}", CDI_DEVICE
-        )
-
-
-def _binds(binds: Any, paths: MachinePaths) -> Iterator[Finding]:
-    for bind in _list(binds):
-        if not isinstance(bind, str):
-            continue
-        source = bind.split(":", 1)[0]
-        if not source.startswith("/") or ":" not in bind:
-            continue  # a named volume, or an anonymous volume's target
-        why = paths.reaches_devices(source)
-        if why:
-            yield _refuse("dev-mount", source, f"bind of {source} is refused: {why}", CDI_DEVICE)
-
-
-def _privileges(privileges: Any, paths: MachinePaths) -> Iterator[Finding]:
-    for privilege in _list(privileges):
-        privilege = _dict(privilege)
-        name = str(privilege.get("Name") or "")
-        values = [v for v in _list(privilege.get("Value")) if isinstance(v, str)]
-        if name.lower() in DEVICE_PRIVILEGES:
-            yield _refuse(
-                "plugin-privilege",
-                name,
-                f"plugin privilege {name} ({', '.join(values) or 'any device'}) is refused",
-                "a plugin that needs no device access; containers get devices with " + CDI_DEVICE,
-            )
-        elif name.lower() == "mount":
-            for value in values:
-                why = paths.reaches_devices(value)
-                if why:
-                    yield _refuse(
-                        "plugin-privilege",
-                        value,
-                        f"plugin privilege mount {value} is refused: {why}",
-                        CDI_DEVICE,
-                    )
-
-
-def container_create(body: Mapping[str, Any], paths: MachinePaths, repo_ref: str) -> Iterator[Finding]:
-    host = _dict(body.get("HostConfig"))
     if host.get("Privileged") is True:
-        yield _refuse("privileged", "Privileged", "privileged containers are refused", CDI_DEVICE)
-    yield from _resources(host, repo_ref)
+        yield refuse("privileged", "Privileged", "privileged containers are refused", CDI_DEVICE)
+    yield from _device_fields(host, ctx.repo_ref)
     runtime = host.get("Runtime") or ""
     if runtime not in ALLOWED_RUNTIMES:
-        yield _refuse(
+        yield refuse(
             "runtime",
             runtime,
             f"runtime {runtime!r} is refused: containers here run with runc",
             COMPOSE_DEVICES,
         )
-    yield from _binds(host.get("Binds"), paths)
-    yield from _mounts(host.get("Mounts"), paths, "mount")
     for key in _dict(host.get("Annotations")):
         if key.lower().startswith(CDI_ANNOTATION_PREFIX):
-            yield _refuse(
+            yield refuse(
                 "cdi-annotation",
                 key,
                 f"annotation {key} is refused: it would request CDI devices",
                 CDI_DEVICE,
             )
-    yield from _capabilities(host.get("CapAdd"), "capability")
+    yield from isolation.host_config(host, ctx.extra_capabilities)
+    yield from mounts.tmpfs(host)
+    driver = host.get("VolumeDriver") or ""
+    yield from mounts.volume(driver, {}, ctx.binds, "HostConfig.VolumeDriver")
+    yield from mounts.binds(host, ctx.binds)
+    yield from mounts.mounts(host, ctx.binds)
 
 
-def container_update(body: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
-    yield from _resources(body, repo_ref)
+def container_update(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    yield from _device_fields(body, ctx.repo_ref)
+    yield from isolation.resources(body, "")
 
 
 def exec_create(body: Mapping[str, Any]) -> Iterator[Finding]:
     if body.get("Privileged") is True:
-        yield _refuse(
+        yield refuse(
             "privileged",
             "Privileged",
             "privileged exec is refused",
@@ -336,66 +201,50 @@ def exec_create(body: Mapping[str, Any]) -> Iterator[Finding]:
         )
 
 
-def volume_create(body: Mapping[str, Any], paths: MachinePaths) -> Iterator[Finding]:
+def volume_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     name = body.get("Name") or "(unnamed)"
-    yield from _volume_options(_dict(body.get("DriverOpts")), paths, f"volume {name}")
+    options = body.get("DriverOpts")
+    if not isinstance(options, dict):
+        options = {}
+    yield from mounts.volume(body.get("Driver") or "", options, ctx.binds, f"volume {name}")
+    if body.get("DriverOpts") is not None:
+        body["DriverOpts"] = options
+    if body.get("ClusterVolumeSpec"):
+        yield refuse("swarm", "ClusterVolumeSpec", "cluster volumes are refused (swarm)", "a local volume")
 
 
-def plugin_set(body: Any, paths: MachinePaths) -> Iterator[Finding]:
-    for setting in _list(body):
-        if not isinstance(setting, str) or "=" not in setting:
-            continue
-        key, _, value = setting.partition("=")
-        if value.startswith("/"):
-            why = paths.reaches_devices(value)
-            if why:
-                yield _refuse(
-                    "plugin-privilege", value, f"plugin setting {key}={value} is refused: {why}", CDI_DEVICE
-                )
+def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
+    """Every core finding for `endpoint` (see `endpoints.ROUTES`) and its canonical `body`.
 
-
-def service_spec(body: Mapping[str, Any], paths: MachinePaths) -> Iterator[Finding]:
-    task = _dict(body.get("TaskTemplate"))
-    spec = _dict(task.get("ContainerSpec"))
-    yield from _mounts(spec.get("Mounts"), paths, "service mount")
-    yield from _capabilities(spec.get("CapabilityAdd"), "service capability")
-    generic = _list(_dict(_dict(task.get("Resources")).get("Reservations")).get("GenericResources"))
-    if generic:
-        yield _refuse(
-            "swarm-generic-resources",
-            "GenericResources",
-            "swarm generic resources are refused: they are not CDI grants",
-            "a container in this repo with " + CDI_DEVICE,
-        )
-    yield from _privileges(_dict(task.get("PluginSpec")).get("Privileges"), paths)
-
-
-def check(endpoint: str, body: Any, machine: Machine, repo_ref: str) -> list[Finding]:
-    """Every core finding for a canonical `body` of `endpoint` (see `decode_fields.ROUTES`)."""
-    paths = MachinePaths(machine)
-    if endpoint == "plugin-create":
-        return [
-            _refuse(
-                "plugin-create",
-                "plugin",
-                "creating a plugin from a local root filesystem is refused: its privileges are never shown",
-                "docker plugin install from a registry, which lists the privileges the plugin asks for",
-            )
-        ]
-    if endpoint in ("plugin-pull", "plugin-upgrade"):
-        return list(_privileges(body, paths))
-    if endpoint == "plugin-set":
-        return list(plugin_set(body, paths))
+    Admitted bind sources are rewritten in `body` to their pinned staging paths.
+    """
+    if endpoint == "build":
+        return list(isolation.build_query(ctx.query))
     if not isinstance(body, dict):
         return []
     if endpoint == "container-create":
-        return list(container_create(body, paths, repo_ref))
+        return list(container_create(body, ctx))
     if endpoint == "container-update":
-        return list(container_update(body, repo_ref))
+        return list(container_update(body, ctx))
     if endpoint == "exec-create":
         return list(exec_create(body))
     if endpoint == "volume-create":
-        return list(volume_create(body, paths))
-    if endpoint in ("service-create", "service-update"):
-        return list(service_spec(body, paths))
+        return list(volume_create(body, ctx))
+    if endpoint == "network-create":
+        return list(isolation.network_create(body))
+    return []
+
+
+def pin(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
+    """Pin the bind sources of an admitted `body`, rewriting them to their staging paths in place.
+
+    Returns findings only when a source cannot be pinned (it changed since it was checked).
+    """
+    if not isinstance(body, dict):
+        return []
+    if endpoint == "container-create" and isinstance(body.get("HostConfig"), dict):
+        host = body["HostConfig"]
+        return [*mounts.binds(host, ctx.binds), *mounts.mounts(host, ctx.binds)]
+    if endpoint == "volume-create":
+        return list(volume_create(body, ctx))
     return []

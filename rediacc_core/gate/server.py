@@ -110,6 +110,8 @@ class DeciderLike(Protocol):
 
     def inspects(self, method: str, raw_target: str) -> bool: ...
 
+    def head(self, method: str, raw_target: str) -> DecisionLike | None: ...
+
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
 
 
@@ -402,9 +404,13 @@ class _Client(asyncio.BufferedProtocol):
         self.chunks = ChunkedDecoder(strict=True) if req.chunked else None
         self.body_left = req.content_length or 0
         try:
-            inspected = self.gate.inspects(req.method, req.target)
+            refused = self.gate.head_refusal(req.method, req.target)
+            inspected = refused is None and self.gate.inspects(req.method, req.target)
         except Exception as exc:
             self._fail(_status_of(exc), _message_of(exc), "gate")
+            return
+        if refused is not None:
+            self._refuse_head(req, refused)
             return
         if inspected:
             self.inspect = bytearray()
@@ -424,6 +430,18 @@ class _Client(asyncio.BufferedProtocol):
             self.gate.spawn(self._connect_then(self._forward_head))
             return
         self._forward_head()
+
+    def _refuse_head(self, req: RequestHead, decision: DecisionLike) -> None:
+        """Answer a request refused from its head alone; its body, if any, is never read."""
+        self.inspect = None
+        if req.has_body:
+            for line in decision.log:
+                self.gate.log(line)
+            self._write(error_response(decision.status, decision.message, head_only=False, close=True))
+            self.close()
+            return
+        self.state = _BUSY
+        self._apply(req, b"", decision)
 
     def _forward_head(self) -> None:
         req = self.req
@@ -848,6 +866,7 @@ class GateServer:
         # Decisions that must wait for something (an image lookup) run here, never on the loop.
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gate-decide")
         self._inspects: dict[tuple[str, str], bool] = {}
+        self._heads: dict[tuple[str, str], DecisionLike | None] = {}
         self._server: asyncio.AbstractServer | None = None
 
     def after_write(self, transport: asyncio.Transport, data: bytes | bytearray | memoryview) -> None:
@@ -872,6 +891,17 @@ class GateServer:
                 self._inspects.clear()
             self._inspects[key] = known
         return known
+
+    def head_refusal(self, method: str, target: str) -> DecisionLike | None:
+        """The decider's `head`, remembered like `inspects` (it too depends only on its arguments)."""
+        key = (method, target)
+        if key in self._heads:
+            return self._heads[key]
+        found = self.decider.head(method, target)
+        if len(self._heads) >= _INSPECTS_CACHE:
+            self._heads.clear()
+        self._heads[key] = found
+        return found
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from proxy_kit import env, env_down, new_loop, short_dir  # noqa: F401
 
 from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict, hookimpl
 from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.gate.pins import release_all
 from rediacc_core.plugins import load_plugins
 from rediacc_core.repos import Repo
 from rediacc_core.testing.fakemachine import FakeMachine
@@ -69,7 +70,7 @@ class Gate:
 
 
 @pytest.fixture
-def gate(fake_machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> Gate:
+def gate(fake_machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
     plugin = ProgrammablePlugin()
     plugins = load_plugins(extra=[("programmable", plugin)])
@@ -91,7 +92,8 @@ def gate(fake_machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> Gate:
         log=logs.append,
         grants=lambda repo_id: frozenset(grants.get(repo_id, set())),
     )
-    return Gate(decider, plugin, grants, fm, logs)
+    yield Gate(decider, plugin, grants, fm, logs)
+    release_all(decider.pins.directory)  # admitted binds were pinned with real mounts
 
 
 def refuse_with(*verdicts: Verdict) -> Callable[[ApiRequest, GateContext], list[Verdict]]:

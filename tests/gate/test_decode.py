@@ -15,7 +15,6 @@ from rediacc_core.gate.decode import (
     check_content_type,
     encode,
     fold,
-    match_endpoint,
     parse_json,
     parse_target,
 )
@@ -83,41 +82,6 @@ class TestParseTarget:
 
     def test_query_values_are_decoded_and_repeated(self) -> None:
         assert parse_target("/x?a=1&a=%2F&b=c+d").query == {"a": ("1", "/"), "b": ("c d",)}
-
-
-class TestRoutes:
-    @pytest.mark.parametrize(
-        ("path", "name"),
-        [
-            ("/containers/create", "container-create"),
-            ("/containers/abc/update", "container-update"),
-            ("/containers/a/b/exec", "exec-create"),  # the daemon's {name} pattern is .*
-            ("/containers/abc/start", "container-start"),
-            ("/volumes/create", "volume-create"),
-            ("/plugins/pull", "plugin-pull"),
-            ("/plugins/vendor/thing:1/upgrade", "plugin-upgrade"),
-            ("/plugins/thing/set", "plugin-set"),
-            ("/plugins/create", "plugin-create"),
-            ("/services/create", "service-create"),
-            ("/services/web/update", "service-update"),
-        ],
-    )
-    def test_inspected_routes(self, path: str, name: str) -> None:
-        endpoint = match_endpoint(path)
-        assert endpoint is not None and endpoint.name == name
-
-    @pytest.mark.parametrize(
-        "path",
-        [
-            "/containers/create/",
-            "/Containers/create",
-            "/v1.45/containers/create",
-            "/build",
-            "/containers/json",
-        ],
-    )
-    def test_other_paths_are_not_inspected(self, path: str) -> None:
-        assert match_endpoint(path) is None
 
 
 class TestContentType:

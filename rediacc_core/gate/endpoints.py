@@ -1,0 +1,217 @@
+"""Every Docker Engine API endpoint the gate serves, and what it does with each: the endpoint allow-list.
+
+The table lists each route of the Engine API (the operations of the daemon's own swagger for the
+API versions served, plus the few undocumented routes the docker CLI and BuildKit use), with one of
+four actions:
+
+- `forward`: streamed to the daemon as it is (reads, and changes that cannot reach the host);
+- `inspect`: the JSON body is decoded as the daemon will and checked field by field (`body` names
+  the daemon's struct, see `decode_fields`);
+- `query`: decided from the method and target alone, by the query parameters (`/build`), then the
+  body streams;
+- `refuse`: answered 403 with the reason and what to do instead.
+
+A method and path the table does not list is refused: a newer daemon may serve routes the gate has
+never checked. `tests/gate/test_api_coverage.py` fails when the daemon's swagger has an operation the
+table does not classify.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from rediacc_core.gate.decode_fields import FieldType, StructRef
+
+Action = Literal["forward", "inspect", "query", "refuse"]
+
+SWARM_REFUSED = "swarm mode is refused: a repo's daemon is a single node with no cluster"
+SWARM_INSTEAD = "containers (docker run, docker compose) in this repo"
+PLUGIN_REFUSED = "installing, configuring or enabling daemon plugins is the machine operator's job"
+PLUGIN_INSTEAD = "ask the machine's operator; containers get GPUs through CDI grants"
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: str  # the swagger path; `{x}` segments match as the daemon's router does (`.*`)
+    action: Action
+    name: str = ""  # what the rules switch on (inspect and query routes)
+    body: FieldType | None = None  # the struct an inspected body decodes into
+    why: str = ""  # refuse: the reason
+    instead: str = ""  # refuse: what to use
+
+
+def _fwd(method: str, pattern: str) -> Route:
+    return Route(method, pattern, "forward")
+
+
+def _swarm(method: str, pattern: str) -> Route:
+    return Route(method, pattern, "refuse", why=SWARM_REFUSED, instead=SWARM_INSTEAD)
+
+
+def _plugin(method: str, pattern: str) -> Route:
+    return Route(method, pattern, "refuse", why=PLUGIN_REFUSED, instead=PLUGIN_INSTEAD)
+
+
+ROUTES: tuple[Route, ...] = (
+    # --- system -------------------------------------------------------------------------------
+    _fwd("GET", "/_ping"),
+    _fwd("HEAD", "/_ping"),
+    _fwd("POST", "/auth"),
+    _fwd("GET", "/info"),
+    _fwd("GET", "/version"),
+    _fwd("GET", "/events"),
+    _fwd("GET", "/system/df"),
+    _fwd("GET", "/distribution/{name}/json"),
+    # --- containers ---------------------------------------------------------------------------
+    Route("POST", "/containers/create", "inspect", "container-create", StructRef("CreateRequest")),
+    Route("POST", "/containers/{id}/update", "inspect", "container-update", StructRef("UpdateConfig")),
+    Route("POST", "/containers/{id}/exec", "inspect", "exec-create", StructRef("ExecConfig")),
+    # Older APIs read a start body as a HostConfig: only an empty one passes (see decide.py).
+    Route("POST", "/containers/{id}/start", "inspect", "container-start"),
+    _fwd("GET", "/containers/json"),
+    _fwd("POST", "/containers/prune"),
+    _fwd("DELETE", "/containers/{id}"),
+    _fwd("GET", "/containers/{id}/archive"),
+    _fwd("HEAD", "/containers/{id}/archive"),
+    _fwd("PUT", "/containers/{id}/archive"),
+    _fwd("POST", "/containers/{id}/attach"),
+    _fwd("GET", "/containers/{id}/attach/ws"),
+    _fwd("GET", "/containers/{id}/changes"),
+    _fwd("GET", "/containers/{id}/export"),
+    _fwd("GET", "/containers/{id}/json"),
+    _fwd("POST", "/containers/{id}/kill"),
+    _fwd("GET", "/containers/{id}/logs"),
+    _fwd("POST", "/containers/{id}/pause"),
+    _fwd("POST", "/containers/{id}/rename"),
+    _fwd("POST", "/containers/{id}/resize"),
+    _fwd("POST", "/containers/{id}/restart"),
+    _fwd("GET", "/containers/{id}/stats"),
+    _fwd("POST", "/containers/{id}/stop"),
+    _fwd("GET", "/containers/{id}/top"),
+    _fwd("POST", "/containers/{id}/unpause"),
+    _fwd("POST", "/containers/{id}/wait"),
+    # A commit body is an image config: no host settings can ride on it.
+    _fwd("POST", "/commit"),
+    # --- exec ---------------------------------------------------------------------------------
+    _fwd("GET", "/exec/{id}/json"),
+    _fwd("POST", "/exec/{id}/resize"),
+    _fwd("POST", "/exec/{id}/start"),
+    # --- images and builds --------------------------------------------------------------------
+    Route("POST", "/build", "query", "build"),
+    _fwd("POST", "/build/prune"),
+    _fwd("POST", "/build/cancel"),  # undocumented; the CLI cancels BuildKit builds with it
+    _fwd("POST", "/session"),  # BuildKit's session (h2c upgrade)
+    _fwd("POST", "/grpc"),  # BuildKit's gRPC (h2c upgrade); entitlements are off in daemon.json
+    _fwd("POST", "/images/create"),
+    _fwd("GET", "/images/get"),
+    _fwd("GET", "/images/json"),
+    _fwd("POST", "/images/load"),
+    _fwd("POST", "/images/prune"),
+    _fwd("GET", "/images/search"),
+    _fwd("DELETE", "/images/{name}"),
+    _fwd("GET", "/images/{name}/attestations"),
+    _fwd("GET", "/images/{name}/get"),
+    _fwd("GET", "/images/{name}/history"),
+    _fwd("GET", "/images/{name}/json"),
+    _fwd("POST", "/images/{name}/push"),
+    _fwd("POST", "/images/{name}/tag"),
+    # --- networks -----------------------------------------------------------------------------
+    _fwd("GET", "/networks"),
+    Route("POST", "/networks/create", "inspect", "network-create", StructRef("NetworkCreateRequest")),
+    _fwd("POST", "/networks/prune"),
+    _fwd("DELETE", "/networks/{id}"),
+    _fwd("GET", "/networks/{id}"),
+    _fwd("POST", "/networks/{id}/connect"),
+    _fwd("POST", "/networks/{id}/disconnect"),
+    # --- volumes ------------------------------------------------------------------------------
+    _fwd("GET", "/volumes"),
+    Route("POST", "/volumes/create", "inspect", "volume-create", StructRef("VolumeCreateOptions")),
+    _fwd("POST", "/volumes/prune"),
+    _fwd("DELETE", "/volumes/{name}"),
+    _fwd("GET", "/volumes/{name}"),
+    _swarm("PUT", "/volumes/{name}"),  # cluster volumes only
+    # --- plugins: listing and removing pass; installing, configuring and enabling do not -------
+    _fwd("GET", "/plugins"),
+    _fwd("GET", "/plugins/privileges"),
+    _fwd("DELETE", "/plugins/{name}"),
+    _fwd("POST", "/plugins/{name}/disable"),
+    _fwd("GET", "/plugins/{name}/json"),
+    _fwd("POST", "/plugins/{name}/push"),
+    _plugin("POST", "/plugins/create"),
+    _plugin("POST", "/plugins/pull"),
+    _plugin("POST", "/plugins/{name}/enable"),
+    _plugin("POST", "/plugins/{name}/set"),
+    _plugin("POST", "/plugins/{name}/upgrade"),
+    # --- swarm: reads answer "not a swarm manager"; every change is refused ---------------------
+    _fwd("GET", "/swarm"),
+    _fwd("GET", "/swarm/unlockkey"),
+    _fwd("POST", "/swarm/leave"),
+    _swarm("POST", "/swarm/init"),
+    _swarm("POST", "/swarm/join"),
+    _swarm("POST", "/swarm/unlock"),
+    _swarm("POST", "/swarm/update"),
+    _fwd("GET", "/nodes"),
+    _fwd("GET", "/nodes/{id}"),
+    _fwd("DELETE", "/nodes/{id}"),
+    _swarm("POST", "/nodes/{id}/update"),
+    _fwd("GET", "/services"),
+    _fwd("GET", "/services/{id}"),
+    _fwd("DELETE", "/services/{id}"),
+    _fwd("GET", "/services/{id}/logs"),
+    _swarm("POST", "/services/create"),
+    _swarm("POST", "/services/{id}/update"),
+    _fwd("GET", "/tasks"),
+    _fwd("GET", "/tasks/{id}"),
+    _fwd("GET", "/tasks/{id}/logs"),
+    _fwd("GET", "/secrets"),
+    _fwd("GET", "/secrets/{id}"),
+    _fwd("DELETE", "/secrets/{id}"),
+    _swarm("POST", "/secrets/create"),
+    _swarm("POST", "/secrets/{id}/update"),
+    _fwd("GET", "/configs"),
+    _fwd("GET", "/configs/{id}"),
+    _fwd("DELETE", "/configs/{id}"),
+    _swarm("POST", "/configs/create"),
+    _swarm("POST", "/configs/{id}/update"),
+)
+
+# Undocumented routes the daemon serves that no client of a repo needs: listed so they are refused
+# with a reason rather than as unknown.
+EXTRA_REFUSED: tuple[Route, ...] = (
+    Route(
+        "POST",
+        "/containers/{id}/checkpoints",
+        "refuse",
+        why="checkpoints (CRIU, experimental) are refused: restoring one recreates a process from a file",
+        instead="restart the container",
+    ),
+)
+
+UNKNOWN_INSTEAD = "the documented Docker Engine API (docker CLI, Compose)"
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    # The daemon's router matches names with `.*`, so a name may contain `/` (images do).
+    parts = re.split(r"\{[a-z]+\}", pattern)
+    return re.compile(".*".join(re.escape(p) for p in parts))
+
+
+_RANK = {"refuse": 3, "inspect": 2, "query": 1, "forward": 0}
+_COMPILED = tuple((route, _regex(route.pattern)) for route in (*ROUTES, *EXTRA_REFUSED))
+
+
+def match_route(method: str, path: str) -> Route | None:
+    """The route `method path` reaches (path URL-decoded, without the `/vX.Y` prefix), or None.
+
+    When a path matches several patterns (a name may contain `/`), the strictest action wins, so a
+    crafted name can never turn a checked route into a forwarded one.
+    """
+    found: Route | None = None
+    for route, regex in _COMPILED:
+        better = found is None or _RANK[route.action] > _RANK[found.action]
+        if better and route.method == method and regex.fullmatch(path):
+            found = route
+    return found

@@ -1,0 +1,155 @@
+"""Pinned bind sources: what the daemon mounts is exactly what the gate checked.
+
+A bind source is checked when the container is created and mounted when it starts, by path. Between
+the two a tenant can swap a directory it controls (inside an admitted bind) for a symlink to `/dev`,
+and the daemon would follow it. So the gate never hands the daemon the tenant's path: it opens the
+checked path one component at a time with `O_NOFOLLOW` (a symlink anywhere refuses the request),
+bind-mounts the opened object onto a staging path in a root-only directory, and rewrites the request
+to that staging path. The staging mount holds the checked inode whatever happens to the path later.
+
+Pins are keyed by the object they hold (device, inode, read-only), so binding the same directory
+again reuses its pin; `release_all` unmounts a repo's pins when the repo goes down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+import threading
+from pathlib import Path
+
+MAX_PINS = 512  # distinct bind sources per repo while it runs; a bound on mounts one tenant can add
+
+_MS_RDONLY = 1
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MNT_DETACH = 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class PinError(Exception):
+    """The source cannot be pinned; the message says why (the request is refused with it)."""
+
+
+def _mount(source: str, target: str, flags: int) -> None:
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, flags, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def _umount(target: str) -> None:
+    if _libc.umount2(os.fsencode(target), _MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOENT):  # not a mount point (any more)
+            raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def open_no_symlinks(path: str, *, create_dirs: bool = False) -> int:
+    """An O_PATH descriptor of `path` (absolute, normalised) reached without following any symlink.
+
+    With `create_dirs`, missing directories are created (0755), as the daemon does for a missing
+    bind source; a symlink or a non-directory on the way is a PinError.
+    """
+    parts = [p for p in path.split("/") if p]
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create_dirs:
+                    raise PinError(f"{path} does not exist") from None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, flags, dir_fd=fd)
+            mode = os.fstat(child).st_mode
+            if stat.S_ISLNK(mode):
+                os.close(child)
+                shown = "/" + "/".join(parts[: index + 1])
+                raise PinError(f"{shown} became a symlink while it was checked")
+            if not last and not stat.S_ISDIR(mode):
+                os.close(child)
+                raise PinError(f"{'/' + '/'.join(parts[: index + 1])} is not a directory")
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class Pins:
+    """The staging mounts of one repo, under `directory` (root-only, never bindable by a tenant)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+
+    def pin(self, path: str, *, read_only: bool, create_dirs: bool = False) -> str:
+        """Pin `path` (already checked by its resolved form) and return the staging path to hand out."""
+        with self._lock:
+            fd = open_no_symlinks(path, create_dirs=create_dirs)
+            try:
+                info = os.fstat(fd)
+                name = f"{info.st_dev:x}-{info.st_ino:x}" + ("-ro" if read_only else "")
+                target = self.directory / name
+                if self._holds(target, info):
+                    return str(target)
+                self._prepare(target, is_dir=stat.S_ISDIR(info.st_mode))
+                _mount(f"/proc/self/fd/{fd}", str(target), _MS_BIND)
+                if read_only:
+                    _mount("none", str(target), _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+                return str(target)
+            finally:
+                os.close(fd)
+
+    def _holds(self, target: Path, info: os.stat_result) -> bool:
+        try:
+            held = os.stat(target, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return (held.st_dev, held.st_ino) == (info.st_dev, info.st_ino)
+
+    def _prepare(self, target: Path, *, is_dir: bool) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)
+        if target.exists() or target.is_symlink():
+            _umount(str(target))  # a stale pin of an object since replaced
+            if target.is_dir():
+                target.rmdir()
+            else:
+                target.unlink()
+        if len(os.listdir(self.directory)) >= MAX_PINS:
+            raise PinError(
+                f"this repo already binds {MAX_PINS} distinct host paths; restart it (rdc repo down/up) "
+                "or bind fewer, larger directories"
+            )
+        if is_dir:
+            target.mkdir(mode=0o700)
+        else:
+            target.touch(mode=0o600)
+
+
+def release_all(directory: Path) -> list[str]:
+    """Unmount and remove every pin under `directory`; returns the staging paths released."""
+    released: list[str] = []
+    if not directory.is_dir():
+        return released
+    for entry in sorted(directory.iterdir()):
+        _umount(str(entry))
+        with contextlib.suppress(OSError):
+            if entry.is_dir():
+                entry.rmdir()
+            else:
+                entry.unlink()
+        released.append(str(entry))
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+    return released
