@@ -7,7 +7,20 @@ have_cdi_dockerd() {
   local v; v=$(dockerd --version | sed -E 's/^Docker version ([0-9]+).*/\1/')
   [ "${v:-0}" -ge 25 ]
 }
-if have_cdi_dockerd && command -v busybox >/dev/null 2>&1 && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; }; then
+# The Engine API swagger the gate's allow-list is checked against (API 1.45, Docker 26.1): the file
+# ships in Debian's Go sources of moby; it is extracted, not installed (no Go toolchain pulled in).
+install_api_swagger() {
+  local dest=/var/cache/rediacc/docker-api
+  [ -s "$dest/swagger.yaml" ] && return 0
+  local v tmp; tmp=$(mktemp -d)
+  v=$(apt-cache madison golang-github-docker-docker-dev | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^26\.' | head -n1)
+  (cd "$tmp" && apt-get download -qq "golang-github-docker-docker-dev=$v" >/dev/null)
+  dpkg-deb -x "$tmp"/golang-github-docker-docker-dev_*.deb "$tmp/x"
+  mkdir -p "$dest"
+  cp "$tmp/x/usr/share/gocode/src/github.com/docker/docker/api/swagger.yaml" "$dest/swagger.yaml"
+  rm -rf "$tmp"
+}
+if have_cdi_dockerd && [ -s /var/cache/rediacc/docker-api/swagger.yaml ] && command -v busybox >/dev/null 2>&1 && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; }; then
   echo "docker engine: $(dockerd --version)"; exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
@@ -24,4 +37,5 @@ dv=$(apt-cache madison docker.io | awk -F'|' '{gsub(/ /,"",$2); print $2}' | gre
 cv=$(apt-cache madison docker-compose | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^2\.' | head -n1)
 echo "installing docker.io=$dv docker-compose=$cv"
 apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" busybox-static haproxy >/dev/null
+install_api_swagger
 dockerd --version

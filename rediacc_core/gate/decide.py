@@ -32,6 +32,7 @@ from rediacc_core.gate.decode import (
 from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route
 from rediacc_core.gate.findings import Finding
 from rediacc_core.gate.pins import Pins
+from rediacc_core.gate.pins import directory_for as pins_directory
 from rediacc_core.model import ApiRequest, GateContext, Refusal, Rewrite
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class Decider:
         self._settings = settings
         self._settings_error: str | None = None
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
-        self.pins = pins if pins is not None else Pins(machine.run_dir / "pins" / repo.id)
+        self.pins = pins if pins is not None else Pins(pins_directory(machine.run_dir, repo.id))
         self._never = mounts.never_paths(machine.path)
 
     # --- what to read ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
-from rediacc_core.gate import daemon, teardown
+from rediacc_core.gate import daemon, pins, teardown
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 
@@ -205,6 +205,12 @@ def running_parts(machine: Machine, repo: Repo) -> list[str]:
     return running
 
 
+def _release_pins(machine: Machine, repo: Repo) -> list[str]:
+    """Unmount the repo's pinned bind sources: with its gate down, no new container can use them."""
+    released = pins.release_all(pins.directory_for(machine.run_dir, repo.id))
+    return [f"released {len(released)} pinned bind source(s)"] if released else []
+
+
 def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIMEOUT) -> list[str]:
     """Stop the gate, then the repo's own daemon, then kill and unmount whatever of the repo is
     left (see `teardown`); returns what was stopped, killed and unmounted, for the user.
@@ -219,6 +225,7 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     with contextlib.suppress(FileNotFoundError):
         runtime.gate_socket.unlink()
     if not runtime.owns_daemon:
+        stopped += _release_pins(machine, repo)
         return stopped  # the daemon and its containers are not the repo's to stop
     before = teardown.footprint(runtime.daemon_paths)
     pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
@@ -227,6 +234,7 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     swept = teardown.sweep(before)
     stopped += [f"killed {what}" for what in swept.killed]
     stopped += [f"unmounted {point}" for point in swept.unmounted]
+    stopped += _release_pins(machine, repo)
     if swept.left:
         raise StateError(
             f"repo {repo.ref} still has, after stopping its daemon: " + "; ".join(swept.left),

@@ -32,6 +32,11 @@ _MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def directory_for(run_dir: Path, repo_id: str) -> Path:
+    """Where one repo's pins live: under the machine's runtime directory, which no bind may reach."""
+    return run_dir / "pins" / repo_id
+
+
 class PinError(Exception):
     """The source cannot be pinned; the message says why (the request is refused with it)."""
 

@@ -32,6 +32,15 @@ COMPOSE_DEVICES = (
     "devices: [<vendor>/<class>=<name>] in Compose, --device <vendor>/<class>=<name> with docker run"
 )
 ALLOWED_RUNTIMES = frozenset({"", "runc"})
+RULE_IDS = frozenset(
+    {
+        "privileged", "device-cgroup-rules", "raw-device", "device-request-driver", "runtime", "dev-mount",
+        "cdi-annotation", "cdi-name-split", "capability", "bind-root", "volume-driver", "volume-type",
+        "volume-subpath", "mount-type", "tmpfs-option", "namespace", "security-opt", "masked-paths",
+        "sysctl", "cgroup-parent", "oom", "isolation", "log-driver", "storage-opt", "network-driver",
+        "network-option", "build-option", "swarm", "grant", "endpoint",
+    }
+)  # fmt: skip
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 

@@ -1,0 +1,247 @@
+"""A tenant attacking its own repo's Docker API: each attack runs for real through the gate, and its
+effect is checked on the machine (the grants file, the specs, another repo, the host's /proc/sys).
+
+The refusal alone proves little; what matters is that the command the tenant wanted to run never
+ran anywhere it could reach the host. Each attack's command leaves a mark if it runs; the test
+checks the mark is absent and that the daemon holds no container with host access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_kit import E2E, IMAGE
+
+from rediacc_core.repos import files_dir
+
+CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+
+
+@pytest.fixture
+def watched(e2e: E2E) -> Iterator[dict[Path, str]]:
+    """The machine state no container may touch, fingerprinted before each attack."""
+    beta_files = files_dir(e2e.machine, e2e.beta.repo.id)
+    paths = [
+        e2e.machine.grants_path,
+        e2e.machine.repos_path,
+        e2e.machine.cdi_dir / "vendor-example.json",
+        e2e.machine.cdi_dir / "evil.yaml",
+        beta_files / "mark",
+        CORE_PATTERN,
+    ]
+    before = {p: digest(p) for p in paths}
+    yield before
+    after = {p: digest(p) for p in paths}
+    assert after == before, "an attack changed the machine"
+
+
+def refused(result: object, *needles: str) -> None:
+    stdout, stderr, code = result.stdout, result.stderr, result.returncode  # type: ignore[attr-defined]
+    assert code != 0, f"admitted: {stdout}"
+    assert "Error response from daemon" in stderr, stderr
+    for needle in needles:
+        assert needle in stderr, stderr
+
+
+def attack_args(e2e: E2E) -> dict[str, tuple[list[str], str, str]]:
+    root = e2e.root
+    beta_files = files_dir(e2e.machine, e2e.beta.repo.id)
+    beta_files.mkdir(parents=True, exist_ok=True)
+    write = "echo pwned > /x/gpu/grants.json"
+    return {
+        "grants": (["-v", f"{root}/etc/rediacc:/x"], write, "etc/rediacc"),
+        "specs": (["-v", f"{root}/etc/cdi:/x"], "echo x > /x/evil.yaml", "etc/cdi"),
+        "specs-mount": (
+            ["--mount", f"type=bind,src={root}/etc/cdi,dst=/x"],
+            "echo x > /x/evil.yaml",
+            "etc/cdi",
+        ),
+        "other-repo": (["-v", f"{beta_files}:/x"], "touch /x/mark", "var/lib/rediacc"),
+        "raw-daemon": (["-v", f"{e2e.beta.runtime.run_dir}:/x:ro"], "ls /x", "run/rediacc"),
+        "host-proc": (["-v", "/proc:/hp"], "echo '|/bin/x' > /hp/sys/kernel/core_pattern", "/proc"),
+        "proc-self-root": (["-v", "/proc/self/root:/hr"], "touch /hr/tmp/rdc-pwned", "/proc"),
+        "systempaths": (
+            ["--security-opt", "systempaths=unconfined"],
+            "echo '|/bin/x' > /proc/sys/kernel/core_pattern",
+            "MaskedPaths drops /proc/asound",  # the CLI sends systempaths=unconfined as empty lists
+        ),
+        "seccomp": (["--security-opt", "seccomp=unconfined"], "true", "seccomp=unconfined"),
+        "apparmor": (["--security-opt", "apparmor=unconfined"], "true", "apparmor=unconfined"),
+        "pid-host": (["--pid", "host"], "ls /proc/1/root", "PidMode=host"),
+        "ipc-host": (["--ipc", "host"], "true", "IpcMode=host"),
+        "net-host": (["--network", "host", "--cap-add", "NET_ADMIN"], "true", "NetworkMode=host"),
+        "uts-host": (["--uts", "host"], "hostname pwned", "UTSMode=host"),
+        "cgroupns-host": (["--cgroupns", "host"], "true", "CgroupnsMode=host"),
+        "dac-read-search": (["--cap-add", "DAC_READ_SEARCH"], "true", "DAC_READ_SEARCH"),
+        "sys-ptrace": (["--cap-add", "SYS_PTRACE"], "true", "SYS_PTRACE"),
+        "sys-time": (["--cap-add", "SYS_TIME"], "date -s 2000-01-01", "SYS_TIME"),
+        "sysctl": (["--sysctl", "net.ipv4.ip_forward=1"], "true", "net.ipv4.ip_forward"),
+        "cgroup-parent": (["--cgroup-parent", "/"], "true", "CgroupParent"),
+        "proc-volume": (
+            ["--mount", "type=volume,dst=/x,volume-opt=type=proc,volume-opt=device=proc"],
+            "echo '|/bin/x' > /x/sys/kernel/core_pattern",
+            "type proc",
+        ),
+        "cgroup-volume": (
+            [
+                "--mount",
+                "type=volume,dst=/x,volume-opt=type=cgroup,volume-opt=o=devices,volume-opt=device=cgroup",
+            ],
+            "true",
+            "type cgroup",
+        ),
+        "log-driver": (["--log-driver", "syslog"], "true", "syslog"),
+    }
+
+
+ATTACKS = [
+    "grants",
+    "specs",
+    "specs-mount",
+    "other-repo",
+    "raw-daemon",
+    "host-proc",
+    "proc-self-root",
+    "systempaths",
+    "seccomp",
+    "apparmor",
+    "pid-host",
+    "ipc-host",
+    "net-host",
+    "uts-host",
+    "cgroupns-host",
+    "dac-read-search",
+    "sys-ptrace",
+    "sys-time",
+    "sysctl",
+    "cgroup-parent",
+    "proc-volume",
+    "cgroup-volume",
+    "log-driver",
+]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_is_refused_and_leaves_no_mark(e2e: E2E, watched: dict[Path, str], attack: str) -> None:
+    args, command, needle = attack_args(e2e)[attack]
+    before = e2e.alpha.container_ids()
+    refused(e2e.alpha.docker("run", "--rm", *args, IMAGE, "sh", "-c", command), needle)
+    assert e2e.alpha.container_ids() == before, "a refused container was created anyway"
+    assert not Path("/tmp/rdc-pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("opts", "needle"),
+    [
+        (["type=proc", "device=proc"], "type proc"),
+        (["type=sysfs", "device=sysfs"], "type sysfs"),
+        (["type=cgroup", "o=devices", "device=cgroup"], "type cgroup"),
+        (["type=none", "o=bind", "device=/etc"], "device /etc is refused"),
+        (["type=none", "o=bind", "device=/srv"], "outside the allowed bind roots"),
+    ],
+)
+def test_volumes_of_host_filesystems_are_refused(e2e: E2E, opts: list[str], needle: str) -> None:
+    flags = [part for opt in opts for part in ("--opt", opt)]
+    refused(e2e.alpha.docker("volume", "create", *flags, "evilvol"), needle)
+    assert "evilvol" not in e2e.alpha.docker("volume", "ls", "-q").stdout.split()
+
+
+def test_plugins_and_swarm_are_refused(e2e: E2E) -> None:
+    refused(e2e.alpha.docker("plugin", "install", "--grant-all-permissions", "vieux/sshfs"), "plugins")
+    refused(e2e.alpha.docker("swarm", "init"), "swarm mode is refused")
+    listed = e2e.alpha.docker("plugin", "ls", "-q")
+    assert listed.returncode == 0 and listed.stdout.strip() == ""
+
+
+def test_a_classic_build_on_the_host_network_is_refused(e2e: E2E, tmp_short: Path) -> None:
+    (tmp_short / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN touch /built\n")
+    result = e2e.alpha.docker(
+        "build", "--network", "host", "-t", "evil:1", str(tmp_short), extra_env={"DOCKER_BUILDKIT": "0"}
+    )
+    refused(result, "networkmode=host")
+    assert e2e.alpha.docker("image", "inspect", "evil:1").returncode != 0
+
+
+def test_a_symlink_swapped_in_after_create_mounts_nothing_outside_the_root(e2e: E2E) -> None:
+    """Time of check vs time of use: the bind source is swapped for a symlink to /dev between
+    `docker create` (checked) and `docker start` (mounted); the container still sees what was checked."""
+    files = files_dir(e2e.machine, e2e.alpha.repo.id)
+    work = files / "swap"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "checked").write_text("yes")
+    created = e2e.alpha.docker("create", "--name", "swapped", "-v", f"{work}:/w", IMAGE, "ls", "/w")
+    assert created.returncode == 0, created.stderr
+    try:
+        # The tenant swaps the directory through another admitted bind of its files directory.
+        swap = e2e.alpha.docker(
+            "run",
+            "--rm",
+            "-v",
+            f"{files}:/f",
+            IMAGE,
+            "sh",
+            "-c",
+            "mv /f/swap /f/swap.old && ln -s /dev /f/swap",
+        )
+        assert swap.returncode == 0, swap.stderr
+        assert (files / "swap").is_symlink()
+        started = e2e.alpha.docker("start", "-a", "swapped")
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.split() == ["checked"]  # not /dev's null, zero, ...
+    finally:
+        e2e.alpha.docker("rm", "-f", "swapped")
+
+
+def test_everyday_workloads_still_work(e2e: E2E) -> None:
+    files = files_dir(e2e.machine, e2e.alpha.repo.id)
+    (files / "data").mkdir(parents=True, exist_ok=True)
+    run = e2e.alpha.docker(
+        "run", "--rm", "--cap-add", "NET_BIND_SERVICE", "--tmpfs", "/scratch:size=1m",
+        "-v", f"{files}/data:/data", "-v", "named-e2e:/v", "--security-opt", "no-new-privileges",
+        "--sysctl", "net.ipv4.ip_unprivileged_port_start=0",
+        IMAGE, "sh", "-c", "echo hello > /data/out && echo v > /v/x && touch /scratch/t && cat /data/out",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "hello"
+    assert (files / "data" / "out").read_text().strip() == "hello"
+    e2e.alpha.docker("volume", "rm", "named-e2e")
+
+
+def test_compose_with_named_volumes_and_relative_binds(e2e: E2E) -> None:
+    project = files_dir(e2e.machine, e2e.alpha.repo.id) / "shop"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "compose.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            services:
+              app:
+                image: {IMAGE}
+                network_mode: none
+                command: sh -c 'echo ok > /data/ok && echo v > /cache/v'
+                volumes:
+                  - ./data:/data
+                  - cache:/cache
+                tmpfs:
+                  - /run/app
+                healthcheck:
+                  test: ["CMD", "true"]
+                  interval: 1s
+            volumes:
+              cache: {{}}
+            """
+        )
+    )
+    try:
+        up = e2e.alpha.compose(project, "up", "--abort-on-container-exit")
+        assert up.returncode == 0, up.stderr
+        assert (project / "data" / "ok").read_text().strip() == "ok"
+    finally:
+        e2e.alpha.compose(project, "down", "-v")

@@ -1,0 +1,138 @@
+"""Namespaces, capabilities, security options, sysctls, cgroups, logging, networks and builds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rediacc_core.gate import rules
+from rediacc_core.gate.isolation import DEFAULT_MASKED_PATHS
+from rediacc_core.testing.fakemachine import FakeMachine
+from rules_kit import rule_context
+
+
+def refused(fm: FakeMachine, host: dict[str, Any], **kwargs: Any) -> list[str]:
+    findings = rules.check(
+        "container-create", {"Image": "bb", "HostConfig": host}, rule_context(fm, **kwargs)
+    )
+    return [f.refusal.rule for f in findings]
+
+
+@pytest.mark.parametrize(
+    ("host", "rule"),
+    [
+        ({"PidMode": "host"}, "namespace"),
+        ({"IpcMode": "host"}, "namespace"),
+        ({"NetworkMode": "host"}, "namespace"),
+        ({"UTSMode": "host"}, "namespace"),
+        ({"UsernsMode": "host"}, "namespace"),
+        ({"CgroupnsMode": "host"}, "namespace"),
+        ({"Cgroup": "host"}, "namespace"),
+        ({"CapAdd": ["DAC_READ_SEARCH"]}, "capability"),
+        ({"CapAdd": ["SYS_PTRACE"]}, "capability"),
+        ({"CapAdd": ["cap_sys_boot"]}, "capability"),
+        ({"CapAdd": ["SYS_TIME"]}, "capability"),
+        ({"CapAdd": ["BPF"]}, "capability"),
+        ({"CapAdd": ["PERFMON"]}, "capability"),
+        ({"CapAdd": ["NET_ADMIN"]}, "capability"),  # not allowed on this machine
+        ({"CapAdd": ["MADE_UP"]}, "capability"),
+        ({"SecurityOpt": ["seccomp=unconfined"]}, "security-opt"),
+        ({"SecurityOpt": ["seccomp={}"]}, "security-opt"),
+        ({"SecurityOpt": ["apparmor=unconfined"]}, "security-opt"),
+        ({"SecurityOpt": ["label=disable"]}, "security-opt"),
+        ({"SecurityOpt": ["label:disable"]}, "security-opt"),
+        ({"SecurityOpt": ["label=type:spc_t"]}, "security-opt"),
+        ({"SecurityOpt": ["systempaths=unconfined"]}, "security-opt"),
+        ({"SecurityOpt": ["no-new-privileges=false"]}, "security-opt"),
+        ({"MaskedPaths": []}, "masked-paths"),
+        ({"ReadonlyPaths": ["/proc/bus"]}, "masked-paths"),
+        ({"Sysctls": {"kernel.core_pattern": "|/tmp/x"}}, "sysctl"),
+        ({"Sysctls": {"net.ipv4.ip_forward": "1"}}, "sysctl"),
+        ({"CgroupParent": "/"}, "cgroup-parent"),
+        ({"OomKillDisable": True}, "oom"),
+        ({"OomScoreAdj": -1000}, "oom"),
+        ({"Isolation": "hyperv"}, "isolation"),
+        ({"LogConfig": {"Type": "syslog", "Config": {"syslog-address": "unix:///dev/log"}}}, "log-driver"),
+        ({"LogConfig": {"Type": "fluentd"}}, "log-driver"),
+        ({"StorageOpt": {"dm.basesize": "1G"}}, "storage-opt"),
+        ({"Tmpfs": {"/t": "rw,dev"}}, "tmpfs-option"),
+        ({"VolumeDriver": "vendor-nfs"}, "volume-driver"),
+    ],
+)
+def test_refused(fake_machine: FakeMachine, host: dict[str, Any], rule: str) -> None:
+    assert refused(fake_machine, host) == [rule]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        {"PidMode": "container:abc", "IpcMode": "shareable", "NetworkMode": "bridge", "UTSMode": ""},
+        {"NetworkMode": "none", "CgroupnsMode": "private", "Cgroup": "container:abc"},
+        {"NetworkMode": "repo_default", "IpcMode": "container:abc"},
+        {"CapAdd": ["NET_BIND_SERVICE", "CAP_CHOWN", "kill"], "CapDrop": ["ALL"]},
+        {"SecurityOpt": ["no-new-privileges", "no-new-privileges:true", "label=level:s0:c100,c200"]},
+        {"MaskedPaths": None, "ReadonlyPaths": None},
+        {"MaskedPaths": [*DEFAULT_MASKED_PATHS, "/proc/extra"]},
+        {"Sysctls": {"net.ipv4.ip_unprivileged_port_start": "0", "kernel.shm_rmid_forced": "1"}},
+        {"OomScoreAdj": 500, "OomKillDisable": False, "CgroupParent": ""},
+        {"LogConfig": {"Type": "json-file", "Config": {"max-size": "10m"}}},
+        {"LogConfig": {"Type": "local"}},
+        {"StorageOpt": {"size": "10G"}},
+        {"Tmpfs": {"/run": "rw,noexec,nosuid,size=65536k"}},
+        {"VolumeDriver": "local"},
+    ],
+)
+def test_admitted(fake_machine: FakeMachine, host: dict[str, Any]) -> None:
+    assert refused(fake_machine, host) == []
+
+
+def test_the_machine_may_allow_namespaced_capabilities(fake_machine: FakeMachine) -> None:
+    allowed = frozenset({"NET_ADMIN"})
+    assert refused(fake_machine, {"CapAdd": ["NET_ADMIN"]}, extra_capabilities=allowed) == []
+    # Never the ones that reach the host, even if a hand-edited setting lists them.
+    assert refused(fake_machine, {"CapAdd": ["SYS_ADMIN"]}, extra_capabilities=frozenset({"SYS_ADMIN"})) == [
+        "capability"
+    ]
+
+
+def test_messages_name_the_field_and_the_alternative(fake_machine: FakeMachine) -> None:
+    body = {"HostConfig": {"PidMode": "host"}}
+    (finding,) = rules.check("container-create", body, rule_context(fake_machine))
+    assert "HostConfig.PidMode=host is refused" in finding.refusal.message
+    assert finding.refusal.replacement and "container:<id>" in finding.refusal.replacement
+
+
+@pytest.mark.parametrize(
+    ("body", "refused_rules"),
+    [
+        ({"Driver": "macvlan", "Options": {"parent": "eth0"}}, ["network-driver", "network-option"]),
+        ({"Driver": "ipvlan"}, ["network-driver"]),
+        ({"Driver": "bridge", "Options": {"com.docker.network.bridge.name": "docker0"}}, ["network-option"]),
+        ({"Driver": "bridge", "ConfigFrom": {"Network": "x"}}, ["network-driver"]),
+        ({"Driver": "bridge", "IPAM": {"Driver": "vendor"}}, ["network-driver"]),
+        ({"Name": "app_default", "Driver": "bridge", "Labels": {"a": "b"}}, []),
+        ({"Name": "n", "Options": {"com.docker.network.driver.mtu": "1400"}, "Internal": True}, []),
+    ],
+)
+def test_network_create(fake_machine: FakeMachine, body: dict[str, Any], refused_rules: list[str]) -> None:
+    findings = rules.check("network-create", body, rule_context(fake_machine))
+    assert [f.refusal.rule for f in findings] == refused_rules
+
+
+@pytest.mark.parametrize(
+    ("query", "refused_rules"),
+    [
+        ({"networkmode": ("host",)}, ["build-option"]),
+        ({"networkmode": ("container:abc",)}, ["build-option"]),
+        ({"cgroupparent": ("/system.slice",)}, ["cgroup-parent"]),
+        ({"isolation": ("hyperv",)}, ["isolation"]),
+        ({"something": ("1",)}, ["build-option"]),
+        ({"t": ("app:1",), "networkmode": ("default",), "cgroupparent": ("",), "version": ("1",)}, []),
+    ],
+)
+def test_build_parameters(
+    fake_machine: FakeMachine, query: dict[str, tuple[str, ...]], refused_rules: list[str]
+) -> None:
+    findings = rules.check("build", None, rule_context(fake_machine, query=query))
+    assert [f.refusal.rule for f in findings] == refused_rules
