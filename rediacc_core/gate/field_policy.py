@@ -124,7 +124,11 @@ FIELDS: dict[str, dict[str, str]] = {
     },
     "LogConfig": {"Type": "log-driver", "Config": FREE},  # options of an admitted driver
     "UpdateConfig": {**_RESOURCES, "RestartPolicy": FREE},
-    "DeviceMapping": {"PathOnHost": "raw-device", "PathInContainer": "raw-device", "CgroupPermissions": "raw-device"},
+    "DeviceMapping": {
+        "PathOnHost": "raw-device",
+        "PathInContainer": "raw-device",
+        "CgroupPermissions": "raw-device",
+    },
     "DeviceRequest": {
         "Driver": "device-request-driver",
         "Count": "device-request-driver",

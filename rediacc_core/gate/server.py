@@ -171,6 +171,7 @@ class _Client(asyncio.BufferedProtocol):
         self.body_left = 0
         self.chunks: ChunkedDecoder | None = None
         self.inspect: bytearray | None = None
+        self.refused: DecisionLike | None = None  # a request refused from its head, body still coming
         self.request_done = False
         self.body_read = False  # the whole request body is in (or there is none)
         self.client_eof = False
@@ -432,13 +433,15 @@ class _Client(asyncio.BufferedProtocol):
         self._forward_head()
 
     def _refuse_head(self, req: RequestHead, decision: DecisionLike) -> None:
-        """Answer a request refused from its head alone; its body, if any, is never read."""
+        """Answer a request refused from its head alone, once its body (read, never kept) has ended.
+
+        Clients write the whole body before they read the answer (the docker CLI sending a build
+        context does): answering and closing early would show them a broken pipe, not the reason.
+        """
         self.inspect = None
         if req.has_body:
-            for line in decision.log:
-                self.gate.log(line)
-            self._write(error_response(decision.status, decision.message, head_only=False, close=True))
-            self.close()
+            self.refused = decision
+            self.state = _BODY
             return
         self.state = _BUSY
         self._apply(req, b"", decision)
@@ -472,7 +475,9 @@ class _Client(asyncio.BufferedProtocol):
             pieces = [memoryview(data)[:used]] if used < len(data) else [memoryview(data)]
             self.body_left -= used
             done = not self.body_left
-        if self.inspect is not None:
+        if self.refused is not None:
+            pass  # the body of a refused request: read and dropped
+        elif self.inspect is not None:
             for piece in pieces:
                 self.inspect += piece
             if len(self.inspect) > MAX_INSPECTED_BODY:
@@ -502,6 +507,12 @@ class _Client(asyncio.BufferedProtocol):
 
     def _body_complete(self) -> None:
         self.body_read = True
+        if self.refused is not None:
+            decision, self.refused = self.refused, None
+            assert self.req is not None
+            self.state = _BUSY
+            self._apply(self.req, b"", decision)
+            return
         if self.inspect is not None:
             req, body = self.req, bytes(self.inspect)
             assert req is not None

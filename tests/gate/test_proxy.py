@@ -209,3 +209,14 @@ def test_small_decisions_run_on_the_loop_and_waiting_ones_in_a_worker(env: Env) 
     assert inline == retried  # the slow one was tried on the loop first ...
     assert slow.startswith("gate-decide") and big.startswith("gate-decide")  # ... then moved
     assert not inline.startswith("gate-decide")
+
+
+def test_a_request_refused_from_its_head_is_answered_after_its_body_on_a_live_connection(env: Env) -> None:
+    """A client writing a body (a build context) before reading must see the refusal, not a broken pipe."""
+    conn = env.http()
+    body = b"x" * (3 * 1024 * 1024)
+    conn.request("POST", "/v1.45/swarm/init", body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 403 and b"swarm mode is refused" in response.read()
+    conn.request("GET", "/_ping")  # the same connection goes on
+    assert conn.getresponse().status == 200
