@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rules_kit import rule_context
 
 from rediacc_core.gate import rules
 from rediacc_core.gate.isolation import DEFAULT_MASKED_PATHS
 from rediacc_core.testing.fakemachine import FakeMachine
-from rules_kit import rule_context
 
 
 def refused(fm: FakeMachine, host: dict[str, Any], **kwargs: Any) -> list[str]:

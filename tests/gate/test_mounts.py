@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rules_kit import files, rule_context
 
 from rediacc_core.gate import rules
 from rediacc_core.gate.pins import Pins, open_no_symlinks, release_all
 from rediacc_core.testing.fakemachine import FakeMachine
-from rules_kit import files, rule_context
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="pinning mounts need root")
 
