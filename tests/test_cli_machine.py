@@ -107,14 +107,13 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
     rdc("machine", "add", "box", "--root", str(fm.root))
 
     shown = json.loads(rdc("machine", "config", "box", "-o", "json").stdout)
-    assert shown == [
-        {
-            "setting": "legacy-visible-devices",
-            "value": "refuse",
-            "source": "default",
-            "choices": ["refuse", "translate"],
-        }
-    ]
+    assert shown[0] == {
+        "setting": "legacy-visible-devices",
+        "value": "refuse",
+        "source": "default",
+        "choices": ["refuse", "translate"],
+    }
+    assert [s["setting"] for s in shown[1:]] == ["bind-roots", "extra-capabilities", "volume-drivers"]
     assert not fm.machine.settings_path.exists()
 
     changed = rdc("machine", "config", "box", "--set", "legacy-visible-devices=translate")

@@ -22,6 +22,7 @@ from rediacc_core.settings import (
 from rediacc_core.statelock import state_lock
 
 LEGACY = "legacy-visible-devices"
+LIST_DEFAULTS = {"bind-roots": "", "extra-capabilities": "", "volume-drivers": ""}
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_the_settings_file_is_under_the_machine_root(machine: Machine) -> None:
 
 def test_without_a_file_no_setting_is_set_and_every_one_has_its_default(machine: Machine) -> None:
     assert read_settings(machine) == {}
-    assert effective({}) == {LEGACY: "refuse"}
+    assert effective({}) == {LEGACY: "refuse", **LIST_DEFAULTS}
     assert SETTINGS[LEGACY].choices == ("refuse", "translate")
 
 
@@ -45,7 +46,7 @@ def test_set_and_unset_are_written_to_the_file_and_read_back(machine: Machine) -
     assert set_setting(machine, LEGACY, "translate") == {LEGACY: "translate"}
 
     assert read_settings(machine) == {LEGACY: "translate"}
-    assert effective(read_settings(machine)) == {LEGACY: "translate"}
+    assert effective(read_settings(machine)) == {LEGACY: "translate", **LIST_DEFAULTS}
     assert json.loads(machine.settings_path.read_text()) == {
         "schemaVersion": 1,
         "settings": {LEGACY: "translate"},
@@ -65,7 +66,12 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "what", "todo"),
     [
-        ("colour", "blue", "unknown machine setting 'colour'", "use one of: legacy-visible-devices"),
+        (
+            "colour",
+            "blue",
+            "unknown machine setting 'colour'",
+            "use one of: bind-roots, extra-capabilities, legacy-visible-devices, volume-drivers",
+        ),
         (
             LEGACY,
             "sometimes",
@@ -202,3 +208,30 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
     with pytest.raises(TypeError):
         live.settings()[LEGACY] = "translate"  # type: ignore[index]
     assert live.settings() == {LEGACY: "refuse"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("bind-roots", "/", "other than /"),
+        ("bind-roots", "relative/dir", "absolute"),
+        ("bind-roots", "/etc/rediacc", "no container may reach"),
+        ("bind-roots", "/var", "overlaps /var/"),
+        ("bind-roots", "/data/sets/../../dev", "normalised"),
+        ("extra-capabilities", "SYS_ADMIN", "cannot be allowed"),
+        ("extra-capabilities", "NET_ADMIN,SYS_PTRACE", "cannot be allowed"),
+        ("volume-drivers", "bad driver!", "not a volume driver name"),
+    ],
+)
+def test_list_settings_are_checked_before_anything_is_written(
+    machine: Machine, key: str, value: str, says: str
+) -> None:
+    with pytest.raises(ValidationError, match=says):
+        set_setting(machine, key, value)
+    assert not machine.settings_path.exists()
+
+
+def test_list_settings_are_kept_as_given(machine: Machine) -> None:
+    set_setting(machine, "bind-roots", "/data/sets:ro,/srv/shared")
+    set_setting(machine, "extra-capabilities", "NET_ADMIN")
+    assert read_settings(machine)["bind-roots"] == "/data/sets:ro,/srv/shared"

@@ -206,7 +206,15 @@ def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], f
         fmt,
         lambda data: table(
             ["SETTING", "VALUE", "SOURCE", "CHOICES"],
-            [[r["setting"], r["value"], r["source"], "|".join(r["choices"])] for r in data],
+            [
+                [
+                    r["setting"],
+                    r["value"] or "-",
+                    r["source"],
+                    "|".join(r["choices"]) or "comma-separated list",
+                ]
+                for r in data
+            ],
         ),
     )
 

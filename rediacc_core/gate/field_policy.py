@@ -60,7 +60,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "Tty": FREE,
         "OpenStdin": FREE,
         "StdinOnce": FREE,
-        "Env": "plugins",  # vendor plugins read their variables (NVIDIA_VISIBLE_DEVICES, ...)
+        "Env": "plugins",  # vendor plugins read their own variables (visible devices, requirements)
         "Cmd": FREE,
         "Healthcheck": FREE,
         "ArgsEscaped": FREE,
