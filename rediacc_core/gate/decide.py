@@ -11,6 +11,7 @@ against the grants, pin the admitted bind sources (`pins.py`) and forward the re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -169,7 +170,7 @@ class Decider:
         self._settings_error: str | None = None
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
         self.pins = pins if pins is not None else Pins(pins_directory(machine.run_dir, repo.id))
-        self._never = mounts.never_paths(machine.path)
+        self._allowances: tuple[Mapping[str, Any], mounts.BindPolicy, frozenset[str]] | None = None
 
     # --- what to read ---------------------------------------------------------------------------
     def inspects(self, method: str, raw_target: str) -> bool:
@@ -188,7 +189,9 @@ class Decider:
             target = parse_target(raw_target)
         except BadRequest:
             return None  # read and answered 400 by `decide`
-        route = match_route(method, target.path)
+        return self._head(method, target, match_route(method, target.path))
+
+    def _head(self, method: str, target: Target, route: Route | None) -> Decision | None:
         where = f"{method} {target.path}"
         if route is None:
             refusal = Refusal(
@@ -218,10 +221,10 @@ class Decider:
 
     def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
         target = parse_target(raw_target)
-        early = self.head(method, raw_target)
+        endpoint = match_route(method, target.path)
+        early = self._head(method, target, endpoint)
         if early is not None:
             return early
-        endpoint: Route | None = match_route(method, target.path)
         if endpoint is None or endpoint.action != "inspect":
             return Decision(True)
         where = f"{method} {target.path}"
@@ -273,12 +276,21 @@ class Decider:
 
     def _rule_context(self, target: Target, *, pinning: bool) -> rules.RuleContext:
         """What the core rules need for this request: the bind roots and allowances, read live."""
+        settings = self._read_settings()
+        cached = self._allowances
+        if cached is None or cached[0] is not settings:
+            # Rebuilt only when the settings file changed (LiveSettings keeps the same mapping).
+            cached = self._allowances = (settings, *self._allowances_from(settings))
+        _, policy, extra = cached
+        if pinning:
+            policy = dataclasses.replace(policy, pins=self.pins)
+        return rules.RuleContext(self.repo.ref, policy, extra, target.query)
+
+    def _allowances_from(self, settings: Mapping[str, Any]) -> tuple[mounts.BindPolicy, frozenset[str]]:
         from rediacc_core.repos import files_dir
         from rediacc_core.settings import split_list
 
-        settings = self._read_settings()
-        files = files_dir(self.machine, self.repo.id)
-        roots = [mounts.Root(os.path.realpath(files), False)]
+        roots = [mounts.Root(os.path.realpath(files_dir(self.machine, self.repo.id)), False)]
         for item in split_list(str(settings.get("bind-roots", ""))):
             path = item.removesuffix(":ro")
             if mounts.check_root_setting(path) is None:
@@ -286,14 +298,14 @@ class Decider:
         policy = mounts.BindPolicy(
             files_dir=roots[0].path,
             roots=tuple(roots),
-            never=self._never,
+            never=mounts.never_paths(self.machine.path),
             volume_drivers=frozenset(split_list(str(settings.get("volume-drivers", "")))),
-            pins=self.pins if pinning else None,
+            pins=None,
         )
         extra = frozenset(
             c.upper().removeprefix("CAP_") for c in split_list(str(settings.get("extra-capabilities", "")))
         )
-        return rules.RuleContext(self.repo.ref, policy, extra, target.query)
+        return policy, extra
 
     def _grant_problems(
         self, names: tuple[str, ...], grants: frozenset[str], error: str | None
@@ -378,7 +390,7 @@ class Decider:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 forwarded = encode(body)
                 cdi += new
-        if endpoint in _PINNED:
+        if endpoint in _PINNED and rules.names_host_paths(endpoint, canonical):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
             body = json.loads(forwarded)
             pinned = rules.pin(endpoint, body, self._rule_context(target, pinning=True))

@@ -200,7 +200,19 @@ def _regex(pattern: str) -> re.Pattern[str]:
 
 
 _RANK = {"refuse": 3, "inspect": 2, "query": 1, "forward": 0}
-_COMPILED = tuple((route, _regex(route.pattern)) for route in (*ROUTES, *EXTRA_REFUSED))
+
+
+def _first_segment(path: str) -> str:
+    return path[1:].partition("/")[0]
+
+
+# Routes grouped by method and first path segment (always literal), so a lookup tries a handful of
+# patterns rather than the whole table.
+_INDEX: dict[tuple[str, str], list[tuple[Route, re.Pattern[str]]]] = {}
+for _route in (*ROUTES, *EXTRA_REFUSED):
+    _INDEX.setdefault((_route.method, _first_segment(_route.pattern)), []).append(
+        (_route, _regex(_route.pattern))
+    )
 
 
 def match_route(method: str, path: str) -> Route | None:
@@ -210,7 +222,7 @@ def match_route(method: str, path: str) -> Route | None:
     crafted name can never turn a checked route into a forwarded one.
     """
     found: Route | None = None
-    for route, regex in _COMPILED:
+    for route, regex in _INDEX.get((method, _first_segment(path)), ()):
         better = found is None or _RANK[route.action] > _RANK[found.action]
         if better and route.method == method and regex.fullmatch(path):
             found = route

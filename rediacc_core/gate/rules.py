@@ -165,6 +165,14 @@ def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
 
 
 def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    endpoints = _dict(_dict(body.get("NetworkingConfig")).get("EndpointsConfig"))
+    if "host" in endpoints:
+        yield refuse(
+            "namespace",
+            "EndpointsConfig.host",
+            "NetworkingConfig.EndpointsConfig.host is refused: the host's network namespace reaches every repo",
+            "a network of this repo",
+        )
     host = body.get("HostConfig")
     if not isinstance(host, dict):
         return
@@ -242,6 +250,21 @@ def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
     if endpoint == "network-create":
         return list(isolation.network_create(body))
     return []
+
+
+def names_host_paths(endpoint: str, body: Any) -> bool:
+    """Could `body` name a host path to pin? (Cheap; most bodies name none and skip pinning.)"""
+    if not isinstance(body, dict):
+        return False
+    if endpoint == "volume-create":
+        return bool(body.get("DriverOpts"))
+    host = body.get("HostConfig")
+    if not isinstance(host, dict):
+        return False
+    binds = host.get("Binds") or []
+    return bool(host.get("Mounts")) or any(
+        isinstance(b, str) and b.startswith("/") and ":" in b for b in binds
+    )
 
 
 def pin(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:

@@ -1,7 +1,7 @@
 """Rerunnable benchmark of one decision: `python tests/gate/bench_decide.py [iterations]`.
 
 Decides the container-create body the docker CLI 28 sends for `docker run --device <cdi name> -v
-/mnt/data:/data` (captured in tests/gate/data), with the installed plugins loaded, on a simulated
+named:/data` (captured in tests/gate/data, the bind made a named volume), with the installed plugins loaded, on a simulated
 machine. Prints microseconds per decision; the target is well under 500.
 """
 
@@ -24,7 +24,7 @@ DATA = Path(__file__).parent / "data" / "docker-cli-requests.jsonl"
 def main(iterations: int) -> None:
     request = json.loads(DATA.read_text().splitlines()[0])
     body = json.loads(request["body"])
-    body["HostConfig"]["Binds"] = ["/mnt/data:/data"]
+    body["HostConfig"]["Binds"] = ["named:/data"]
     raw = json.dumps(body).encode()
     names = tuple(body["HostConfig"]["DeviceRequests"][0]["DeviceIDs"])
     root = Path(tempfile.mkdtemp())

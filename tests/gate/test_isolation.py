@@ -136,3 +136,9 @@ def test_build_parameters(
 ) -> None:
     findings = rules.check("build", None, rule_context(fake_machine, query=query))
     assert [f.refusal.rule for f in findings] == refused_rules
+
+
+def test_the_host_network_cannot_be_joined_as_an_extra_endpoint(fake_machine: FakeMachine) -> None:
+    body = {"Image": "bb", "NetworkingConfig": {"EndpointsConfig": {"host": {}, "app_default": {}}}}
+    findings = rules.check("container-create", body, rule_context(fake_machine))
+    assert [f.refusal.rule for f in findings] == ["namespace"]
