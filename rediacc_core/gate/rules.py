@@ -170,7 +170,8 @@ def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
         yield refuse(
             "namespace",
             "EndpointsConfig.host",
-            "NetworkingConfig.EndpointsConfig.host is refused: the host's network namespace reaches every repo",
+            "NetworkingConfig.EndpointsConfig.host is refused: "
+            "the host's network namespace reaches every repo",
             "a network of this repo",
         )
     host = body.get("HostConfig")

@@ -1,8 +1,8 @@
 """Rerunnable benchmark of one decision: `python tests/gate/bench_decide.py [iterations]`.
 
 Decides the container-create body the docker CLI 28 sends for `docker run --device <cdi name> -v
-named:/data` (captured in tests/gate/data, the bind made a named volume), with the installed plugins loaded, on a simulated
-machine. Prints microseconds per decision; the target is well under 500.
+named:/data` (captured in tests/gate/data, its bind made a named volume), with the installed plugins
+loaded, on a simulated machine. Prints microseconds per decision; the target is well under 500.
 """
 
 from __future__ import annotations
