@@ -199,14 +199,14 @@ class Decider:
                 replacement=UNKNOWN_INSTEAD,
                 rule="endpoint",
             )
-            return self._refuse(where, [refusal])
+            return self._refuse(where, [refusal], endpoint="unknown")
         if route.action == "refuse":
             refusal = Refusal(message=f"{where}: {route.why}", replacement=route.instead, rule="endpoint")
-            return self._refuse(where, [refusal])
+            return self._refuse(where, [refusal], endpoint=route.pattern)
         if route.action == "query":
             findings = rules.check(route.name, None, self._rule_context(target, pinning=False))
             if findings:
-                return self._refuse(where, [f.refusal for f in findings])
+                return self._refuse(where, [f.refusal for f in findings], endpoint=route.name)
         return None
 
     # --- the decision -------------------------------------------------------------------------
