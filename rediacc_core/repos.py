@@ -220,9 +220,14 @@ class RepoStore:
         return dropped
 
 
+def repo_state_dir(machine: Machine, repo_id: str) -> Path:
+    """Where the machine keeps one repo's data: its daemon's data root, gate log, files."""
+    return machine.path(f"/var/lib/rediacc/repos/{repo_id}")
+
+
 def files_dir(machine: Machine, repo_id: str) -> Path:
     """The repo's own files directory: the one host directory its containers may always bind."""
-    return machine.path(f"/var/lib/rediacc/repos/{repo_id}/files")
+    return repo_state_dir(machine, repo_id) / "files"
 
 
 def resolve_ref(ref_text: str, config: MachineSource) -> tuple[Machine, Repo]:

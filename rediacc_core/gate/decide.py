@@ -169,7 +169,12 @@ class Decider:
         self._settings = settings
         self._settings_error: str | None = None
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
-        self.pins = pins if pins is not None else Pins(pins_directory(machine.run_dir, repo.id))
+        if pins is None:
+            from rediacc_core.repos import repo_state_dir
+
+            index = repo_state_dir(machine, repo.id) / "pins.json"
+            pins = Pins(pins_directory(machine.run_dir, repo.id), index)
+        self.pins = pins
         self._allowances: tuple[Mapping[str, Any], mounts.BindPolicy, frozenset[str]] | None = None
 
     # --- what to read ---------------------------------------------------------------------------
@@ -285,6 +290,12 @@ class Decider:
         if pinning:
             policy = dataclasses.replace(policy, pins=self.pins)
         return rules.RuleContext(self.repo.ref, policy, extra, target.query)
+
+    def restore_pins(self) -> list[str]:
+        """Pin again the bind sources pinned before this gate started (a restart, a reboot), each
+        checked against today's policy; returns the staging paths restored."""
+        policy = self._rule_context(parse_target("/"), pinning=False).binds
+        return self.pins.restore(lambda source: mounts.admits(policy, source))
 
     def _allowances_from(self, settings: Mapping[str, Any]) -> tuple[mounts.BindPolicy, frozenset[str]]:
         from rediacc_core.repos import files_dir

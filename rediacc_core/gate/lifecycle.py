@@ -26,7 +26,7 @@ from pathlib import Path
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.gate import daemon, pins, teardown
 from rediacc_core.machine import Machine
-from rediacc_core.repos import Repo
+from rediacc_core.repos import Repo, repo_state_dir
 
 GATE_START_TIMEOUT = 30.0
 _GATE_SOCKET_NAME = "gate.sock"
@@ -100,7 +100,7 @@ def runtime_for(machine: Machine, repo: Repo) -> RepoRuntime:
                 f"no short enough directory for the sockets of repo {repo.ref}",
                 "use a machine root with a shorter path",
             )
-    data_dir = machine.path(f"/var/lib/rediacc/repos/{repo.id}")
+    data_dir = repo_state_dir(machine, repo.id)
     return RepoRuntime(run_dir, data_dir, repo.docker_host)
 
 

@@ -139,6 +139,15 @@ def _resolve(policy: BindPolicy, source: str, field: str) -> tuple[str, Root]:
     return resolved, with_root
 
 
+def admits(policy: BindPolicy, source: str) -> bool | None:
+    """Whether `source` may be bound now: None if not, else whether it must be read-only."""
+    try:
+        _, root = _resolve(policy, source, "bind of")
+    except _Refusal:
+        return None
+    return root.read_only
+
+
 def _pin(policy: BindPolicy, resolved: str, root: Root, *, create: bool) -> str:
     if policy.pins is None:
         return resolved

@@ -8,7 +8,11 @@ bind-mounts the opened object onto a staging path in a root-only directory, and 
 to that staging path. The staging mount holds the checked inode whatever happens to the path later.
 
 Pins are keyed by the object they hold (device, inode, read-only), so binding the same directory
-again reuses its pin; `release_all` unmounts a repo's pins when the repo goes down.
+again reuses its pin; `release_all` unmounts a repo's pins when the repo goes down. Each pin is also
+recorded (staging name -> source) in an index kept with the repo's state, so that a gate starting
+after `rdc repo down` or a reboot can pin the same sources again (`restore`), each re-checked first:
+a stopped container and a bind-backed volume keep working, and one whose source is no longer allowed
+finds nothing to mount.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_PINS = 512  # distinct bind sources per repo while it runs; a bound on mounts one tenant can add
@@ -93,8 +99,9 @@ def open_no_symlinks(path: str, *, create_dirs: bool = False) -> int:
 class Pins:
     """The staging mounts of one repo, under `directory` (root-only, never bindable by a tenant)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, index: Path | None = None) -> None:
         self.directory = directory
+        self.index = index  # where pins are recorded for `restore`; None: not recorded
         self._lock = threading.Lock()
 
     def pin(self, path: str, *, read_only: bool, create_dirs: bool = False) -> str:
@@ -111,9 +118,47 @@ class Pins:
                 _mount(f"/proc/self/fd/{fd}", str(target), _MS_BIND)
                 if read_only:
                     _mount("none", str(target), _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+                self._record(name, path, read_only)
                 return str(target)
             finally:
                 os.close(fd)
+
+    def _recorded(self) -> dict[str, dict[str, object]]:
+        if self.index is None:
+            return {}
+        try:
+            found = json.loads(self.index.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def _record(self, name: str, source: str, read_only: bool) -> None:
+        if self.index is None:
+            return
+        from rediacc_core.files import atomic_write_json
+
+        recorded = self._recorded()
+        if recorded.get(name) == {"source": source, "readOnly": read_only}:
+            return
+        recorded[name] = {"source": source, "readOnly": read_only}
+        atomic_write_json(self.index, recorded)
+
+    def restore(self, allowed: Callable[[str], bool | None]) -> list[str]:
+        """Pin again every recorded source that `allowed` still admits (it returns whether the source
+        must be read-only, or None to refuse it). Returns the staging paths pinned."""
+        restored: list[str] = []
+        for name, entry in sorted(self._recorded().items()):
+            source = entry.get("source")
+            if not isinstance(source, str):
+                continue
+            read_only = allowed(source)
+            if read_only is None:
+                continue
+            with contextlib.suppress(PinError, OSError):
+                staged = self.pin(source, read_only=read_only)
+                if Path(staged).name == name:
+                    restored.append(staged)
+        return restored
 
     def _holds(self, target: Path, info: os.stat_result) -> bool:
         try:

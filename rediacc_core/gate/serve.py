@@ -148,6 +148,9 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
 
     log = GateLog()
     decider = Decider(machine, repo, get_plugins(), ImageConfigs(upstream), log)
+    restored = decider.restore_pins()
+    if restored:
+        log(f"pinned again {len(restored)} bind source(s) recorded before this gate started")
     runtime = lifecycle.runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
     return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)

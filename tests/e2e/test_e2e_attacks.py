@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE
+from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.repos import files_dir
+from rediacc_core.gate import lifecycle
+from rediacc_core.repos import RepoStore, files_dir
+from rediacc_core.testing.dockerenv import import_busybox
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 
@@ -245,3 +247,29 @@ def test_compose_with_named_volumes_and_relative_binds(e2e: E2E) -> None:
         assert (project / "data" / "ok").read_text().strip() == "ok"
     finally:
         e2e.alpha.compose(project, "down", "-v")
+
+
+def test_a_stopped_container_with_a_bind_starts_again_after_the_repo_restarts(e2e: E2E) -> None:
+    """Pins live in /run and go with `rdc repo down` (or a reboot); the next gate pins them again."""
+    created = e2e.rdc("repo", "create", "epsilon@m1")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("epsilon")
+    env = {**e2e.alpha.env, "DOCKER_HOST": lifecycle.runtime_for(e2e.machine, repo).docker_host_url}
+    keep = files_dir(e2e.machine, repo.id) / "keep"
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / "note").write_text("kept")
+    try:
+        assert e2e.rdc("repo", "up", repo.ref).returncode == 0
+        import_busybox(lifecycle.runtime_for(e2e.machine, repo).upstream_socket, IMAGE)
+        docker = RepoEnv(repo, lifecycle.runtime_for(e2e.machine, repo), env).docker
+        created = docker("create", "--name", "keeper", "-v", f"{keep}:/k", IMAGE, "cat", "/k/note")
+        assert created.returncode == 0, created.stderr
+        down = e2e.rdc("repo", "down", repo.ref)
+        assert down.returncode == 0 and "pinned bind source" in down.stderr, down.stderr
+        assert e2e.rdc("repo", "up", repo.ref).returncode == 0
+        started = docker("start", "-a", "keeper")
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.strip() == "kept"
+    finally:
+        e2e.rdc("repo", "down", repo.ref)
+        e2e.rdc("repo", "delete", repo.ref, "--yes")

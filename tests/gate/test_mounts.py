@@ -196,3 +196,37 @@ class TestPinning:
         assert mounted(staged)
         assert release_all(pins.directory) == [staged]
         assert not mounted(staged) and not Path(staged).exists()
+
+
+@needs_root
+class TestRestore:
+    def test_a_gate_starting_again_pins_the_recorded_sources_that_are_still_allowed(
+        self, fake_machine: FakeMachine, tmp_path: Path
+    ) -> None:
+        index = tmp_path / "state" / "pins.json"
+        pins = Pins(tmp_path / "pins", index)
+        kept = Path(files(fake_machine)) / "kept"
+        gone = Path(files(fake_machine)) / "gone"
+        kept.mkdir()
+        gone.mkdir()
+        (kept / "data").write_text("still here")
+        staged_kept = pins.pin(str(kept), read_only=False)
+        pins.pin(str(gone), read_only=False)
+        release_all(pins.directory)  # repo down, or a reboot clearing /run
+        gone.rmdir()
+        try:
+            restored = Pins(tmp_path / "pins", index).restore(lambda source: False)
+            assert restored == [staged_kept]
+            assert (Path(staged_kept) / "data").read_text() == "still here"
+        finally:
+            release_all(pins.directory)
+
+    def test_a_source_no_longer_allowed_is_not_pinned_again(
+        self, fake_machine: FakeMachine, tmp_path: Path
+    ) -> None:
+        index = tmp_path / "pins.json"
+        pins = Pins(tmp_path / "pins", index)
+        pins.pin(files(fake_machine), read_only=False)
+        release_all(pins.directory)
+        assert Pins(tmp_path / "pins", index).restore(lambda source: None) == []
+        assert not (tmp_path / "pins").exists()
