@@ -90,3 +90,42 @@ def test_down_after_the_daemon_died_kills_what_it_left_and_says_so(e2e: E2E, zet
     assert "Unmounted " in down.stderr
     assert repo_processes(zeta) == []
     assert repo_mounts(zeta) == []
+
+
+def _cgroup_volume_options() -> list[list[str]]:
+    """`docker volume create` options mounting each cgroup hierarchy this host has (v1), or the v2 tree."""
+    hierarchies = [line.split(":")[1] for line in Path("/proc/self/cgroup").read_text().splitlines()]
+    v1 = [names for names in hierarchies if names]
+    if not v1:
+        return [["--opt", "type=cgroup2", "--opt", "device=cgroup2"]]
+    options = []
+    for names in v1:
+        what = names.replace("name=", "none,name=") if names.startswith("name=") else names
+        options.append(["--opt", "type=cgroup", "--opt", "device=cgroup", "--opt", f"o={what}"])
+    return options
+
+
+def test_down_kills_a_process_that_escaped_its_container_cgroup_in_the_host_pid_namespace(
+    e2e: E2E, zeta: RepoEnv
+) -> None:
+    # Issue 10's case, played straight against the daemon (as if a request had got past the gate):
+    # a process in the host's pid namespace moves itself out of its container's cgroups, so
+    # stopping the daemon leaves it running, with its shim and the repo's mounts.
+    direct = RepoEnv(zeta.repo, zeta.runtime, {**zeta.env, "DOCKER_HOST": f"unix://{zeta.daemon}"})
+    volumes = []
+    for n, options in enumerate(_cgroup_volume_options()):
+        created = direct.docker("volume", "create", "--driver", "local", *options, f"cg{n}")
+        assert created.returncode == 0, created.stderr
+        volumes += ["-v", f"cg{n}:/cg{n}"]
+    escape = f"sleep {TOKEN} & P=$!; for d in /cg*; do echo $P > $d/cgroup.procs; done; wait"
+    run = direct.docker("run", "-d", "--pid", "host", *volumes, IMAGE, "sh", "-c", escape)
+    assert run.returncode == 0, run.stderr
+    deadline = time.monotonic() + 10
+    while not any(TOKEN in p for p in repo_processes(zeta)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    down = e2e.rdc("repo", "down", zeta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    assert "Killed sleep" in down.stderr
+    assert repo_processes(zeta) == []
+    assert repo_mounts(zeta) == []
