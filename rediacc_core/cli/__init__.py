@@ -69,19 +69,46 @@ class RdcGroup(HintingGroup):
             raise click.exceptions.Exit(error.exit_code) from exc
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """`rdc --version`: the core's version, then each plugin's (a bug report needs them all)."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"rdc {__version__}")
+    for info in get_plugins().infos:
+        where = f" ({info.distribution})" if info.distribution else ""
+        state = f" (failed to load: {info.error})" if info.error else ""
+        click.echo(f"plugin {info.name} {info.version or 'unknown'}{where}{state}")
+    ctx.exit()
+
+
 @click.group(cls=RdcGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="rdc")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version of rdc and of each plugin, and exit.",
+)
 def cli() -> None:
-    """rdc: hand GPUs to isolated Docker workloads through CDI grants."""
+    """rdc: hand GPUs to isolated Docker workloads through CDI grants.
+
+    \b
+    Examples:
+      rdc demo
+      rdc machine setup localhost --dry-run
+      rdc repo list localhost
+    """
     notify_waits(waiting)  # a command blocked on another's lock says so rather than hang silently
 
 
 def _add_groups() -> None:
+    from rediacc_core.cli.completion import completion
     from rediacc_core.cli.demo import demo
     from rediacc_core.cli.machine import machine
     from rediacc_core.cli.plugins import plugins
 
-    for command in (machine, plugins, demo):
+    for command in (machine, plugins, demo, completion):
         cli.add_command(command)
     importlib.import_module("rediacc_core.remote.cli")  # attaches `machine trust|install`
     # Written separately and attached when present, so the CLI works while they are being built.
@@ -97,6 +124,10 @@ def _add_groups() -> None:
         except ImportError as exc:
             if exc.name != "rediacc_core.cli.repo_run":
                 raise
+
+    from rediacc_core.cli.completion import attach_completers
+
+    attach_completers(cli)
 
 
 _add_groups()

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TextIO
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import emit, note, output_option, table
+from rediacc_core.cli.output import emit, fitted, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants import GrantStore, prune_orphans
@@ -26,7 +26,14 @@ from rediacc_core.setup import SetupReport, run_setup
 
 @click.group(cls=HintingGroup)
 def machine() -> None:
-    """Machines: where their root is, their settings, setup and GPUs."""
+    """Machines: where their root is, their settings, setup and GPUs.
+
+    \b
+    Examples:
+      rdc machine list
+      rdc machine add lab1 --root /srv/lab1
+      rdc machine setup lab1
+    """
 
 
 # --- registry of machines ---------------------------------------------------------------------
@@ -45,7 +52,13 @@ def machine() -> None:
 @click.option("--identity", metavar="FILE", help="With --ssh: the private key to log in with.")
 @click.option("--accept-host-key", is_flag=True, help="With --ssh: trust the key the host presents now.")
 def add(name: str, root: str | None, ssh: str | None, identity: str | None, accept_host_key: bool) -> None:
-    """Register the machine NAME: a local root DIR, or a machine reached over SSH."""
+    """Register the machine NAME: a local root DIR, or a machine reached over SSH.
+
+    \b
+    Examples:
+      rdc machine add lab1 --root /srv/lab1
+      rdc machine add gpu-box --ssh root@gpu-box.example
+    """
     config = Config.load()
     if ssh is not None:
         from rediacc_core.remote.cli import add_ssh_machine
@@ -66,7 +79,13 @@ def add(name: str, root: str | None, ssh: str | None, identity: str | None, acce
 @machine.command("list")
 @output_option()
 def list_machines(fmt: str) -> None:
-    """List the configured machines (localhost always among them) and the settings set on each."""
+    """List the configured machines (localhost always among them) and the settings set on each.
+
+    \b
+    Examples:
+      rdc machine list
+      rdc machine list -o json
+    """
     config = Config.load()
     rows = [_machine_row(m, fmt) for m in config.machines()]
     for name in config.names():
@@ -144,7 +163,12 @@ def _note_old_settings(config: Config, name: str) -> None:
 @machine.command("remove")
 @click.argument("name")
 def remove(name: str) -> None:
-    """Forget the machine NAME (nothing under its root is touched)."""
+    """Forget the machine NAME (nothing under its root is touched).
+
+    \b
+    Examples:
+      rdc machine remove lab1
+    """
     config = Config.load()
     target = config.machine(name, present=False)  # a machine whose root vanished can be forgotten
     config.remove(name)
@@ -171,6 +195,12 @@ def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], f
     \b
     Settings:
       legacy-visible-devices=refuse|translate
+
+    \b
+    Examples:
+      rdc machine config localhost
+      rdc machine config localhost --set legacy-visible-devices=translate
+      rdc machine config localhost --unset legacy-visible-devices
     """
     config = Config.load()
     target = config.machine(name)
@@ -296,7 +326,14 @@ class TerminalProgress:
 @click.argument("name")
 @click.option("--dry-run", is_flag=True, help="Print the plan (each command, each file) and change nothing.")
 def setup(name: str, dry_run: bool, **options: Any) -> None:
-    """Discover the GPUs of NAME, write its CDI specs and its inventory."""
+    """Discover the GPUs of NAME, write its CDI specs and its inventory.
+
+    \b
+    Examples:
+      rdc machine setup localhost --dry-run
+      sudo rdc machine setup localhost
+      rdc machine setup lab1 --install-nvidia-toolkit=false
+    """
     target = Config.load().machine(name)
     report = run_setup(
         target, get_plugins(), options, dry_run=dry_run, progress=None if dry_run else TerminalProgress()
@@ -332,7 +369,13 @@ def print_plan(report: SetupReport) -> None:
 
 @machine.group("gpu")
 def gpu() -> None:
-    """The GPUs of a machine."""
+    """The GPUs of a machine.
+
+    \b
+    Examples:
+      rdc machine gpu list localhost
+      rdc machine gpu prune localhost
+    """
 
 
 @gpu.command("list")
@@ -343,6 +386,11 @@ def gpu_list(name: str | None, every: bool, fmt: str) -> None:
     """Each GPU, every grantable CDI name, and the grants in force (read live).
 
     `-o json` prints the inventory exactly as it is recorded on the machine.
+
+    \b
+    Examples:
+      rdc machine gpu list localhost
+      rdc machine gpu list localhost -o json
     """
     if every or name is None:
         from rediacc_core.remote.fleet import fleet_gpu_list
@@ -363,18 +411,25 @@ def gpu_list(name: str | None, every: bool, fmt: str) -> None:
     if fmt == "yaml":
         emit(inventory, fmt, lambda _: "")
         return
-    click.echo(render_gpu_table(inventory, live_grants(target)))
+    with fitted(fmt):
+        click.echo(render_gpu_table(inventory, live_grants(target)))
 
 
 @gpu.command("prune")
 @click.argument("name")
 @output_option()
 def gpu_prune(name: str, fmt: str) -> None:
-    """Remove the grants left behind by repos that no longer exist on NAME (shown as "deleted repo")."""
+    """Remove the grants left behind by repos that no longer exist on NAME (shown as "deleted repo").
+
+    \b
+    Examples:
+      rdc machine gpu prune localhost
+      rdc machine gpu prune localhost -o json
+    """
     target = Config.load().machine(name)
     gone = prune_orphans(target)
     data = [{"repoId": g.repo_id, "device": g.device, "exclusive": g.exclusive} for g in gone]
-    if fmt != "table":
+    if fmt in ("json", "yaml"):
         emit(data, fmt, lambda _: "")
         return
     for grant in gone:

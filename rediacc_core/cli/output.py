@@ -1,23 +1,30 @@
 """How commands print: data to stdout (table, JSON or YAML), prose to stderr.
 
-Every listing takes `-o table|json|yaml`. JSON and YAML print the data itself, so scripts never
-parse tables; tables are aligned plain text for people.
+Every listing takes `-o table|wide|json|yaml`. JSON and YAML print the data itself, so scripts never
+parse tables; tables are aligned plain text for people. On a terminal a table is fitted to its
+width, wrapping the widest cells; `wide` never wraps (and off a terminal nothing is wrapped).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TextIO, TypeVar
 
 import click
 import yaml
 
-FORMATS = ("table", "json", "yaml")
+FORMATS = ("table", "wide", "json", "yaml")
+_MIN_COLUMN = 8  # narrower than this a wrapped column is unreadable: the table overflows instead
+_SHORT_COLUMN = 16  # columns this narrow are wrapped only when the long ones cannot give more
+_width: ContextVar[int | None] = ContextVar("table_width", default=None)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,14 +51,28 @@ def to_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip("\n")
 
 
+@contextmanager
+def fitted(fmt: str) -> Iterator[None]:
+    """Tables made inside fit the terminal stdout is (unless `fmt` is `wide`, or it is no terminal)."""
+    width = None
+    if fmt == "table" and sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
+    token = _width.set(width)
+    try:
+        yield
+    finally:
+        _width.reset(token)
+
+
 def emit(data: Any, fmt: str, table_fn: Callable[[Any], str]) -> None:
-    """Print `data` to stdout in `fmt`; `table_fn` renders the table form."""
+    """Print `data` to stdout in `fmt`; `table_fn` renders the table form (and `wide`)."""
     if fmt == "json":
         text = to_json(data)
     elif fmt == "yaml":
         text = to_yaml(data)
     else:
-        text = table_fn(data)
+        with fitted(fmt):
+            text = table_fn(data)
     if text:
         click.echo(text)
 
@@ -91,18 +112,51 @@ def waiting(what: str, stream: TextIO | None = None, interval: float = 1.0) -> I
         out.flush()
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
-    """Columns aligned with two spaces between them; None prints as `-`; no trailing blanks."""
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "", width: int | None = None
+) -> str:
+    """Columns aligned with two spaces between them; None prints as `-`; no trailing blanks.
+
+    Wider than `width` (default: the terminal's, inside `fitted`), the widest columns are narrowed
+    and their cells wrapped onto more lines.
+    """
     cells = [[_cell(value) for value in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, value in enumerate(row):
             widths[i] = max(widths[i], len(value))
+    limit = width if width is not None else _width.get()
+    if limit is not None:
+        widths = _narrowed(widths, limit - len(indent) - 2 * (len(widths) - 1))
     lines = []
     for row in [list(headers), *cells]:
-        padded = [value.ljust(widths[i]) for i, value in enumerate(row)]
-        lines.append((indent + "  ".join(padded)).rstrip())
+        wrapped = [_wrap(value, widths[i]) for i, value in enumerate(row)]
+        for n in range(max(len(parts) for parts in wrapped)):
+            padded = [
+                (parts[n] if n < len(parts) else "").ljust(widths[i]) for i, parts in enumerate(wrapped)
+            ]
+            lines.append((indent + "  ".join(padded)).rstrip())
     return "\n".join(lines)
+
+
+def _narrowed(widths: list[int], room: int) -> list[int]:
+    """Narrow the widest columns first; short columns (ids, numbers) keep their width while the
+    long ones can still give way, and nothing goes below `_MIN_COLUMN`."""
+    widths = list(widths)
+    for floor in (_SHORT_COLUMN, _MIN_COLUMN):
+        while sum(widths) > room:
+            widest = max(range(len(widths)), key=lambda i: widths[i])
+            if widths[widest] <= floor:
+                break
+            widths[widest] -= 1
+    return widths
+
+
+def _wrap(value: str, width: int) -> list[str]:
+    if len(value) <= width:
+        return [value]
+    # Lists wrap after their commas; a long name (a UUID, a path) is cut where it must be.
+    return textwrap.wrap(value, width, break_on_hyphens=False) or [value]
 
 
 def _cell(value: object) -> str:

@@ -13,7 +13,13 @@ from rediacc_core.plugins import get_plugins
 @click.command("plugins")
 @output_option()
 def plugins(fmt: str) -> None:
-    """List the plugins: name, distribution, version, hooks implemented, load errors."""
+    """List the plugins: name, distribution, version, hooks implemented, load errors.
+
+    \b
+    Examples:
+      rdc plugins
+      rdc plugins -o json
+    """
     rows = [
         {**asdict(info), "hooks": list(info.hooks), "loaded": info.error is None}
         for info in get_plugins().infos

@@ -38,9 +38,23 @@ def _devices_cell(grants: list[dict[str, Any]]) -> str:
     return ", ".join(g["device"] + (" *" if g["exclusive"] else "") for g in grants) or "-"
 
 
+def _status(running: list[str]) -> str:
+    """`up` when its gate answers for it, `down` when nothing runs, `partial` (a daemon without gate)."""
+    if any(part.startswith("gate") for part in running):
+        return "up"
+    return "partial" if running else "down"
+
+
 @click.group(cls=HintingGroup)
 def repo() -> None:
-    """Repos: isolated Docker workloads on a machine, each with its own daemon behind the gate."""
+    """Repos: isolated Docker workloads on a machine, each with its own daemon behind the gate.
+
+    \b
+    Examples:
+      rdc repo create gpu-a@localhost
+      rdc repo gpu grant gpu-a --device nvidia.com/gpu=0
+      sudo rdc repo up gpu-a
+    """
 
 
 @repo.command("create")
@@ -50,8 +64,16 @@ def repo() -> None:
     metavar="unix:///PATH",
     help="Attach the repo to this existing Docker daemon instead of one rdc starts.",
 )
-def create(ref: str, docker_host: str | None) -> None:
-    """Create a repo with a new identity and no grants."""
+@output_option("table", "json", "yaml")
+def create(ref: str, docker_host: str | None, fmt: str) -> None:
+    """Create a repo with a new identity and no grants (`-o json` prints its id for scripts).
+
+    \b
+    Examples:
+      rdc repo create gpu-a@localhost
+      rdc repo create gpu-a@localhost -o json | jq -r .id
+      rdc repo create ext@localhost --docker-host unix:///run/docker.sock
+    """
     parsed = RepoRef.parse(ref)
     if parsed.machine is None:
         raise ValidationError(
@@ -60,6 +82,7 @@ def create(ref: str, docker_host: str | None) -> None:
         )
     machine = Config.load().machine(parsed.machine)
     created = RepoStore(machine).create(parsed.name, parsed.tag, docker_host)
+    emit(_repo_json(created, []), fmt, lambda _: "")
     note(f"Created repo {created.ref} (id {created.id}); it has no GPU grants yet.")
 
 
@@ -68,7 +91,14 @@ def create(ref: str, docker_host: str | None) -> None:
 @click.option("--all", "every", is_flag=True, help="The repos of every machine at once.")
 @output_option()
 def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
-    """The repos on MACHINE with their GPU grants (`*` marks an exclusive grant)."""
+    """The repos on MACHINE with their GPU grants (`*` marks an exclusive grant).
+
+    \b
+    Examples:
+      rdc repo list localhost
+      rdc repo list localhost -o wide
+      rdc repo list --all
+    """
     if every or machine_name is None:
         from rediacc_core.remote.fleet import fleet_repo_list
 
@@ -77,12 +107,21 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     machine = Config.load().machine(machine_name)
     repos = RepoStore(machine).list()
     grants = read_grants(machine)
-    data = [_repo_json(r, [g for g in grants if g.repo_id == r.id]) for r in repos]
+    data = [
+        {
+            **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
+            "status": _status(running_parts(machine, r)),
+        }
+        for r in repos
+    ]
 
     def render(rows: list[dict[str, Any]]) -> str:
         return table(
-            ["REPO", "ID", "DOCKER HOST", "CREATED", "GPU GRANTS"],
-            [[r["ref"], r["id"], r["dockerHost"], r["createdAt"], _devices_cell(r["grants"])] for r in rows],
+            ["REPO", "STATUS", "ID", "DOCKER HOST", "CREATED", "GPU GRANTS"],
+            [
+                [r["ref"], r["status"], r["id"], r["dockerHost"], r["createdAt"], _devices_cell(r["grants"])]
+                for r in rows
+            ],
         )
 
     emit(data, fmt, render)
@@ -94,7 +133,12 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
 @click.argument("ref", metavar="REPO")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete(ref: str, yes: bool) -> None:
-    """Delete a repo and its grants."""
+    """Delete a repo and its grants.
+
+    \b
+    Examples:
+      rdc repo delete gpu-a@localhost --yes
+    """
     machine, found = resolve_ref(ref, Config.load())
     running = running_parts(machine, found)
     if running:
@@ -117,10 +161,18 @@ def delete(ref: str, yes: bool) -> None:
 @repo.command("fork")
 @click.argument("ref", metavar="REPO")
 @click.option("--tag", required=True, help="The fork's tag: it becomes NAME:TAG.")
-def fork(ref: str, tag: str) -> None:
-    """Create NAME:TAG from REPO with a new identity; grants stay with the original."""
+@output_option("table", "json", "yaml")
+def fork(ref: str, tag: str, fmt: str) -> None:
+    """Create NAME:TAG from REPO with a new identity; grants stay with the original.
+
+    \b
+    Examples:
+      rdc repo fork gpu-a --tag exp
+      rdc repo fork gpu-a --tag exp -o json
+    """
     machine, found = resolve_ref(ref, Config.load())
     forked = RepoStore(machine).fork(found, tag)
+    emit({**_repo_json(forked, []), "forkedFrom": found.id}, fmt, lambda _: "")
     note(
         f"Forked {found.ref} as {forked.ref} (id {forked.id}); the fork has no GPU grants: "
         f"grant them with `rdc repo gpu grant {forked.ref} --device <name>`."
@@ -132,7 +184,13 @@ def fork(ref: str, tag: str) -> None:
 
 @repo.group("gpu")
 def gpu() -> None:
-    """GPU grants: the exact CDI device names a repo may use."""
+    """GPU grants: the exact CDI device names a repo may use.
+
+    \b
+    Examples:
+      rdc repo gpu grant gpu-a --device nvidia.com/gpu=0
+      rdc repo gpu list gpu-a
+    """
 
 
 _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several)."
@@ -142,10 +200,26 @@ _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
 @click.option("--exclusive", is_flag=True, help="Reserve the device's hardware for this repo alone.")
-def grant(ref: str, devices: tuple[str, ...], exclusive: bool) -> None:
-    """Grant REPO the named devices (all of them or none); takes effect at its next Docker request."""
+@output_option("table", "json", "yaml")
+def grant(ref: str, devices: tuple[str, ...], exclusive: bool, fmt: str) -> None:
+    """Grant REPO the named devices (all of them or none); takes effect at its next Docker request.
+
+    \b
+    Examples:
+      rdc repo gpu grant gpu-a --device nvidia.com/gpu=0 --exclusive
+      rdc repo gpu grant gpu-a --device rediacc.io/dri=renderD128 --device rediacc.io/amd=gpu1
+    """
     machine, found = resolve_ref(ref, Config.load())
     outcomes = GrantStore(machine, get_plugins()).grant(found, devices, exclusive)
+    emit(
+        {
+            "repo": found.ref,
+            "repoId": found.id,
+            "grants": [{**_grant_json(o.grant), "changed": o.changed} for o in outcomes],
+        },
+        fmt,
+        lambda _: "",
+    )
     for outcome in outcomes:
         how = " exclusively" if outcome.grant.exclusive else ""
         if outcome.changed:
@@ -158,10 +232,21 @@ def grant(ref: str, devices: tuple[str, ...], exclusive: bool) -> None:
 @gpu.command("revoke")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
-def revoke(ref: str, devices: tuple[str, ...]) -> None:
-    """Revoke REPO's grants of the named devices (all of them or none)."""
+@output_option("table", "json", "yaml")
+def revoke(ref: str, devices: tuple[str, ...], fmt: str) -> None:
+    """Revoke REPO's grants of the named devices (all of them or none).
+
+    \b
+    Examples:
+      rdc repo gpu revoke gpu-a --device nvidia.com/gpu=0
+    """
     machine, found = resolve_ref(ref, Config.load())
     removed = GrantStore(machine, get_plugins()).revoke(found, devices)
+    emit(
+        {"repo": found.ref, "repoId": found.id, "revoked": [_grant_json(g) for g in removed]},
+        fmt,
+        lambda _: "",
+    )
     for gone in removed:
         note(f"Revoked {gone.device} from {found.ref}.")
 
@@ -170,7 +255,13 @@ def revoke(ref: str, devices: tuple[str, ...]) -> None:
 @click.argument("ref", metavar="REPO")
 @output_option()
 def list_grants(ref: str, fmt: str) -> None:
-    """The grants in force for REPO, read from the machine now."""
+    """The grants in force for REPO, read from the machine now.
+
+    \b
+    Examples:
+      rdc repo gpu list gpu-a
+      rdc repo gpu list gpu-a -o json
+    """
     machine, found = resolve_ref(ref, Config.load())
     grants = [g for g in read_grants(machine) if g.repo_id == found.id]
     data = [_grant_json(g) for g in sorted(grants, key=lambda g: g.device)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from rediacc_core.cli.output import note, output_option
+from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
 from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
@@ -30,8 +30,15 @@ def _resolve(ref: str) -> tuple[Machine, Repo]:
 @click.option(
     "--foreground", is_flag=True, help="Run the daemon and the gate in this process until stopped (systemd)."
 )
-def up(ref: str, foreground: bool) -> None:
-    """Start the repo's Docker daemon and its gate; return once the gate answers."""
+@output_option("table", "json", "yaml")
+def up(ref: str, foreground: bool, fmt: str) -> None:
+    """Start the repo's Docker daemon and its gate; return once the gate answers.
+
+    \b
+    Examples:
+      sudo rdc repo up gpu-a
+      sudo rdc repo up gpu-a -o json
+    """
     machine, found = _resolve(ref)
     if found.docker_host is None and os.geteuid() != 0:
         # dockerd refuses to start without root; saying so here beats a daemon log to read.
@@ -43,6 +50,7 @@ def up(ref: str, foreground: bool) -> None:
         _up_foreground(machine, found)
         return
     runtime = lifecycle.repo_up(machine, found)
+    emit({"repo": found.ref, "repoId": found.id, "dockerHost": runtime.docker_host_url}, fmt, lambda _: "")
     note(f"Repo {found.ref} is up. Use it with: export DOCKER_HOST={runtime.docker_host_url}")
 
 
@@ -62,7 +70,12 @@ def _up_foreground(machine: Machine, found: Repo) -> None:
 @repo.command("down")
 @click.argument("ref", metavar="REPO-REF")
 def down(ref: str) -> None:
-    """Stop the repo's gate and, when rdc started it, its Docker daemon (and so its containers)."""
+    """Stop the repo's gate and, when rdc started it, its Docker daemon (and so its containers).
+
+    \b
+    Examples:
+      sudo rdc repo down gpu-a
+    """
     machine, found = _resolve(ref)
     done = lifecycle.repo_down(machine, found)
     stopped = [what for what in done if not what.startswith(("killed ", "unmounted "))]
@@ -79,7 +92,12 @@ def down(ref: str) -> None:
 @repo.command("docker-host")
 @click.argument("ref", metavar="REPO-REF")
 def docker_host(ref: str) -> None:
-    """Print the DOCKER_HOST value of the repo: its gate's socket."""
+    """Print the DOCKER_HOST value of the repo: its gate's socket.
+
+    \b
+    Examples:
+      export DOCKER_HOST=$(rdc repo docker-host gpu-a)
+    """
     machine, found = _resolve(ref)
     click.echo(lifecycle.runtime_for(machine, found).docker_host_url)
 
@@ -102,7 +120,13 @@ def gate() -> None:
 @gate.command("run")
 @click.argument("ref", metavar="REPO-REF")
 def gate_run(ref: str) -> None:
-    """Run only the repo's gate, in the foreground (the daemon must be up: systemd's gate unit)."""
+    """Run only the repo's gate, in the foreground (the daemon must be up: systemd's gate unit).
+
+    \b
+    Examples:
+      rdc repo gate gpu-a
+      rdc repo gate run gpu-a
+    """
     from rediacc_core.gate.serve import build_gate, run_gate
 
     machine, found = _resolve(ref)
@@ -173,7 +197,12 @@ def _gate_log_line(entry: dict[str, Any]) -> str:
 @repo.command("dockerd", hidden=True)
 @click.argument("ref", metavar="REPO-REF")
 def dockerd(ref: str) -> None:
-    """Run only the repo's own dockerd, in the foreground (systemd's dockerd unit)."""
+    """Run only the repo's own dockerd, in the foreground (systemd's dockerd unit).
+
+    \b
+    Examples:
+      rdc repo dockerd gpu-a
+    """
     machine, found = _resolve(ref)
     runtime = lifecycle.runtime_for(machine, found)
     if not runtime.owns_daemon:
@@ -196,7 +225,13 @@ def dockerd(ref: str) -> None:
     help="Also copy the unit templates into this directory (e.g. /etc/systemd/system).",
 )
 def units(ref: str, install_dir: Path | None) -> None:
-    """Print the systemd units that run the repo at boot (templates ship with rdc)."""
+    """Print the systemd units that run the repo at boot (templates ship with rdc).
+
+    \b
+    Examples:
+      rdc repo units gpu-a
+      sudo rdc repo units gpu-a --install /etc/systemd/system
+    """
     machine, found = _resolve(ref)
     runtime = lifecycle.runtime_for(machine, found)
     if install_dir is not None:

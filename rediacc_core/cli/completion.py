@@ -1,0 +1,113 @@
+"""`rdc completion bash|zsh|fish`, and what the shell completes: machines, repos and CDI names.
+
+Which values a parameter completes is decided here, in one place, by the parameter's name, so the
+commands need no completion code: `ref` arguments complete repo references, a machine's `name` (or
+`machine_name`) completes machines, `--device` completes the CDI names defined on the repo's machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import click
+from click.shell_completion import CompletionItem, get_completion_class
+
+from rediacc_core.cdi.registry import Registry
+from rediacc_core.config import Config
+from rediacc_core.errors import RdcError
+from rediacc_core.machine import Machine
+from rediacc_core.repos import RepoStore, resolve_ref
+
+SHELLS = ("bash", "zsh", "fish")
+COMPLETE_VAR = "_RDC_COMPLETE"
+
+Completer = Callable[[click.Context, click.Parameter, str], list[CompletionItem]]
+
+
+def _items(values: Iterable[str], incomplete: str) -> list[CompletionItem]:
+    return [CompletionItem(value) for value in sorted(set(values)) if value.startswith(incomplete)]
+
+
+def _machines() -> list[Machine]:
+    try:
+        return [m for m in Config.load().machines() if m.root.is_dir()]
+    except RdcError:
+        return []  # a broken config completes nothing; the command itself will say why
+
+
+def complete_machines(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    return _items((m.name for m in _machines()), incomplete)
+
+
+def complete_repos(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    refs: list[str] = []
+    for machine in _machines():
+        try:
+            refs += [repo.ref for repo in RepoStore(machine).list()]
+        except RdcError:
+            continue
+    return _items(refs, incomplete)
+
+
+def complete_new_repo(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """`NAME@MACHINE` for `repo create`: once `@` is typed, the machines."""
+    name, at, _ = incomplete.partition("@")
+    if not at:
+        return []
+    return _items((f"{name}@{m.name}" for m in _machines()), incomplete)
+
+
+def complete_devices(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    ref = ctx.params.get("ref")
+    try:
+        machines = [resolve_ref(ref, Config.load())[0]] if isinstance(ref, str) else _machines()
+    except RdcError:
+        machines = _machines()
+    names: list[str] = []
+    for machine in machines:
+        names += Registry.for_machine(machine).names()
+    return _items(names, incomplete)
+
+
+def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer | None:
+    if param.name == "ref":
+        return complete_new_repo if path[-2:] == ("repo", "create") else complete_repos
+    names_a_machine = param.name == "name" and path[:1] == ("machine",) and path[-1] != "add"
+    if param.name == "machine_name" or names_a_machine:
+        return complete_machines
+    if param.name == "devices":
+        return complete_devices
+    return None
+
+
+def attach_completers(group: click.Group, path: tuple[str, ...] = ()) -> None:
+    """Give every parameter of the core's command tree its completer (see the module docstring).
+
+    Only the commands attached to the groups are walked: plugins' commands are not loaded for this.
+    """
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            attach_completers(command, (*path, name))
+            continue
+        for param in command.params:
+            completer = _completer_for((*path, name), param)
+            if completer is not None:
+                # click's own hook for `shell_complete=`: set here so the commands stay free of it.
+                param._custom_shell_complete = completer
+
+
+@click.command("completion")
+@click.argument("shell", type=click.Choice(SHELLS))
+def completion(shell: str) -> None:
+    """Print the script that makes SHELL complete rdc's commands, machines, repos and CDI names.
+
+    \b
+    Examples:
+      eval "$(rdc completion bash)"                       # in ~/.bashrc
+      eval "$(rdc completion zsh)"                        # in ~/.zshrc
+      rdc completion fish > ~/.config/fish/completions/rdc.fish
+    """
+    root = click.get_current_context().find_root().command
+    script = get_completion_class(shell)
+    assert script is not None  # every choice is one of click's shells
+    click.echo(script(root, {}, "rdc", COMPLETE_VAR).source())

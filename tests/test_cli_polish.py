@@ -1,0 +1,242 @@
+"""The CLI for people and scripts: ids back from every change (`-o json`), repo STATUS, `--version`
+with the plugins, shell completion tested in a real bash, tables that fit the terminal, and an
+Examples section in every command's help."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from grants_kit import GPU, build_machine, fake_plugins
+
+from rediacc_core.cli import cli
+from rediacc_core.cli.output import table
+from rediacc_core.config import Config
+from rediacc_core.gate.lifecycle import runtime_for
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import set_plugins
+from rediacc_core.repos import RepoStore
+from rediacc_core.testing import FakeMachine
+
+
+@pytest.fixture
+def box(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> Iterator[Machine]:
+    machine = build_machine(make_fake_machine("box"))
+    config = Config.load()
+    config.add("box", machine.root)
+    config.save()
+    set_plugins(fake_plugins())
+    yield machine
+    set_plugins(None)
+
+
+def ok(*args: str) -> Result:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+# --- ids back for scripts ----------------------------------------------------------------------------
+
+
+def test_create_fork_grant_and_revoke_print_ids_as_json(box: Machine) -> None:
+    created = json.loads(ok("repo", "create", "alpha@box", "-o", "json").stdout)
+    (alpha,) = RepoStore(box).list()
+    assert (created["ref"], created["id"], created["grants"]) == ("alpha@box", alpha.id, [])
+
+    forked = json.loads(ok("repo", "fork", "alpha@box", "--tag", "exp", "-o", "json").stdout)
+    assert forked["ref"] == "alpha:exp@box" and forked["forkedFrom"] == alpha.id
+    assert forked["id"] == RepoStore(box).get_by_label("alpha:exp").id
+
+    granted = json.loads(ok("repo", "gpu", "grant", "alpha@box", "--device", f"{GPU}=0", "-o", "json").stdout)
+    assert granted["repoId"] == alpha.id
+    assert [(g["device"], g["exclusive"], g["changed"]) for g in granted["grants"]] == [
+        (f"{GPU}=0", False, True)
+    ]
+
+    revoked = json.loads(
+        ok("repo", "gpu", "revoke", "alpha@box", "--device", f"{GPU}=0", "-o", "json").stdout
+    )
+    assert [g["device"] for g in revoked["revoked"]] == [f"{GPU}=0"]
+
+
+def test_changes_print_nothing_on_stdout_by_default(box: Machine) -> None:
+    result = ok("repo", "create", "alpha@box")
+    assert result.stdout == "" and "Created repo alpha@box" in result.stderr
+
+
+# --- repo STATUS -------------------------------------------------------------------------------------
+
+
+def test_repo_list_shows_whether_each_repo_is_up(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    ok("repo", "create", "beta@box")
+    ok("repo", "create", "gamma@box")
+    store = RepoStore(box)
+    # A live process in the pidfiles, as `rdc repo up` leaves them (this test's own pid).
+    alpha = runtime_for(box, store.get_by_label("alpha"))
+    alpha.gate_pidfile.parent.mkdir(parents=True)
+    alpha.gate_pidfile.write_text(f"{os.getpid()}\n")
+    gamma = runtime_for(box, store.get_by_label("gamma"))
+    gamma.daemon_paths.pidfile.parent.mkdir(parents=True)
+    gamma.daemon_paths.pidfile.write_text(f"{os.getpid()}\n")
+
+    rows = json.loads(ok("repo", "list", "box", "-o", "json").stdout)
+
+    assert [(r["ref"], r["status"]) for r in rows] == [
+        ("alpha@box", "up"),
+        ("beta@box", "down"),
+        ("gamma@box", "partial"),
+    ]
+    lines = ok("repo", "list", "box").stdout.splitlines()
+    assert lines[0].split()[:2] == ["REPO", "STATUS"]
+    assert [line.split()[1] for line in lines[1:]] == ["up", "down", "partial"]
+
+
+# --- --version ---------------------------------------------------------------------------------------
+
+
+def test_version_lists_each_plugin_with_its_version(box: Machine) -> None:
+    lines = ok("--version").stdout.splitlines()
+    assert lines[0].startswith("rdc ")
+    assert any(line.startswith("plugin fakevendor ") for line in lines[1:]), lines
+
+
+# --- completion, in a real bash ------------------------------------------------------------------------
+
+
+def complete(words: list[str], env: dict[str, str]) -> list[str]:
+    """What bash offers after `words` (the last one being typed), with `rdc completion bash` sourced."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("needs bash")
+    quoted = " ".join(f"'{word}'" for word in words)
+    script = (
+        "source <(rdc completion bash) || exit 3\n"
+        f"COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}\n"
+        '_rdc_completion rdc\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    result = subprocess.run(
+        [bash, "--norc", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "PATH": path, "REDIACC_LOAD_PLUGINS": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    return [line for line in result.stdout.splitlines() if line]
+
+
+@pytest.fixture
+def completion_env(box: Machine, rdc_config: Path) -> dict[str, str]:
+    ok("repo", "create", "alpha@box")
+    ok("repo", "create", "beta:exp@box")
+    return {"REDIACC_CONFIG": str(rdc_config)}
+
+
+def test_bash_completes_commands(completion_env: dict[str, str]) -> None:
+    assert complete(["rdc", "ma"], completion_env) == ["machine"]
+    assert "grant" in complete(["rdc", "repo", "gpu", ""], completion_env)
+
+
+def test_bash_completes_machines(completion_env: dict[str, str]) -> None:
+    assert complete(["rdc", "machine", "setup", ""], completion_env) == ["box", "localhost"]
+    assert complete(["rdc", "repo", "list", "b"], completion_env) == ["box"]
+
+
+def test_bash_completes_repos_and_new_repo_machines(completion_env: dict[str, str]) -> None:
+    assert complete(["rdc", "repo", "up", ""], completion_env) == ["alpha@box", "beta:exp@box"]
+    assert complete(["rdc", "repo", "delete", "al"], completion_env) == ["alpha@box"]
+    assert complete(["rdc", "repo", "create", "gamma@"], completion_env) == ["gamma@box", "gamma@localhost"]
+
+
+def test_bash_completes_the_cdi_names_of_the_repos_machine(completion_env: dict[str, str]) -> None:
+    offered = complete(["rdc", "repo", "gpu", "grant", "alpha@box", "--device", "vendor"], completion_env)
+    assert f"{GPU}=0" in offered and f"{GPU}=all" in offered
+    assert all(name.startswith("vendor") for name in offered)
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_scripts_are_printed(shell: str) -> None:
+    assert "_RDC_COMPLETE" in ok("completion", shell).stdout
+
+
+# --- tables that fit ---------------------------------------------------------------------------------
+
+
+def test_a_table_wider_than_the_width_wraps_its_widest_column() -> None:
+    text = table(["NAME", "NAMES"], [["a", "one, two, three, four, five, six, seven"]], width=30)
+    assert all(len(line) <= 30 for line in text.splitlines())
+    assert text.splitlines() == [
+        "NAME  NAMES",
+        "a     one, two, three, four,",
+        "      five, six, seven",
+    ]
+    assert table(["NAME", "NAMES"], [["a", "one, two"]], width=None).splitlines()[1] == "a     one, two"
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str], columns: int) -> str:
+    """`rdc ARGS` with stdout on a pseudo-terminal `columns` wide; its output."""
+    main, child = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rediacc_core.cli", *args],
+        stdout=child,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env, "COLUMNS": str(columns), "REDIACC_LOAD_PLUGINS": ""},
+    )
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(60)
+    os.close(main)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_on_a_terminal_tables_fit_its_width_and_wide_does_not_wrap(completion_env: dict[str, str]) -> None:
+    fitted = _on_a_terminal(["repo", "list", "box"], completion_env, 70)
+    assert fitted.splitlines()[0].split()[:2] == ["REPO", "STATUS"]
+    assert max(len(line) for line in fitted.splitlines()) <= 70
+
+    wide = _on_a_terminal(["repo", "list", "box", "-o", "wide"], completion_env, 70)
+    assert max(len(line) for line in wide.splitlines()) > 70
+    assert len(wide.splitlines()) == 3
+
+
+# --- help ----------------------------------------------------------------------------------------------
+
+
+def _commands(
+    group: click.Group, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    for name, command in sorted(group.commands.items()):
+        if command.hidden:
+            continue
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _commands(cli)], ids=" ".join)
+def test_every_command_has_an_examples_section(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(cli, [*path, "--help"], prog_name="rdc")
+    assert result.exit_code == 0, result.output
+    assert "Examples:" in result.output
+    examples = result.output.split("Examples:", 1)[1]
+    assert f"rdc {' '.join(path)}" in examples, "an example of this very command"
