@@ -332,7 +332,7 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
     Examples:
       rdc machine setup localhost --dry-run
       sudo rdc machine setup localhost
-      rdc machine setup lab1 --install-nvidia-toolkit=false
+      rdc machine setup lab1 --help          # the options the installed plugins add
     """
     target = Config.load().machine(name)
     report = run_setup(

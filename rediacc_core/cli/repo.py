@@ -52,7 +52,7 @@ def repo() -> None:
     \b
     Examples:
       rdc repo create gpu-a@localhost
-      rdc repo gpu grant gpu-a --device nvidia.com/gpu=0
+      rdc repo gpu grant gpu-a --device vendor.example/gpu=0
       sudo rdc repo up gpu-a
     """
 
@@ -188,7 +188,7 @@ def gpu() -> None:
 
     \b
     Examples:
-      rdc repo gpu grant gpu-a --device nvidia.com/gpu=0
+      rdc repo gpu grant gpu-a --device vendor.example/gpu=0
       rdc repo gpu list gpu-a
     """
 
@@ -206,8 +206,8 @@ def grant(ref: str, devices: tuple[str, ...], exclusive: bool, fmt: str) -> None
 
     \b
     Examples:
-      rdc repo gpu grant gpu-a --device nvidia.com/gpu=0 --exclusive
-      rdc repo gpu grant gpu-a --device rediacc.io/dri=renderD128 --device rediacc.io/amd=gpu1
+      rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive
+      rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
     machine, found = resolve_ref(ref, Config.load())
     outcomes = GrantStore(machine, get_plugins()).grant(found, devices, exclusive)
@@ -238,7 +238,7 @@ def revoke(ref: str, devices: tuple[str, ...], fmt: str) -> None:
 
     \b
     Examples:
-      rdc repo gpu revoke gpu-a --device nvidia.com/gpu=0
+      rdc repo gpu revoke gpu-a --device vendor.example/gpu=0
     """
     machine, found = resolve_ref(ref, Config.load())
     removed = GrantStore(machine, get_plugins()).revoke(found, devices)
