@@ -114,7 +114,13 @@ class _GateGroup(click.Group):
 
 @repo.group("gate", cls=_GateGroup)
 def gate() -> None:
-    """Run a repo's gate (rdc repo gate REPO), or read its audit trail (rdc repo gate log REPO)."""
+    """Run a repo's gate (rdc repo gate REPO), or read its audit trail (rdc repo gate log REPO).
+
+    \b
+    Examples:
+      rdc repo gate gpu-a
+      rdc repo gate log gpu-a --since 15m
+    """
 
 
 @gate.command("run")
@@ -148,6 +154,12 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
 
     One line per decided or refused request. `-o json` prints each decision as one JSON object per
     line, as the audit log holds it.
+
+    \b
+    Examples:
+      rdc repo gate log gpu-a
+      rdc repo gate log gpu-a --follow
+      rdc repo gate log gpu-a --since 2h -o json
     """
     from rediacc_core.gate import audit
 

@@ -63,7 +63,13 @@ def _ssh_target(name: str) -> tuple[Config, Machine, SshMachine]:
 @click.argument("name")
 @click.option("--fingerprint", metavar="SHA256:…", help="Accept the key only if it has this fingerprint.")
 def trust(name: str, fingerprint: str | None) -> None:
-    """Trust the host key the SSH machine NAME presents now (replacing one trusted before)."""
+    """Trust the host key the SSH machine NAME presents now (replacing one trusted before).
+
+    \b
+    Examples:
+      rdc machine trust gpu-box
+      rdc machine trust gpu-box --fingerprint SHA256:…
+    """
     _config, _target, ssh = _ssh_target(name)
     keys = ssh.scan_keys()
     prints = fingerprints(keys)
@@ -84,7 +90,13 @@ def trust(name: str, fingerprint: str | None) -> None:
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Install even when the machine has the same versions already.")
 def install_command(name: str, force: bool) -> None:
-    """Install this client's rediacc-core and plugin versions on the SSH machine NAME (a venv there)."""
+    """Install this client's rediacc-core and plugin versions on the SSH machine NAME (a venv there).
+
+    \b
+    Examples:
+      rdc machine install gpu-box
+      rdc machine install gpu-box --force
+    """
     config, target, ssh = _ssh_target(name)
     wanted = protocol.versions()
     if not force:
@@ -140,6 +152,10 @@ def env(ref: str) -> None:
     """Print `export DOCKER_HOST=…` for REPO's gate (over a tunnel for an SSH machine).
 
     Use it as: eval "$(rdc repo env REPO)"; then docker and docker compose reach the repo's gate.
+
+    \b
+    Examples:
+      eval "$(rdc repo env gpu-a@gpu-box)"
     """
     click.echo(f"export DOCKER_HOST={_docker_host(ref)}")
 
@@ -148,7 +164,13 @@ def env(ref: str) -> None:
 @click.argument("ref", metavar="REPO")
 @click.option("--close", is_flag=True, help="Close the tunnel instead.")
 def tunnel_command(ref: str, close: bool) -> None:
-    """Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST."""
+    """Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST.
+
+    \b
+    Examples:
+      export DOCKER_HOST=$(rdc repo tunnel gpu-a@gpu-box)
+      rdc repo tunnel gpu-a@gpu-box --close
+    """
     config, target, parsed = _remote_repo(ref)
     if close:
         closed = tunnel.close_tunnel(config, target, parsed)
