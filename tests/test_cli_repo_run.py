@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,3 +136,17 @@ def test_gate_with_a_repo_and_no_subcommand_still_runs_the_gate(box: Machine) ->
     assert "nosuch" in result.stderr
     listed = rdc("repo", "gate", "--help")
     assert "log" in listed.stdout and "run" in listed.stdout
+
+
+def test_gate_log_piped_into_head_ends_quietly(box: Machine) -> None:
+    path = _audited(box)
+    repo = RepoStore(box).get_by_label("alpha")
+    log = Audit(path, repo.id, repo.name)
+    for n in range(2000):  # more than a pipe holds: the writer meets the closed pipe
+        log.record(Peer(n, 0, 0), "POST", "/v1.45/containers/create", status=200)
+    shown = subprocess.run(
+        f"{sys.executable} -m rediacc_core.cli repo gate log alpha@box | head -1",
+        shell=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0 and shown.stdout.startswith("TIME")
+    assert shown.stderr == ""

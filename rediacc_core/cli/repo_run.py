@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -180,8 +181,11 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
     entries = audit.follow_entries(path, start) if follow else audit.read_entries(path, start)
     if fmt == "table":
         click.echo(_GATE_LOG_HEADER)
-    for entry in entries:  # --follow ends with Ctrl-C
-        click.echo(_gate_log_line(entry) if fmt == "table" else json.dumps(entry, ensure_ascii=False))
+    try:
+        for entry in entries:  # --follow ends with Ctrl-C
+            click.echo(_gate_log_line(entry) if fmt == "table" else json.dumps(entry, ensure_ascii=False))
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
 
 
 _GATE_LOG_COLUMNS = ("TIME", "PEER", "METHOD", "ENDPOINT", "DECISION", "RULES", "CDI")

@@ -219,10 +219,13 @@ class Decider:
         try:
             return self._decide(method, raw_target, content_type, body)
         except BadRequest as exc:
-            return Decision(False, 400, exc.message, log=(f"400 {method} {raw_target}: {exc.message}",))
+            log = (f"400 {method} {raw_target}: {exc.message}",)
+            return Decision(False, 400, exc.message, log=log, rules=("bad-request",))
         except Exception as exc:  # a gate bug must refuse the request, never let it through unchecked
             message = f"the gate could not decide this request: {type(exc).__name__}: {exc}"
-            return Decision(False, 500, message, log=(f"500 {method} {raw_target}: {message}",))
+            return Decision(
+                False, 500, message, log=(f"500 {method} {raw_target}: {message}",), rules=("gate",)
+            )
 
     def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
         target = parse_target(raw_target)

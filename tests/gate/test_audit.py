@@ -50,6 +50,11 @@ def test_a_privileged_request_names_the_refusing_rule(gate: Any) -> None:
     assert not decision.forward and decision.rules and all(decision.rules)
 
 
+def test_a_request_the_gate_cannot_read_is_refused_under_the_bad_request_rule(gate: Any) -> None:
+    decision = gate.post("/v1.45/containers/create?name=%zz", {"Image": "x"})
+    assert (decision.status, decision.rules) == (400, ("bad-request",))
+
+
 # --- the file ------------------------------------------------------------------------------------
 def test_a_decision_is_one_json_line_with_who_asked_what(tmp_path: Path) -> None:
     log = Audit(tmp_path / "audit.log", "id-1", "alpha")
