@@ -57,6 +57,8 @@ def unprivileged(*args: str, env: dict[str, str] | None = None) -> subprocess.Co
         if setpriv is None:
             pytest.skip("needs setpriv to drop root")
         argv = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+        # tox makes .tox private to root; without its venv, `nobody` would run a bare interpreter.
+        open_to_everyone(Path(sys.prefix))
     full_env = {**os.environ, "REDIACC_LOAD_PLUGINS": "", **(env or {})}
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=60, cwd="/")
 
