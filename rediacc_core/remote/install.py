@@ -48,16 +48,23 @@ def _source_dir(dist: metadata.Distribution) -> Path | None:
 
 
 def _pip_wheel(name: str, source: Path, into: Path) -> Path:
-    before = set(into.glob("*.whl"))
-    argv = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(into)]
-    proc = subprocess.run([*argv, str(source)], capture_output=True, text=True, timeout=PIP_TIMEOUT)
-    made = set(into.glob("*.whl")) - before
-    if proc.returncode != 0 or len(made) != 1:
-        raise ToolError(
-            f"could not build a wheel of {name} from {source}: {proc.stderr.strip()[-500:]}",
-            f"check that `pip wheel --no-deps {source}` works here",
+    """`pip wheel` of a source checkout: with this environment's build backend when it has one,
+    else in pip's isolated build environment (which fetches the backend from the index)."""
+    base = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(into)]
+    errors = ""
+    for extra in (["--no-build-isolation"], []):
+        before = set(into.glob("*.whl"))
+        proc = subprocess.run(
+            [*base, *extra, str(source)], capture_output=True, text=True, timeout=PIP_TIMEOUT
         )
-    return made.pop()
+        made = set(into.glob("*.whl")) - before
+        if proc.returncode == 0 and len(made) == 1:
+            return made.pop()
+        errors = proc.stderr.strip()
+    raise ToolError(
+        f"could not build a wheel of {name} from {source}: {errors[-500:]}",
+        f"check that `pip wheel --no-deps {source}` works here",
+    )
 
 
 def _repack(dist: metadata.Distribution, into: Path) -> Path:

@@ -289,3 +289,22 @@ def test_a_repo_named_without_its_machine_is_found_on_the_ssh_machine_holding_it
     assert missing.returncode == 5 and "nowhere@<machine>" in missing.stderr
     for ref in ("solo@m1", "solo@m2"):
         ok(rdc("repo", "delete", ref, "--yes"))
+
+
+def test_machine_install_puts_this_clients_versions_in_a_venv_there_once(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A bare machine gets the wheels of every installed rediacc distribution; a rerun does nothing."""
+    bare = tmp_path / "fresh-root"
+    bare.mkdir()
+    client = fleet.client
+    args = ["machine", "add", "fresh", "--ssh", fleet.sshd.address, "--root", str(bare)]
+    ok(client.rdc(*args, "--identity", str(fleet.keys["m1"]), "--accept-host-key"))
+    assert client.rdc("repo", "list", "fresh").returncode == EXIT_STATE  # no agent yet
+    installed = client.rdc("machine", "install", "fresh", timeout=900)
+    assert installed.returncode == 0, installed.stderr
+    assert (bare / "opt/rediacc/bin/rdc-agent").is_file()
+    again = client.rdc("machine", "install", "fresh", timeout=300)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    listing = client.rdc("repo", "list", "fresh")
+    assert listing.returncode == 0 and "No repos on fresh" in listing.stderr
