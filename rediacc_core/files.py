@@ -13,8 +13,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import jsonschema
-
 from rediacc_core.errors import ValidationError
 
 T = TypeVar("T")
@@ -80,6 +78,8 @@ def load_schema(name: str) -> dict[str, Any]:
 
 def schema_errors(document: Any, schema_name: str) -> list[str]:
     """Every way `document` breaks the schema, each as `at <json path>: <message>`."""
+    import jsonschema  # here, not at the top: a command forwarded to an SSH machine never needs it
+
     validator = jsonschema.Draft202012Validator(load_schema(schema_name))
     return [
         f"at {err.json_path}: {err.message}"

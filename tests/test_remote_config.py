@@ -10,7 +10,7 @@ import yaml
 from rediacc_core.config import Config
 from rediacc_core.errors import NotFoundError, StateError, ValidationError
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import command_target
+from rediacc_core.remote.dispatch import FORWARDED, Target, command_target, fast_target, parse_target
 from rediacc_core.repos import resolve_ref
 
 
@@ -102,3 +102,33 @@ def test_the_target_machine_is_found_the_way_click_parses_the_line(
     argv: list[str], target: str | None
 ) -> None:
     assert command_target(argv) == target
+
+
+@pytest.mark.parametrize("path", sorted(FORWARDED))
+def test_the_shortcut_finds_the_same_target_as_clicks_parse(path: tuple[str, ...]) -> None:
+    """`fast_target` (no CLI import) and `parse_target` (click) agree on every forwarded command."""
+    first = (
+        "gpu1"
+        if path in {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
+        else "alpha:v1@gpu1"
+    )
+    extra = (
+        ["--device", "x=0"]
+        if path[-1] in ("grant", "revoke")
+        else ["--tag", "t"]
+        if path[-1] == "fork"
+        else []
+    )
+    argv = [*path, first, *extra]
+    assert fast_target(argv) == parse_target(argv)
+    assert command_target(argv) == "gpu1"
+
+
+def test_the_shortcut_leaves_other_shapes_to_click() -> None:
+    assert fast_target(["machine", "gpu", "list", "-o", "json", "gpu1"]) is None
+    assert parse_target(["machine", "gpu", "list", "-o", "json", "gpu1"]) == Target(
+        ("machine", "gpu", "list"), "gpu1"
+    )
+    assert fast_target(["repo", "gpu", "grant", "alpha", "--device", "x=0"]) == Target(
+        ("repo", "gpu", "grant"), None, "alpha"
+    )

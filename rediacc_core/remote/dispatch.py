@@ -16,11 +16,8 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
-
-import click
 
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_TOOL, AmbiguousError, RdcError, StateError
@@ -28,7 +25,6 @@ from rediacc_core.machine import Machine
 from rediacc_core.remote import protocol
 from rediacc_core.remote.address import DEFAULT_PREFIX
 from rediacc_core.remote.ssh import SshMachine, classify, key_unknown, no_ssh_client, stderr_file
-from rediacc_core.repos import RepoRef, RepoStore
 
 # Commands that act on this host's config (or open their own connections) even when named with an
 # SSH machine.
@@ -42,6 +38,32 @@ LOCAL_COMMANDS = frozenset(
         ("repo", "env"),
         ("repo", "tunnel"),
     }
+)
+# The commands that act on one machine named by their first argument (a machine, or a repo
+# reference for `repo …` except `repo list`). Only a shortcut: `fast_target` uses it to forward
+# without importing the CLI; anything it cannot settle goes through click's own parse.
+FORWARDED = frozenset(
+    {
+        ("machine", "setup"),
+        ("machine", "config"),
+        ("machine", "gpu", "list"),
+        ("repo", "list"),
+        ("repo", "create"),
+        ("repo", "delete"),
+        ("repo", "fork"),
+        ("repo", "gpu", "grant"),
+        ("repo", "gpu", "revoke"),
+        ("repo", "gpu", "list"),
+        ("repo", "up"),
+        ("repo", "down"),
+        ("repo", "units"),
+        ("repo", "gate"),
+        ("repo", "dockerd"),
+        ("repo", "docker-host"),
+    }
+)
+_MACHINE_FIRST = frozenset(
+    {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
 )
 # How a command names its target: a machine argument, or a repo reference carrying `@machine`.
 _MACHINE_PARAMS = ("machine_name", "name")
@@ -61,6 +83,8 @@ def parse_target(argv: Sequence[str]) -> Target | None:
     """What `rdc ARGV` acts on, or None (a local command, help, or a line click will reject)."""
     if any(arg in ("-h", "--help", "--version") for arg in argv):
         return None
+    import click
+
     from rediacc_core.cli import cli
 
     try:
@@ -86,6 +110,8 @@ def parse_target(argv: Sequence[str]) -> Target | None:
     for param in _REF_PARAMS:
         value = ctx.params.get(param)
         if isinstance(value, str):
+            from rediacc_core.repos import RepoRef
+
             try:
                 machine = RepoRef.parse(value).machine
             except RdcError:
@@ -98,18 +124,41 @@ def parse_target(argv: Sequence[str]) -> Target | None:
     return None
 
 
+def fast_target(argv: Sequence[str]) -> Target | None:
+    """`parse_target` for the usual shape `rdc <command> <target> [options]`, without click.
+
+    None when the line has another shape (options first, help, an unknown command): click decides.
+    """
+    if any(arg in ("-h", "--help", "--version") for arg in argv):
+        return None
+    for size in (3, 2):
+        path = tuple(argv[:size])
+        if path in FORWARDED and len(argv) > size and not argv[size].startswith("-"):
+            value = argv[size]
+            if path in _MACHINE_FIRST:
+                return Target(path, value)
+            machine = value.rpartition("@")[2] if "@" in value else None
+            return Target(path, machine or None, None if machine else value)
+    return None
+
+
 def command_target(argv: Sequence[str]) -> str | None:
     """The machine `rdc ARGV` names, or None."""
     target = parse_target(argv)
     return target.machine if target is not None else None
 
 
-def forward_if_remote(argv: Sequence[str]) -> int | None:
-    """Run `rdc ARGV` on its SSH machine and return the exit code; None when it runs here."""
-    target = parse_target(argv)
+def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
+    """Run `rdc ARGV` on its SSH machine and return the exit code; None when it runs here.
+
+    With `fast`, only lines `fast_target` understands are looked at (the CLI is not imported).
+    """
+    config = Config.load()
+    if not any(entry.get("ssh") for entry in config.entries.values()):
+        return None  # no SSH machine: nothing to forward, and no parse to pay for
+    target = fast_target(argv) if fast else parse_target(argv)
     if target is None:
         return None
-    config = Config.load()
     name = target.machine
     if target.unplaced_ref is not None:
         name = _place(config, target.unplaced_ref)
@@ -127,7 +176,7 @@ def forward_if_remote(argv: Sequence[str]) -> int | None:
 
         ref = next(a for a in argv if a.endswith(f"@{name}"))
         try:
-            click.echo(f"unix://{open_tunnel(config, machine, ref)}")
+            Stream(sys.stdout).write(f"unix://{open_tunnel(config, machine, ref)}\n")
         except RdcError as exc:
             report(exc, Stream(sys.stderr))
             return exc.exit_code
@@ -145,6 +194,8 @@ def _place(config: Config, ref: str) -> str | None:
     remote = [m for m in config.machines() if m.remote is not None]
     if not remote:
         return None
+    from rediacc_core.repos import RepoRef, RepoStore
+
     label = RepoRef.parse(ref).label
     holders = [m.name for m in config.machines() if m.remote is None and RepoStore(m).find(label) is not None]
 
@@ -156,6 +207,8 @@ def _place(config: Config, ref: str) -> str | None:
             return any(r.get("ref", "").split("@")[0] == label for r in json.loads(out.value()))
         except (ValueError, AttributeError):
             return False
+
+    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(32, len(remote))) as pool:
         holders += [m.name for m, found in zip(remote, pool.map(holds, remote), strict=True) if found]

@@ -1,0 +1,25 @@
+"""`rdc`'s console script: a command for an SSH machine is forwarded before the CLI is imported.
+
+Forwarding needs only the config and `ssh`; importing every command, click's whole tree and the
+plugins would add their cost to each remote command for nothing (the agent loads them there).
+Everything else is `rediacc_core.cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    try:
+        from rediacc_core.remote.dispatch import forward_if_remote
+
+        forwarded = forward_if_remote(argv, fast=True)
+    except Exception:  # an unreadable config and the like: the CLI reports it the usual way
+        forwarded = None
+    if forwarded is not None:
+        sys.exit(forwarded)
+    from rediacc_core.cli import main as cli_main
+
+    cli_main(argv)
