@@ -16,6 +16,9 @@ def main() -> None:
         from rediacc_core.remote.dispatch import forward_if_remote
 
         forwarded = forward_if_remote(argv, fast=True)
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        sys.exit(130)
     except Exception:  # an unreadable config and the like: the CLI reports it the usual way
         forwarded = None
     if forwarded is not None:

@@ -88,14 +88,19 @@ def _bad(sender: protocol.Sender, what: str) -> int:
 
 def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender) -> int:
     from rediacc_core import cli, config
+    from rediacc_core.remote.dispatch import READ_ONLY, parse_target
 
     config.pin_machine(name, root)
+    target = parse_target(argv)
+    sender.stop_when_gone = target is not None and target.path in READ_ONLY
     sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err")
     try:
         cli.main(argv)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except BrokenPipeError:  # a read-only command whose client left
+        return 141
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     return 0

@@ -57,13 +57,26 @@ FORWARDED = frozenset(
         ("repo", "up"),
         ("repo", "down"),
         ("repo", "units"),
-        ("repo", "gate"),
+        ("repo", "gate", "run"),
+        ("repo", "gate", "log"),
         ("repo", "dockerd"),
         ("repo", "docker-host"),
     }
 )
 _MACHINE_FIRST = frozenset(
     {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
+)
+# Commands that only read: on the machine they stop once their client is gone (`--follow` ones
+# would otherwise run on for nobody); every other command finishes what it started.
+READ_ONLY = frozenset(
+    {
+        ("machine", "gpu", "list"),
+        ("repo", "list"),
+        ("repo", "gpu", "list"),
+        ("repo", "gate", "log"),
+        ("repo", "docker-host"),
+        ("repo", "units"),
+    }
 )
 # How a command names its target: a machine argument, or a repo reference carrying `@machine`.
 _MACHINE_PARAMS = ("machine_name", "name")

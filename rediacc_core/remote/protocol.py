@@ -71,21 +71,24 @@ def request(op: str, **fields: Any) -> dict[str, Any]:
 class Sender:
     """Writes answer lines from any thread; once the client is gone, the rest is dropped quietly.
 
-    A dropped connection must not stop the command half way: it finishes (or fails) whole on the
-    machine under its locks, and nobody is left to tell.
+    A dropped connection must not stop a command half way: it finishes (or fails) whole on the
+    machine under its locks, and nobody is left to tell. A command that only reads (a listing, a
+    followed log) is stopped instead.
     """
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self.lock = threading.Lock()
         self.gone = False
+        self.stop_when_gone = False  # set for commands that only read: nobody is left to read to
 
     def send(self, message: Mapping[str, Any]) -> None:
         with self.lock:
-            if self.gone:
-                return
-            try:
-                self.stream.write(encode(message))
-                self.stream.flush()
-            except OSError:
-                self.gone = True
+            if not self.gone:
+                try:
+                    self.stream.write(encode(message))
+                    self.stream.flush()
+                except OSError:
+                    self.gone = True
+            if self.gone and self.stop_when_gone:
+                raise BrokenPipeError("the client is gone")
