@@ -159,7 +159,7 @@ class Config:
             )
         # Two machines on one root would each own the same repos: every reference would be ambiguous.
         for other in self.machines():
-            if other.root.resolve() == root.resolve():
+            if other.remote is None and other.root.resolve() == root.resolve():
                 raise StateError(
                     f"machine {other.name} already has the root {other.root}",
                     f"use `{other.name}`, or remove it first with `rdc machine remove {other.name}`",

@@ -22,6 +22,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
 from rediacc_core.grants import GrantStore
 from rediacc_core.plugins import set_plugins
+from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
 from rediacc_core.settings import read_settings
 from rediacc_core.testing import FakeMachine
@@ -222,6 +223,14 @@ def test_a_second_machine_on_a_root_already_registered_is_refused(
     assert result.exit_code == EXIT_STATE, result.output
     assert f"Error: machine {owner} already has the root" in result.stderr
     assert "twin" not in rdc_config.read_text()
+
+
+def test_a_local_root_may_share_its_path_with_an_ssh_machines_root(fm: FakeMachine, rdc_config: Path) -> None:
+    config = Config.load()
+    config.add_ssh("far", SshAddress.parse("root@far.invalid"), str(fm.root))  # a path on that machine
+    config.save()
+
+    assert rdc("machine", "add", "box", "--root", str(fm.root)).exit_code == 0
 
 
 def test_machine_list_json_gives_the_inventory_time_not_its_age(vendor: FakeVendor, fm: FakeMachine) -> None:

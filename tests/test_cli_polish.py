@@ -24,6 +24,7 @@ from rediacc_core.config import Config
 from rediacc_core.gate.lifecycle import runtime_for
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import set_plugins
+from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
 from rediacc_core.testing import FakeMachine
 
@@ -141,7 +142,7 @@ def complete(words: list[str], env: dict[str, str]) -> list[str]:
 def completion_env(box: Machine, rdc_config: Path) -> dict[str, str]:
     ok("repo", "create", "alpha@box")
     ok("repo", "create", "beta:exp@box")
-    return {"REDIACC_CONFIG": str(rdc_config)}
+    return {"REDIACC_CONFIG": str(rdc_config), "OTHER_ROOT": str(rdc_config.parent / "other-root")}
 
 
 def test_bash_completes_commands(completion_env: dict[str, str]) -> None:
@@ -164,6 +165,14 @@ def test_bash_completes_the_cdi_names_of_the_repos_machine(completion_env: dict[
     offered = complete(["rdc", "repo", "gpu", "grant", "alpha@box", "--device", "vendor"], completion_env)
     assert f"{GPU}=0" in offered and f"{GPU}=all" in offered
     assert all(name.startswith("vendor") for name in offered)
+    # Only the repo's own machine: a second machine's names are not offered.
+    other = build_machine(FakeMachine(Path(completion_env["OTHER_ROOT"]), name="other"))
+    (other.cdi_dir / "vendor-example.yaml").write_text(
+        (other.cdi_dir / "vendor-example.yaml").read_text().replace("vendor.example/gpu", "vendor.example/tpu")
+    )
+    ok("machine", "add", "other", "--root", str(other.root))
+    offered = complete(["rdc", "repo", "gpu", "grant", "alpha@box", "--device", "vendor"], completion_env)
+    assert offered and not any("tpu" in name for name in offered)
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
@@ -240,3 +249,15 @@ def test_every_command_has_an_examples_section(path: tuple[str, ...]) -> None:
     assert "Examples:" in result.output
     examples = result.output.split("Examples:", 1)[1]
     assert f"rdc {' '.join(path)}" in examples, "an example of this very command"
+
+
+def test_completion_offers_ssh_machines_but_fetches_nothing_from_them(
+    completion_env: dict[str, str], rdc_config: Path
+) -> None:
+    config = Config.load()
+    config.add_ssh("far", SshAddress.parse("root@far.invalid"))
+    config.save()
+
+    assert complete(["rdc", "machine", "setup", ""], completion_env) == ["box", "far", "localhost"]
+    assert complete(["rdc", "repo", "up", ""], completion_env) == ["alpha@box", "beta:exp@box"]
+    assert complete(["rdc", "repo", "gpu", "grant", "a@far", "--device", ""], completion_env) == []

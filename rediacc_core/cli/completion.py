@@ -16,7 +16,7 @@ from rediacc_core.cdi.registry import Registry
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
 from rediacc_core.machine import Machine
-from rediacc_core.repos import RepoStore, resolve_ref
+from rediacc_core.repos import RepoRef, RepoStore, resolve_ref
 
 SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_RDC_COMPLETE"
@@ -29,10 +29,16 @@ def _items(values: Iterable[str], incomplete: str) -> list[CompletionItem]:
 
 
 def _machines() -> list[Machine]:
+    """Machines to offer: SSH ones too, local ones only while their root exists."""
     try:
-        return [m for m in Config.load().machines() if m.root.is_dir()]
+        return [m for m in Config.load().machines() if m.remote is not None or m.root.is_dir()]
     except RdcError:
         return []  # a broken config completes nothing; the command itself will say why
+
+
+def _local(machines: list[Machine]) -> list[Machine]:
+    # Completion must answer at once: what lives on SSH machines is not fetched for it.
+    return [m for m in machines if m.remote is None]
 
 
 def complete_machines(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -41,7 +47,7 @@ def complete_machines(ctx: click.Context, param: click.Parameter, incomplete: st
 
 def complete_repos(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     refs: list[str] = []
-    for machine in _machines():
+    for machine in _local(_machines()):
         try:
             refs += [repo.ref for repo in RepoStore(machine).list()]
         except RdcError:
@@ -58,13 +64,18 @@ def complete_new_repo(ctx: click.Context, param: click.Parameter, incomplete: st
 
 
 def complete_devices(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    ref = ctx.params.get("ref")
+    # While an option waits for its value, click leaves the arguments before it unparsed in ctx.args.
+    ref = ctx.params.get("ref") or next((arg for arg in ctx.args if not arg.startswith("-")), None)
     try:
-        machines = [resolve_ref(ref, Config.load())[0]] if isinstance(ref, str) else _machines()
+        config = Config.load()
+        on = RepoRef.parse(ref).machine if isinstance(ref, str) else None
+        if on is not None and config.machine(on, present=False).remote is not None:
+            return []  # its specs are on the SSH machine: not fetched for a completion
+        machines = [resolve_ref(ref, config)[0]] if isinstance(ref, str) else _machines()
     except RdcError:
         machines = _machines()
     names: list[str] = []
-    for machine in machines:
+    for machine in _local(machines):
         names += Registry.for_machine(machine).names()
     return _items(names, incomplete)
 
