@@ -167,9 +167,8 @@ def test_bash_completes_the_cdi_names_of_the_repos_machine(completion_env: dict[
     assert all(name.startswith("vendor") for name in offered)
     # Only the repo's own machine: a second machine's names are not offered.
     other = build_machine(FakeMachine(Path(completion_env["OTHER_ROOT"]), name="other"))
-    (other.cdi_dir / "vendor-example.yaml").write_text(
-        (other.cdi_dir / "vendor-example.yaml").read_text().replace("vendor.example/gpu", "vendor.example/tpu")
-    )
+    spec = other.cdi_dir / "vendor-example.yaml"
+    spec.write_text(spec.read_text().replace("vendor.example/gpu", "vendor.example/tpu"))
     ok("machine", "add", "other", "--root", str(other.root))
     offered = complete(["rdc", "repo", "gpu", "grant", "alpha@box", "--device", "vendor"], completion_env)
     assert offered and not any("tpu" in name for name in offered)
