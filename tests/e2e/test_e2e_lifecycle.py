@@ -60,6 +60,20 @@ def test_up_is_idempotent(e2e: E2E) -> None:
     assert daemon.ping(e2e.alpha.gate)
 
 
+def test_up_prints_the_docker_host_as_json_and_the_listing_says_up(e2e: E2E) -> None:
+    result = e2e.rdc("repo", "up", e2e.alpha.repo.ref, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "repo": e2e.alpha.repo.ref,
+        "repoId": e2e.alpha.repo.id,
+        "dockerHost": f"unix://{e2e.alpha.gate}",
+    }
+    listed = e2e.rdc("repo", "list", "m1", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    statuses = {row["ref"]: row["status"] for row in json.loads(listed.stdout)}
+    assert statuses[e2e.alpha.repo.ref] == "up"
+
+
 @pytest.fixture
 def attached(e2e: E2E) -> Iterator[Repo]:
     """A repo that uses alpha's daemon (created with --docker-host) instead of its own."""
