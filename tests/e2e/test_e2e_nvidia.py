@@ -195,6 +195,18 @@ def test_a_granted_gpu_is_injected_by_cdi_and_the_toolkit_hooks_run(nv: NvidiaEn
     assert [call.split()[0] for call in calls] == ["create-symlinks", "update-ldcache"], calls
 
 
+def test_a_raw_gpu_node_is_refused_naming_its_exact_cdi_name(nv: NvidiaEnv) -> None:
+    result = nv.alpha.docker("run", "--rm", "--device", "/dev/nvidia1", IMAGE, "true")
+    refused(result, "raw device /dev/nvidia1 is refused", f"--device {GPU1}", f"--device {GPU1}")
+    assert f"rdc repo gpu grant {nv.alpha.repo.ref} --device {GPU1}" in result.stderr
+
+
+def test_visible_devices_with_empty_entries_is_read_as_the_toolkit_reads_it(nv: NvidiaEnv) -> None:
+    nv.legacy_mode("refuse")
+    result = nv.alpha.docker("run", "--rm", "-e", "NVIDIA_VISIBLE_DEVICES=0,,", IMAGE, "true")
+    refused(result, "NVIDIA_VISIBLE_DEVICES=0,,", f"--device {GPU0}")
+
+
 # --- NVIDIA_REQUIRE_* ----------------------------------------------------------------------------------
 
 
