@@ -85,7 +85,11 @@ def test_a_process_in_a_container_mount_namespace_is_killed_wherever_its_cgroup(
     escaped = subprocess.Popen(["unshare", "--mount", "sleep", "300"])
     try:
         deadline = time.monotonic() + 10
-        while os.readlink(f"/proc/{escaped.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+        # unshare(1) enters the new namespace, then execs sleep: wait for both, or the name is racy.
+        while (
+            os.readlink(f"/proc/{escaped.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+            or Path(f"/proc/{escaped.pid}/comm").read_text().strip() != "sleep"
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         namespace = os.readlink(f"/proc/{escaped.pid}/ns/mnt")
