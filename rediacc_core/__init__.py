@@ -1,8 +1,11 @@
 """rediacc-core: hand GPUs to isolated Docker workloads through CDI grants and an API gate.
 
-The public face for plugin authors: `hookimpl` and the dataclasses hooks return. The dataclasses
-are imported on first use, so a command that never needs them (one forwarded to an SSH machine)
-does not pay for loading the CDI schema machinery.
+The public face for plugin authors, and all of it: `hookimpl`, the dataclasses hooks take and
+return, the machine a hook works on, the error a failing outside tool raises, and the helpers for
+host paths, device nodes and atomic writes. A plugin imports nothing else from the core
+(`tests/test_architecture.py` checks it; a plugin's test kit may also use `rediacc_core.testing`).
+Names are imported on first use, so a command that never needs them (one forwarded to an SSH
+machine) does not pay for loading the CDI schema machinery.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ import pluggy
 from rediacc_core.hookspecs import PROJECT
 
 if TYPE_CHECKING:
+    from rediacc_core.cdi.devnodes import device_node_edit, host_node, sysfs_dev_numbers
+    from rediacc_core.errors import ToolError
+    from rediacc_core.files import atomic_write_text
+    from rediacc_core.hostpaths import is_at_or_under, landing_paths
+    from rediacc_core.machine import Machine
     from rediacc_core.model import (
         ApiRequest,
         CdiSpecFile,
@@ -47,11 +55,28 @@ _FROM_MODEL = frozenset(
 )
 
 
+# Everything else public, by the module that holds it.
+_ELSEWHERE = {
+    "Machine": "rediacc_core.machine",
+    "ToolError": "rediacc_core.errors",
+    "atomic_write_text": "rediacc_core.files",
+    "is_at_or_under": "rediacc_core.hostpaths",
+    "landing_paths": "rediacc_core.hostpaths",
+    "device_node_edit": "rediacc_core.cdi.devnodes",
+    "host_node": "rediacc_core.cdi.devnodes",
+    "sysfs_dev_numbers": "rediacc_core.cdi.devnodes",
+}
+
+
 def __getattr__(name: str) -> Any:
     if name in _FROM_MODEL:
         from rediacc_core import model
 
         return getattr(model, name)
+    if name in _ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
     raise AttributeError(f"module 'rediacc_core' has no attribute {name!r}")
 
 
@@ -61,11 +86,19 @@ __all__ = [
     "GateContext",
     "Gpu",
     "GpuPartition",
+    "Machine",
     "Refusal",
     "Rewrite",
     "SetupContext",
     "SetupStep",
+    "ToolError",
     "Verdict",
     "__version__",
+    "atomic_write_text",
+    "device_node_edit",
     "hookimpl",
+    "host_node",
+    "is_at_or_under",
+    "landing_paths",
+    "sysfs_dev_numbers",
 ]

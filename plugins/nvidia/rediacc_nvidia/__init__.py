@@ -12,8 +12,17 @@ from typing import Any
 
 import click
 
-from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, SetupStep, Verdict, hookimpl
-from rediacc_core.machine import Machine
+from rediacc_core import (
+    ApiRequest,
+    CdiSpecFile,
+    GateContext,
+    Gpu,
+    Machine,
+    SetupContext,
+    SetupStep,
+    Verdict,
+    hookimpl,
+)
 from rediacc_nvidia import discovery, raw, rules, toolkit, units
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from rediacc_core.machine import Machine
+from rediacc_core import Machine
 
 VARIABLE = "NVIDIA_DRIVER_CAPABILITIES"
 ALL_CAPABILITIES = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rediacc_core import Gpu
-from rediacc_core.errors import ToolError
-from rediacc_core.machine import Machine
+from rediacc_core import Gpu, Machine, ToolError
 from rediacc_nvidia.discovery_nvml import discover_nvml, load_nvml
 from rediacc_nvidia.discovery_proc import PROC_DIR, discover_proc
 from rediacc_nvidia.discovery_smi import (

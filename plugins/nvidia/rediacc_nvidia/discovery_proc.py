@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-from rediacc_core import Gpu
-from rediacc_core.machine import Machine
+from rediacc_core import Gpu, Machine
 from rediacc_nvidia import names
 from rediacc_nvidia.values import int_or_none, normalise_bus_id, text_or_none
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-from rediacc_core import ApiRequest, GateContext, Refusal, Verdict
-from rediacc_core.hostpaths import landing_paths
+from rediacc_core import ApiRequest, GateContext, Refusal, Verdict, landing_paths
 from rediacc_nvidia import names
 from rediacc_nvidia.inventory_view import InventoryGpu, nvidia_gpus
 

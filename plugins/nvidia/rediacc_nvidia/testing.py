@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from rediacc_core.testing.fakemachine import FakeMachine
+from rediacc_core.testing import FakeMachine
 from rediacc_nvidia.discovery_smi import XmlReport, parse_list, parse_query_csv, parse_xml
 
 DATA_DIR = "nvidia-smi.d"

@@ -10,10 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rediacc_core import CdiSpecFile, Gpu, SetupContext, SetupStep
-from rediacc_core.errors import ToolError
-from rediacc_core.files import atomic_write_text
-from rediacc_core.machine import Machine
+from rediacc_core import CdiSpecFile, Gpu, Machine, SetupContext, SetupStep, ToolError, atomic_write_text
 from rediacc_nvidia.discovery import is_wsl
 
 OPTION = "install_nvidia_toolkit"

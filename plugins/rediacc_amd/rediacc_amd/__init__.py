@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rediacc_amd import discovery, rules, spec, units
-from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, Verdict, hookimpl
-from rediacc_core.machine import Machine
+from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, Machine, SetupContext, Verdict, hookimpl
 
 
 @hookimpl

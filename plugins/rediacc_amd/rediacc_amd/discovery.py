@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from rediacc_amd.kfd import TOPOLOGY, AmdGpu, gpus_from_nodes, read_topology
-from rediacc_core import Gpu
-from rediacc_core.machine import Machine
+from rediacc_core import Gpu, Machine
 
 KIND = "rediacc.io/amd"
 SOURCE = "amd"

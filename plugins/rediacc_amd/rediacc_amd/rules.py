@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rediacc_amd.discovery import KFD_NODE, KIND, SOURCE, amd_gpus, cdi_name
-from rediacc_core import ApiRequest, GateContext, Refusal, Verdict
-from rediacc_core.hostpaths import landing_paths
+from rediacc_core import ApiRequest, GateContext, Refusal, Verdict, landing_paths
 
 RULE = "raw-device"  # the core's generic rule: our refusal replaces its message
 RENDER_PATH = re.compile(r"^/dev/dri/renderD(\d+)$")

@@ -6,9 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rediacc_amd.discovery import KFD_NODE, KIND, SOURCE
-from rediacc_core import CdiSpecFile, SetupContext
-from rediacc_core.cdi.devnodes import device_node_edit, host_node, sysfs_dev_numbers
-from rediacc_core.machine import Machine
+from rediacc_core import CdiSpecFile, Machine, SetupContext, device_node_edit, host_node, sysfs_dev_numbers
 
 SPEC_FILE = "rediacc-amd.yaml"
 CDI_VERSION = "0.5.0"  # the first version with deviceNodes[].hostPath

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from rediacc_amd.kfd import TOPOLOGY, gpus_from_nodes, read_topology
-from rediacc_core.testing.fakemachine import FakeMachine
+from rediacc_core.testing import FakeMachine
 
 REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
 KFD_CAPTURES = REALDATA / "kfd"

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, Verdict, hookimpl
-from rediacc_core.machine import Machine
+from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, Machine, SetupContext, Verdict, hookimpl
 from rediacc_dri import discovery, rules, spec, units
 
 

@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rediacc_core import Gpu
-from rediacc_core.machine import Machine
+from rediacc_core import Gpu, Machine
 
 KIND = "rediacc.io/dri"
 SOURCE = "dri"

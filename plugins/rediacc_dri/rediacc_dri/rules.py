@@ -6,9 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rediacc_core import ApiRequest, GateContext, Refusal, Verdict
-from rediacc_core.hostpaths import is_at_or_under, landing_paths
-from rediacc_core.machine import Machine
+from rediacc_core import ApiRequest, GateContext, Machine, Refusal, Verdict, is_at_or_under, landing_paths
 from rediacc_dri.discovery import KIND, render_node_of_card, render_nodes, render_nodes_of_pci
 
 DRI_DIR = "/dev/dri"

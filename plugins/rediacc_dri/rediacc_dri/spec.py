@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rediacc_core import CdiSpecFile, SetupContext
-from rediacc_core.cdi.devnodes import device_node_edit, host_node
-from rediacc_core.machine import Machine
+from rediacc_core import CdiSpecFile, Machine, SetupContext, device_node_edit, host_node
 from rediacc_dri.discovery import KIND, SOURCE, drm_class_dir, sysfs_dev_numbers
 
 SPEC_FILE = "rediacc-dri.yaml"

@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from rediacc_core.testing.fakemachine import FakeMachine
+from rediacc_core.testing import FakeMachine
 from rediacc_dri.discovery import RENDER_MAJOR
 
 PCI_SLOT = re.compile(r"^PCI_SLOT_NAME=(\S+)$", re.M)

@@ -1,0 +1,51 @@
+"""The directions of import: plugins use only the core's public face.
+
+A vendor plugin is a separate distribution built against `rediacc_core`'s documented API (the names
+`rediacc_core/__init__.py` exports); its test kit and its simulated hardware for `rdc demo` (modules
+named `testing` and `demo`) may also use the core's kit for simulated machines, `rediacc_core.testing`. Anything deeper is the core's to change without notice.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import rediacc_core
+
+PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+SOURCES = sorted(p for p in PLUGINS.glob("*/rediacc_*/**/*.py"))
+
+
+def _core_imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "rediacc_core":
+            found.append((node.lineno, node.module, tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, ()) for a in node.names if a.name.split(".")[0] == "rediacc_core"]
+    return found
+
+
+def test_there_are_plugin_sources_to_check() -> None:
+    assert len(SOURCES) > 10
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PLUGINS)))
+def test_plugins_import_only_the_public_face(path: Path) -> None:
+    allowed = {"rediacc_core"} | ({"rediacc_core.testing"} if path.stem in ("testing", "demo") else set())
+    deeper = [
+        f"{path.name}:{line} {module}" for line, module, _ in _core_imports(path) if module not in allowed
+    ]
+    assert not deeper, f"imports past rediacc_core's public face: {deeper}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PLUGINS)))
+def test_every_name_a_plugin_takes_is_exported(path: Path) -> None:
+    public = set(rediacc_core.__all__)
+    for _, module, names in _core_imports(path):
+        if module == "rediacc_core":
+            assert set(names) <= public, f"{path.name} takes {set(names) - public} not in __all__"
+            for name in names:
+                assert getattr(rediacc_core, name) is not None
