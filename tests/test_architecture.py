@@ -2,7 +2,8 @@
 
 A vendor plugin is a separate distribution built against `rediacc_core`'s documented API (the names
 `rediacc_core/__init__.py` exports); its test kit and its simulated hardware for `rdc demo` (modules
-named `testing` and `demo`) may also use the core's kit for simulated machines, `rediacc_core.testing`. Anything deeper is the core's to change without notice.
+named `testing` and `demo`) may also use the core's kit for simulated machines, `rediacc_core.testing`.
+Anything deeper is the core's to change without notice.
 """
 
 from __future__ import annotations
