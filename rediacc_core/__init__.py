@@ -4,19 +4,17 @@ The public face for plugin authors, and all of it: `hookimpl`, the dataclasses h
 return, the machine a hook works on, the error a failing outside tool raises, and the helpers for
 host paths, device nodes and atomic writes. A plugin imports nothing else from the core
 (`tests/test_architecture.py` checks it; a plugin's test kit may also use `rediacc_core.testing`).
-Names are imported on first use, so a command that never needs them (one forwarded to an SSH
-machine) does not pay for loading the CDI schema machinery.
+Names (and `hookimpl`) are made on first use, so a command that never needs them (one forwarded to
+an SSH machine) does not pay for loading pluggy and the CDI schema machinery.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
-
-from rediacc_core.hookspecs import PROJECT
-
 if TYPE_CHECKING:
+    import pluggy
+
     from rediacc_core.cdi.devnodes import device_node_edit, host_node, sysfs_dev_numbers
     from rediacc_core.errors import ToolError
     from rediacc_core.files import atomic_write_text
@@ -37,7 +35,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-hookimpl = pluggy.HookimplMarker(PROJECT)
+if TYPE_CHECKING:
+    hookimpl: pluggy.HookimplMarker
 
 _FROM_MODEL = frozenset(
     {
@@ -69,6 +68,14 @@ _ELSEWHERE = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "hookimpl":  # made once, on first use (pluggy is not needed to forward a command)
+        import pluggy
+
+        from rediacc_core.hookspecs import PROJECT
+
+        marker = pluggy.HookimplMarker(PROJECT)
+        globals()["hookimpl"] = marker
+        return marker
     if name in _FROM_MODEL:
         from rediacc_core import model
 

@@ -132,3 +132,11 @@ def test_the_shortcut_leaves_other_shapes_to_click() -> None:
     assert fast_target(["repo", "gpu", "grant", "alpha", "--device", "x=0"]) == Target(
         ("repo", "gpu", "grant"), None, "alpha"
     )
+
+
+def test_the_protocol_compares_the_versions_of_every_plugin_group() -> None:
+    from rediacc_core.demo import ENTRY_POINT_GROUP as DEMO_GROUP
+    from rediacc_core.plugins import ENTRY_POINT_GROUP
+    from rediacc_core.remote.protocol import PLUGIN_GROUPS
+
+    assert PLUGIN_GROUPS == (ENTRY_POINT_GROUP, DEMO_GROUP)

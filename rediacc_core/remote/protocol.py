@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import IO, Any
 
-from rediacc_core.plugins import ENTRY_POINT_GROUP
-
 VERSION = 1
 CORE_DISTRIBUTION = "rediacc-core"
-# Plugins are the distributions that register in these groups (hooks, and the demo's layouts).
-_PLUGIN_GROUPS = (ENTRY_POINT_GROUP, "rediacc.demo")
+# Plugins are the distributions registering in these entry-point groups (hooks, the demo's layouts);
+# spelled out rather than imported, which would load pluggy and the demo (a test keeps them equal).
+PLUGIN_GROUPS = ("rediacc", "rediacc.demo")
 
 
 class ProtocolError(Exception):
@@ -34,7 +33,7 @@ class ProtocolError(Exception):
 def versions() -> dict[str, str]:
     """The installed rediacc-core and plugin distributions and their versions."""
     found = {CORE_DISTRIBUTION: metadata.version(CORE_DISTRIBUTION)}
-    for group in _PLUGIN_GROUPS:
+    for group in PLUGIN_GROUPS:
         for ep in metadata.entry_points(group=group):
             if ep.dist is not None:
                 found[ep.dist.name] = ep.dist.version
