@@ -17,7 +17,7 @@ from rediacc_core.errors import RdcError, RefusedError, StateError, ToolError, V
 from rediacc_core.machine import Machine
 from rediacc_core.remote import install, protocol, tunnel
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import agent_path, machine_versions, ssh_machine
+from rediacc_core.remote.dispatch import agent_path, machine_versions, place_repo, ssh_machine
 from rediacc_core.remote.ssh import SshMachine, classify, fingerprints, stderr_file
 from rediacc_core.repos import RepoRef, resolve_ref
 
@@ -180,9 +180,18 @@ def tunnel_command(ref: str, close: bool) -> None:
     note(f"Close it with: rdc repo tunnel {parsed} --close")
 
 
+def _placed(config: Config, ref: str) -> str:
+    """`ref` with `@machine` added when it names none and the repo is on one SSH machine only."""
+    if RepoRef.parse(ref).machine is not None:
+        return ref
+    machine = place_repo(config, ref)
+    return f"{ref}@{machine}" if machine is not None else ref
+
+
 def _remote_repo(ref: str) -> tuple[Config, Machine, str]:
-    parsed = RepoRef.parse(ref)
     config = Config.load()
+    ref = _placed(config, ref)
+    parsed = RepoRef.parse(ref)
     if parsed.machine is None or config.machine(parsed.machine).remote is None:
         raise ValidationError(
             f"{ref} is not a repo on a machine reached over SSH",
@@ -192,8 +201,9 @@ def _remote_repo(ref: str) -> tuple[Config, Machine, str]:
 
 
 def _docker_host(ref: str) -> str:
-    parsed = RepoRef.parse(ref)
     config = Config.load()
+    ref = _placed(config, ref)
+    parsed = RepoRef.parse(ref)
     if parsed.machine is not None and config.machine(parsed.machine).remote is not None:
         return f"unix://{tunnel.open_tunnel(config, config.machine(parsed.machine), ref)}"
     from rediacc_core.gate.lifecycle import runtime_for

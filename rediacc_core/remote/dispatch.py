@@ -174,7 +174,7 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
         return None
     name = target.machine
     if target.unplaced_ref is not None:
-        name = _place(config, target.unplaced_ref)
+        name = place_repo(config, target.unplaced_ref)
         if name is None:
             return None  # local, or nowhere: the command resolves it and reports
         argv = _with_machine(argv, target.unplaced_ref, name)
@@ -197,7 +197,7 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
     return run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
 
 
-def _place(config: Config, ref: str) -> str | None:
+def place_repo(config: Config, ref: str) -> str | None:
     """The SSH machine holding the repo `ref` names without `@machine`, when it is only there.
 
     Local machines are looked at here and SSH machines asked in parallel (`repo list -o json`); a

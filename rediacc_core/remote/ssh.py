@@ -94,8 +94,8 @@ class SshMachine:
             argv += ["-i", self.address.identity, "-o", "IdentitiesOnly=yes"]
         return argv
 
-    def argv(self, remote_command: str, **kwargs: object) -> list[str]:
-        return ["ssh", "-T", *self.options(**kwargs), "--", self.address.host, remote_command]  # type: ignore[arg-type]
+    def argv(self, remote_command: str) -> list[str]:
+        return ["ssh", "-T", *self.options(), "--", self.address.host, remote_command]
 
     # --- host keys ------------------------------------------------------------------------------
     def trusted_keys(self) -> list[str]:

@@ -35,7 +35,7 @@ def test_the_docker_cli_on_the_client_is_admitted_with_a_grant_and_refused_gpus_
     runtime = lifecycle.runtime_for(machine, RepoStore(machine).get_by_label("dock"))
     try:
         import_busybox(runtime.upstream_socket)  # the image, loaded on the machine's side
-        env_line = rdc("repo", "env", "dock@m1")
+        env_line = rdc("repo", "env", "dock")  # the README way: no @machine
         assert env_line.returncode == 0, env_line.stderr
         assert env_line.stdout.startswith("export DOCKER_HOST=unix://")
         docker_env = dict(os.environ, DOCKER_HOST=env_line.stdout.strip().split("=", 1)[1])
