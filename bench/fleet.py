@@ -1,0 +1,130 @@
+"""The fleet benchmark: warm `rdc` commands over SSH against the same commands on a local machine.
+
+    python bench/fleet.py [--runs N] [--machines 8] [--out bench/results]
+
+Starts the distribution's sshd on loopback (rediacc_core.testing.sshd) serving demo machines, adds
+them as SSH machines (plus one local machine with the first one's root), warms every connection,
+then times, interleaved, `rdc machine gpu list` and `rdc repo gpu list` locally and over SSH, each
+machine's `rdc machine gpu list` alone, and `rdc machine gpu list --all` over all of them. Writes
+`fleet.md` and `fleet.json` to the output directory. Needs root and OpenSSH (.ci/install-ssh.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rediacc_core.demo import build_demo_machine
+from rediacc_core.testing.sshd import running_sshd, sshd_unavailable
+
+RDC = str(Path(sys.executable).parent / "rdc")
+
+
+def timed(env: dict[str, str], *args: str) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([RDC, *args], env=env, capture_output=True, text=True, timeout=300)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"rdc {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--machines", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    options = parser.parse_args()
+    reason = sshd_unavailable()
+    if reason is not None:
+        raise SystemExit(f"cannot run: {reason}")
+    work = Path(tempfile.mkdtemp(prefix="rdc-fb-", dir="/tmp"))
+    names = [f"f{n}" for n in range(options.machines)]
+    fakes = {name: build_demo_machine(work / name, name=name).fake for name in names}
+    for fm in fakes.values():
+        agent = fm.root / "opt/rediacc/bin/rdc-agent"
+        agent.parent.mkdir(parents=True)
+        agent.symlink_to(Path(sys.executable).parent / "rdc-agent")
+    base = dict(os.environ, RDC_SSH_CONTROL_DIR=str(work / "cm"), COLUMNS="200")
+    env_ssh = dict(base, REDIACC_CONFIG=str(work / "ssh" / "config.yaml"))
+    env_local = dict(base, REDIACC_CONFIG=str(work / "local" / "config.yaml"))
+    with running_sshd(work / "sshd") as server:
+        for name, fm in fakes.items():
+            key = server.authorize(name, fm.bin_dir)
+            args = ["machine", "add", name, "--ssh", server.address, "--root", str(fm.root)]
+            timed(env_ssh, *args, "--identity", str(key), "--accept-host-key")
+        first = names[0]
+        timed(env_local, "machine", "add", first, "--root", str(fakes[first].root))
+        for name in names:
+            timed(env_ssh, "machine", "setup", name)
+        timed(env_ssh, "repo", "create", f"bench@{first}")
+        timed(env_ssh, "repo", "gpu", "grant", f"bench@{first}", "--device", "nvidia.com/gpu=0")
+        cases = {
+            "machine gpu list, local": (env_local, ["machine", "gpu", "list", first]),
+            "machine gpu list, ssh": (env_ssh, ["machine", "gpu", "list", first]),
+            "repo gpu list, local": (env_local, ["repo", "gpu", "list", f"bench@{first}"]),
+            "repo gpu list, ssh": (env_ssh, ["repo", "gpu", "list", f"bench@{first}"]),
+            f"machine gpu list --all ({len(names)} ssh machines)": (
+                env_ssh,
+                ["machine", "gpu", "list", "--all"],
+            ),
+        }
+        cases |= {f"single {name}": (env_ssh, ["machine", "gpu", "list", name]) for name in names}
+        for env, args in cases.values():  # warm: master connections up, files in the page cache
+            timed(env, *args)
+        samples: dict[str, list[float]] = {case: [] for case in cases}
+        for _ in range(options.runs):
+            for case, (env, args) in cases.items():
+                samples[case].append(timed(env, *args))
+        server.stop()
+    medians = {case: statistics.median(values) * 1000 for case, values in samples.items()}
+    singles = [medians[f"single {name}"] for name in names]
+    fleet_case = next(case for case in cases if "--all" in case)
+    summary = {
+        "machine gpu list added by ssh (ms)": medians["machine gpu list, ssh"]
+        - medians["machine gpu list, local"],
+        "repo gpu list added by ssh (ms)": medians["repo gpu list, ssh"] - medians["repo gpu list, local"],
+        "--all / slowest single": medians[fleet_case] / max(singles),
+        "--all / sum of singles": medians[fleet_case] / sum(singles),
+    }
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"# Fleet benchmark, {when}, commit {commit or '?'}",
+        "",
+        f"{platform.node()}: {os.cpu_count()} CPUs; {options.runs} interleaved runs per case, medians; warm "
+        "(ControlMaster up). sshd and the machines are on this host (loopback).",
+        "",
+        "| case | median ms | min ms | max ms |",
+        "|---|---|---|---|",
+    ]
+    for case, values in samples.items():
+        ms = [v * 1000 for v in values]
+        lines.append(f"| {case} | {statistics.median(ms):.0f} | {min(ms):.0f} | {max(ms):.0f} |")
+    lines += ["", "| result | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in summary.items()]
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "fleet.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (options.out / "fleet.json").write_text(
+        json.dumps({"when": when, "commit": commit, "medians_ms": medians, "summary": summary}, indent=2)
+        + "\n",
+        encoding="utf-8",
+    )
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
