@@ -26,7 +26,7 @@ def vectors(name: str) -> list[dict[str, Any]]:
     return loaded
 
 
-def cases(name: str, key: str = "name") -> Any:
+def cases(name: str, key: str = "name") -> pytest.MarkDecorator:
     return pytest.mark.parametrize("case", vectors(name), ids=[str(v[key]) for v in vectors(name)])
 
 

@@ -20,7 +20,10 @@ from rediacc_core.settings import set_setting, unset_setting
 
 GPU0 = "vendor.example/gpu=0"
 GPU1 = "vendor.example/gpu=1"
-CDI_RUN = {"Image": "bb", "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU0]}]}}
+CDI_RUN: dict[str, Any] = {
+    "Image": "bb",
+    "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU0]}]},
+}
 
 
 def missing(name: str) -> str:

@@ -216,7 +216,7 @@ class TestTypes:
         ["HostConfig", "DeviceRequests", "Devices", "Mounts", "VolumeOptions", "DriverConfig", "BindOptions"],
     )
     def test_unknown_non_empty_fields_in_hardware_structs_are_refused(self, struct: str) -> None:
-        host: dict[str, Any] = {
+        shapes: dict[str, dict[str, Any]] = {
             "HostConfig": {"NewThing": "x", "Image": "bb"},
             "DeviceRequests": {"DeviceRequests": [{"Driver": "cdi", "NewThing": ["x"]}]},
             "Devices": {"Devices": [{"PathOnHost": "a=b/c", "NewThing": 1}]},
@@ -226,8 +226,8 @@ class TestTypes:
                 "Mounts": [{"VolumeOptions": {"DriverConfig": {"Name": "local", "Opts": {"a": "b"}}}}]
             },
             "BindOptions": {"Mounts": [{"BindOptions": {"NewThing": "rshared"}}]},
-        }[struct]
-        body = {"HostConfig": host}
+        }
+        body = {"HostConfig": shapes[struct]}
         with pytest.raises(BadRequest, match="unknown field"):
             canon(json.dumps(body))
 
@@ -305,7 +305,7 @@ def _variant(draw: st.DrawFn, name: str) -> str:
 @st.composite
 def spelled_bodies(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     """A body whose field names are random Go-equivalent spellings, and the body as Go reads it."""
-    body = draw(CREATE_BODIES)
+    body: dict[str, Any] = draw(CREATE_BODIES)
     host = body.get("HostConfig")
     pieces = [f"{json.dumps(_variant(draw, 'Image'))}: {json.dumps(body['Image'])}"]
     if host is not None or "HostConfig" in body:

@@ -31,7 +31,7 @@ def mounted(path: str) -> bool:
 
 
 def create(fm: FakeMachine, host: dict[str, Any], **kwargs: Any) -> tuple[list[str], dict[str, Any]]:
-    body = {"Image": "bb", "HostConfig": host}
+    body: dict[str, Any] = {"Image": "bb", "HostConfig": host}
     findings = rules.check("container-create", body, rule_context(fm, **kwargs))
     return [f.refusal.rule for f in findings], body["HostConfig"]
 

@@ -104,6 +104,7 @@ def test_malformed_expressions_say_what_is_wrong(text: str, problem: str) -> Non
 
 def test_parse_term_keeps_the_text_for_messages() -> None:
     term = parse_term("Cuda>=11.0")
+    assert term is not None
     assert (term.key, term.op, term.value, term.text) == ("cuda", ">=", "11.0", "Cuda>=11.0")
 
 

@@ -27,7 +27,7 @@ REQUIREMENTS = yaml.safe_load((DATA / "requirements.yaml").read_text(encoding="u
 VISIBLE = yaml.safe_load((DATA / "visible_devices.yaml").read_text(encoding="utf-8"))
 
 
-def cases(vectors: list[dict[str, Any]], key: str = "name") -> Any:
+def cases(vectors: list[dict[str, Any]], key: str = "name") -> pytest.MarkDecorator:
     return pytest.mark.parametrize("case", vectors, ids=[str(v[key]) for v in vectors])
 
 
