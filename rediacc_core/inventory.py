@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import ValidationError
-from rediacc_core.files import atomic_write_json, schema_errors
+from rediacc_core.files import LiveFile, StatKey, atomic_write_json, read_text_keyed, schema_errors
 
 if TYPE_CHECKING:
     from rediacc_core.cdi.registry import Registry
@@ -147,6 +147,23 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     check_inventory(document, source)
     result: dict[str, Any] = document
     return result
+
+
+class LiveInventory:
+    """The machine's inventory as the gate sees it: re-read only when the file changed (one `stat`
+    per call otherwise), None when never set up, a ValidationError naming the file when broken."""
+
+    def __init__(self, machine: Machine) -> None:
+        path = machine.inventory_path
+
+        def load() -> tuple[StatKey, Mapping[str, Any] | None] | None:
+            found = read_text_keyed(path, "inventory")
+            return None if found is None else (found[0], _parse(found[1], str(path)))
+
+        self._file: LiveFile[Mapping[str, Any] | None] = LiveFile(path, load, None, "inventory")
+
+    def get(self) -> Mapping[str, Any] | None:
+        return self._file.get()
 
 
 def write_inventory(machine: Machine, document: Mapping[str, Any]) -> None:

@@ -81,33 +81,27 @@ def _live_settings(machine: Machine) -> SettingsReader:
     return LiveSettings(machine).settings
 
 
-class _InventoryCache:
-    """The machine inventory, re-read only when the file's identity changes."""
+class _LiveInventoryReader:
+    """The machine inventory for the rules: `inventory.LiveInventory` (thread-safe, one `stat` when
+    unchanged), with an unreadable file logged once per distinct problem and seen as none."""
 
     def __init__(self, machine: Machine, log: Callable[[str], None]) -> None:
-        self.machine = machine
-        self.log = log
-        self.key: tuple[int, int, int, int] | None = None
-        self.value: Mapping[str, Any] | None = None
-        self.loaded = False
+        from rediacc_core.inventory import LiveInventory
+
+        self._live = LiveInventory(machine)
+        self._log = log
+        self._error: str | None = None
 
     def __call__(self) -> Mapping[str, Any] | None:
         try:
-            info = os.stat(self.machine.inventory_path)
-            key: tuple[int, int, int, int] | None = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
-        except OSError:
-            key = None
-        if self.loaded and key == self.key:
-            return self.value
-        from rediacc_core.inventory import load_inventory
-
-        try:
-            self.value = load_inventory(self.machine)
-        except (RdcError, OSError) as exc:
-            self.log(f"inventory unreadable, rules see none: {exc}")
-            self.value = None
-        self.key, self.loaded = key, True
-        return self.value
+            value = self._live.get()
+        except RdcError as exc:
+            if exc.what != self._error:
+                self._error = exc.what
+                self._log(f"inventory unreadable, rules see none: {exc.what}")
+            return None
+        self._error = None
+        return value
 
 
 def _describe(refusal: Refusal) -> str:
@@ -165,7 +159,7 @@ class Decider:
         self.log = log
         self._grants = grants
         self._grants_error: str | None = None
-        self._inventory: InventoryReader = inventory or _InventoryCache(machine, log)
+        self._inventory: InventoryReader = inventory or _LiveInventoryReader(machine, log)
         self._settings = settings
         self._settings_error: str | None = None
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.

@@ -315,6 +315,14 @@ class TestPlugins:
         gate.create({"Image": "bb"})
         assert gate.plugin.seen[-1][1].inventory["machine"] == "other-name"
 
+    def test_a_broken_inventory_is_logged_once_and_rules_see_none(self, gate: Any) -> None:
+        gate.fm.machine.inventory_path.parent.mkdir(parents=True, exist_ok=True)
+        gate.fm.machine.inventory_path.write_text("{not json")
+        for _ in range(3):
+            assert gate.create({"Image": "bb"}).forward
+            assert gate.plugin.seen[-1][1].inventory is None
+        assert sum("inventory unreadable" in line for line in gate.logs) == 1
+
     def test_settings_are_read_live_from_the_machine(self, gate: Any) -> None:
         gate.create({"Image": "bb"})
         assert gate.plugin.seen[-1][1].settings == {}  # nothing set: every setting has its default
