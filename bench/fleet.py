@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,7 +51,15 @@ def main() -> None:
     if reason is not None:
         raise SystemExit(f"cannot run: {reason}")
     work = Path(tempfile.mkdtemp(prefix="rdc-fb-", dir="/tmp"))
-    names = [f"f{n}" for n in range(options.machines)]
+    try:
+        samples, summary = measure(work, options.machines, options.runs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(samples, summary, options.runs, options.out)
+
+
+def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    names = [f"f{n}" for n in range(count)]
     fakes = {name: build_demo_machine(work / name, name=name).fake for name in names}
     for fm in fakes.values():
         agent = fm.root / "opt/rediacc/bin/rdc-agent"
@@ -84,7 +93,7 @@ def main() -> None:
         for env, args in cases.values():  # warm: master connections up, files in the page cache
             timed(env, *args)
         samples: dict[str, list[float]] = {case: [] for case in cases}
-        for _ in range(options.runs):
+        for _ in range(runs):
             for case, (env, args) in cases.items():
                 samples[case].append(timed(env, *args))
         server.stop()
@@ -98,6 +107,10 @@ def main() -> None:
         "--all / slowest single": medians[fleet_case] / max(singles),
         "--all / sum of singles": medians[fleet_case] / sum(singles),
     }
+    return samples, summary
+
+
+def report(samples: dict[str, list[float]], summary: dict[str, float], runs: int, out: Path) -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -105,7 +118,7 @@ def main() -> None:
     lines = [
         f"# Fleet benchmark, {when}, commit {commit or '?'}",
         "",
-        f"{platform.node()}: {os.cpu_count()} CPUs; {options.runs} interleaved runs per case, medians; warm "
+        f"{platform.node()}: {os.cpu_count()} CPUs; {runs} interleaved runs per case, medians; warm "
         "(ControlMaster up). sshd and the machines are on this host (loopback).",
         "",
         "| case | median ms | min ms | max ms |",
@@ -116,10 +129,10 @@ def main() -> None:
         lines.append(f"| {case} | {statistics.median(ms):.0f} | {min(ms):.0f} | {max(ms):.0f} |")
     lines += ["", "| result | value |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in summary.items()]
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "fleet.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (options.out / "fleet.json").write_text(
-        json.dumps({"when": when, "commit": commit, "medians_ms": medians, "summary": summary}, indent=2)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fleet.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "fleet.json").write_text(
+        json.dumps({"when": when, "commit": commit, "samples_s": samples, "summary": summary}, indent=2)
         + "\n",
         encoding="utf-8",
     )
