@@ -178,6 +178,14 @@ def build_machine_root(root: Path) -> None:
         (cdi / "rediacc-render.json").write_text(json.dumps(render, indent=2))
 
 
+def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """A docker CLI call the gate refused, with each of `needles` in what the user was told."""
+    assert result.returncode != 0, f"admitted: {result.stdout}"
+    assert "Error response from daemon" in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
 # --- raw HTTP over the gate socket ----------------------------------------------------------------
 
 

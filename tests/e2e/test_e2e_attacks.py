@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, RepoEnv
+from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
 from rediacc_core.gate import lifecycle
 from rediacc_core.repos import RepoStore, files_dir
@@ -43,14 +43,6 @@ def watched(e2e: E2E) -> Iterator[dict[Path, str]]:
     yield before
     after = {p: digest(p) for p in paths}
     assert after == before, "an attack changed the machine"
-
-
-def refused(result: object, *needles: str) -> None:
-    stdout, stderr, code = result.stdout, result.stderr, result.returncode  # type: ignore[attr-defined]
-    assert code != 0, f"admitted: {stdout}"
-    assert "Error response from daemon" in stderr, stderr
-    for needle in needles:
-        assert needle in stderr, stderr
 
 
 def attack_args(e2e: E2E) -> dict[str, tuple[list[str], str, str]]:

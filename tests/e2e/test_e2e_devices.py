@@ -4,15 +4,7 @@ to host hardware is refused with a message that says what to use instead."""
 from __future__ import annotations
 
 import pytest
-from e2e_kit import E2E, GPU0, GPU1, HAS_RENDER_PLUGIN, IMAGE, RENDER
-
-
-def refused(result: object, *needles: str) -> None:
-    stdout, stderr, code = result.stdout, result.stderr, result.returncode  # type: ignore[attr-defined]
-    assert code != 0, f"admitted: {stdout}"
-    assert "Error response from daemon" in stderr, stderr
-    for needle in needles:
-        assert needle in stderr, stderr
+from e2e_kit import E2E, GPU0, GPU1, HAS_RENDER_PLUGIN, IMAGE, RENDER, refused
 
 
 def test_a_granted_cdi_device_appears_in_the_container(e2e: E2E) -> None:

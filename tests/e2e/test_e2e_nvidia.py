@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_kit import IMAGE, RepoEnv, skip_reason
+from e2e_kit import IMAGE, RepoEnv, refused, skip_reason
 
 from rediacc_core.config import Config
 from rediacc_core.gate import lifecycle
@@ -147,13 +147,6 @@ def nv() -> Iterator[NvidiaEnv]:
     finally:
         lifecycle.repo_down(machine, repo)
         shutil.rmtree(base, ignore_errors=True)
-
-
-def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode != 0, f"admitted: {result.stdout}"
-    assert "Error response from daemon" in result.stderr, result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
 
 
 def admitted(result: subprocess.CompletedProcess[str]) -> None:
