@@ -56,7 +56,10 @@ def test_quick_run_measures_direct_haproxy_and_gate_then_cleans_up(tmp_path: Pat
     assert scenarios == {"rate", "latency", "decision", "create", "engine", "bulk", "memory"}
     assert results["meta"]["commit"].split()[0] != "unknown"
 
-    table = (tmp_path / "latest.md").read_text()
+    # One dated table per run, and latest.md pointing at it.
+    (dated,) = tmp_path.glob("results-*.md")
+    assert dated.name in (tmp_path / "latest.md").read_text()
+    table = dated.read_text()
     assert "Every request got the expected status; no errors." in table, table
     assert "gate/HAProxy" in run.stdout and "gate/direct" in run.stdout
 
