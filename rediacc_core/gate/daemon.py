@@ -18,10 +18,10 @@ Layout under `workdir` (kept short: Unix socket paths are limited to 107 bytes):
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rediacc_core import unixhttp
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json
 
@@ -137,19 +138,10 @@ def prepare(root: Path, paths: DaemonPaths) -> None:
 def ping(sock: Path, timeout: float = 2.0) -> bool:
     """True when something at `sock` answers `GET /_ping` with 200."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout)
-            conn.connect(str(sock))
-            conn.sendall(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
-            answer = b""
-            while b"\r\n" not in answer:
-                piece = conn.recv(4096)
-                if not piece:
-                    break
-                answer += piece
-    except OSError:
+        status, _ = unixhttp.request(sock, "GET", "/_ping", headers={"Connection": "close"}, timeout=timeout)
+    except (OSError, http.client.HTTPException):
         return False
-    return answer.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200"))
+    return status == 200
 
 
 def wait_for_ping(sock: Path, timeout: float, alive: Any = None) -> bool:

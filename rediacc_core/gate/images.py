@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from rediacc_core import unixhttp
 
 LOOKUP_TIMEOUT = 5.0
 _CACHE_MAX = 512
@@ -49,22 +50,6 @@ def may_block() -> None:
     """Call before any blocking I/O in decision code (rules, plugins, the image lookup below)."""
     if getattr(_inline, "active", False):
         raise MustNotBlock
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self._path))
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 def _is_image_id(ref: str) -> bool:
@@ -108,16 +93,12 @@ class ImageConfigs:
         return config
 
     def _inspect(self, ref: str) -> dict[str, Any] | None:
-        conn = _UnixHTTPConnection(self.upstream, self.timeout)
+        target = f"/images/{urllib.parse.quote(ref, safe='/:@')}/json"
         try:
-            conn.request("GET", f"/images/{urllib.parse.quote(ref, safe='/:@')}/json")
-            response = conn.getresponse()
-            body = response.read()
-            if response.status != 200:
+            status, body = unixhttp.request(self.upstream, "GET", target, timeout=self.timeout)
+            if status != 200:
                 return None
             document = json.loads(body)
         except (OSError, http.client.HTTPException, ValueError):
             return None
-        finally:
-            conn.close()
         return document if isinstance(document, dict) else None

@@ -11,13 +11,11 @@ short: the daemon's sockets must fit in 107 bytes.
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rediacc_core import unixhttp
 from rediacc_core.gate.daemon import RunningDaemon, start_dockerd
 
 MIN_DOCKERD = 25
@@ -117,33 +116,16 @@ def busybox_tar(busybox: Path | None = None) -> bytes:
     return buffer.getvalue()
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float = 120) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(str(self._path))
-        self.sock = sock
-
-
 def docker_api(
     sock: Path, method: str, path: str, body: bytes | None = None, **headers: str
 ) -> tuple[int, Any]:
     """One Docker API call over a Unix socket: (status, decoded JSON or raw bytes)."""
-    conn = _UnixConnection(sock)
+    named = {k.replace("_", "-"): v for k, v in headers.items()}
+    status, raw = unixhttp.request(sock, method, path, body, named, timeout=120)
     try:
-        conn.request(method, path, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()})
-        response = conn.getresponse()
-        raw = response.read()
-    finally:
-        conn.close()
-    try:
-        return response.status, json.loads(raw)
+        return status, json.loads(raw)
     except ValueError:
-        return response.status, raw
+        return status, raw
 
 
 def import_busybox(sock: Path, image: str = "bb:latest") -> str:
