@@ -32,7 +32,7 @@ def _decider(root: Path, repo_id: str, upstream: str) -> Any:
     if machine.root.resolve() != root.resolve():
         raise RuntimeError(f"the rdc config names another root for {gate_launch.MACHINE}: {machine.root}")
     repo = RepoStore(machine).by_id(repo_id)
-    # As rediacc_core.gate.serve.build_gate builds it, less the log (the gate writes it; here it
+    # As rediacc_core.runtime.serve.build_gate builds it, less the log (the gate writes it; here it
     # would only be noise).
     return Decider(machine, repo, get_plugins(), ImageConfigs(Path(upstream)), lambda line: None)
 

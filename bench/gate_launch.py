@@ -34,8 +34,8 @@ class GateLaunch:
 
 def gate_available() -> str | None:
     """None when the gate can be started, else why not."""
-    if importlib.util.find_spec("rediacc_core.gate.serve") is None:
-        return "rediacc_core.gate.serve does not exist yet"
+    if importlib.util.find_spec("rediacc_core.runtime.serve") is None:
+        return "rediacc_core.runtime.serve does not exist yet"
     return None
 
 
@@ -90,10 +90,10 @@ def launch(workdir: Path, root: Path, docker_sock: str) -> GateLaunch:
             "repo_id": repo_id, "machine": MACHINE, "python": sys.executable,
         }  # fmt: skip
         return GateLaunch(shlex.split(override.format(**fields)), sock, env, repo_id)
-    # The same command line `rdc repo up` uses (rediacc_core.gate.lifecycle.gate_argv), with the
+    # The same command line `rdc repo up` uses (rediacc_core.runtime.lifecycle.gate_argv), with the
     # benchmark's dockerd as the upstream.
     argv = [
-        sys.executable, "-m", "rediacc_core.gate.serve",
+        sys.executable, "-m", "rediacc_core.runtime.serve",
         "--machine", MACHINE, "--root", str(root), "--repo-id", repo_id,
         "--listen", sock, "--upstream", docker_sock,
     ]  # fmt: skip

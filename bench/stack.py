@@ -119,7 +119,7 @@ def raise_fd_limit(wanted: int = 65536) -> int:
 
 
 class _CoreDaemon:
-    """rediacc_core.gate.daemon's RunningDaemon, seen as one of the stack's processes."""
+    """rediacc_core.runtime.daemon's RunningDaemon, seen as one of the stack's processes."""
 
     name = "dockerd"
 
@@ -194,7 +194,7 @@ class Stack:
             )
             self.data_on = "tmpfs" if mounted.returncode == 0 else "disk"
         try:
-            from rediacc_core.gate.daemon import start_dockerd
+            from rediacc_core.runtime.daemon import start_dockerd
         except ImportError:
             sock = self._start_dockerd_here(base)
         else:

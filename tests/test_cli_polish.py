@@ -21,11 +21,11 @@ from grants_kit import GPU, build_machine, fake_plugins
 from rediacc_core.cli import cli
 from rediacc_core.cli.output import table
 from rediacc_core.config import Config
-from rediacc_core.gate.lifecycle import runtime_for
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import set_plugins
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.lifecycle import runtime_for
 from rediacc_core.testing import FakeMachine
 
 

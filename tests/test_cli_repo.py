@@ -26,11 +26,11 @@ from rediacc_core.errors import (
     EXIT_STATE,
     EXIT_VALIDATION,
 )
-from rediacc_core.gate.lifecycle import runtime_for
 from rediacc_core.grants import read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import set_plugins
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.lifecycle import runtime_for
 from rediacc_core.statelock import state_lock
 from rediacc_core.testing import FakeMachine
 

@@ -14,10 +14,10 @@ from click.testing import CliRunner, Result
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
-from rediacc_core.gate import lifecycle
 from rediacc_core.gate.audit import Audit, Peer
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime import lifecycle
 from rediacc_core.testing import FakeMachine
 
 

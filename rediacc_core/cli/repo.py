@@ -11,10 +11,10 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RefusedError, StateError, ValidationError
-from rediacc_core.gate.lifecycle import running_parts
 from rediacc_core.grants import Grant, GrantStore, read_grants
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoRef, RepoStore, resolve_ref
+from rediacc_core.runtime.lifecycle import running_parts
 
 
 def _grant_json(grant: Grant) -> dict[str, Any]:

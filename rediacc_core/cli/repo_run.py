@@ -15,9 +15,9 @@ from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
 from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
-from rediacc_core.gate import daemon, lifecycle
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
+from rediacc_core.runtime import daemon, lifecycle
 
 UNIT_TEMPLATES = ("rediacc-repo-dockerd@.service", "rediacc-repo-gate@.service")
 
@@ -56,7 +56,7 @@ def up(ref: str, foreground: bool, fmt: str) -> None:
 
 
 def _up_foreground(machine: Machine, found: Repo) -> None:
-    from rediacc_core.gate.serve import build_gate, run_gate
+    from rediacc_core.runtime.serve import build_gate, run_gate
 
     runtime = lifecycle.runtime_for(machine, found)
     started = lifecycle.start_daemon(machine, runtime, detach=False)
@@ -134,7 +134,7 @@ def gate_run(ref: str) -> None:
       rdc repo gate gpu-a
       rdc repo gate run gpu-a
     """
-    from rediacc_core.gate.serve import build_gate, run_gate
+    from rediacc_core.runtime.serve import build_gate, run_gate
 
     machine, found = _resolve(ref)
     runtime = lifecycle.runtime_for(machine, found)
@@ -253,7 +253,7 @@ def units(ref: str, install_dir: Path | None) -> None:
     if install_dir is not None:
         install_dir.mkdir(parents=True, exist_ok=True)
         for name in UNIT_TEMPLATES:
-            text = resources.files("rediacc_core.gate").joinpath("units", name).read_text(encoding="utf-8")
+            text = resources.files("rediacc_core.runtime").joinpath("units", name).read_text(encoding="utf-8")
             (install_dir / name).write_text(text, encoding="utf-8")
         note(f"Installed {', '.join(UNIT_TEMPLATES)} into {install_dir}; run: systemctl daemon-reload")
     instance = found.ref

@@ -206,7 +206,7 @@ def _docker_host(ref: str) -> str:
     parsed = RepoRef.parse(ref)
     if parsed.machine is not None and config.machine(parsed.machine).remote is not None:
         return f"unix://{tunnel.open_tunnel(config, config.machine(parsed.machine), ref)}"
-    from rediacc_core.gate.lifecycle import runtime_for
+    from rediacc_core.runtime.lifecycle import runtime_for
 
     machine, found = resolve_ref(ref, config)
     return runtime_for(machine, found).docker_host_url

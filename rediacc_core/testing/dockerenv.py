@@ -4,7 +4,7 @@
     with private_dockerd(root, workdir) as d:  # d.socket answers the Docker API
         import_busybox(d.socket)             # bb:latest, from the busybox-static binary
 
-The daemon is the one `rdc repo up` runs (`rediacc_core.gate.daemon.start_dockerd`): CDI specs
+The daemon is the one `rdc repo up` runs (`rediacc_core.runtime.daemon.start_dockerd`): CDI specs
 from `<root>/etc/cdi` only, its own data and exec roots, no bridge, no iptables. Keep `workdir`
 short: the daemon's sockets must fit in 107 bytes.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rediacc_core import unixhttp
-from rediacc_core.gate.daemon import RunningDaemon, start_dockerd
+from rediacc_core.runtime.daemon import RunningDaemon, start_dockerd
 
 MIN_DOCKERD = 25
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")

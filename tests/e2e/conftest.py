@@ -18,8 +18,8 @@ import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, build_machine_root, skip_reason
 
 from rediacc_core.config import Config
-from rediacc_core.gate import lifecycle
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime import lifecycle
 from rediacc_core.testing.dockerenv import import_busybox
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
-from rediacc_core.gate import lifecycle
 from rediacc_core.repos import RepoStore, files_dir
+from rediacc_core.runtime import lifecycle
 from rediacc_core.testing.dockerenv import import_busybox
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")

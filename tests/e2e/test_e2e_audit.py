@@ -9,7 +9,7 @@ from typing import Any
 
 from e2e_kit import E2E, GPU0, GPU1, IMAGE, post, raw_exchange
 
-from rediacc_core.gate import lifecycle
+from rediacc_core.runtime import lifecycle
 
 
 def gate_log(e2e: E2E, *args: str) -> list[dict[str, Any]]:

@@ -25,10 +25,10 @@ import pytest
 from e2e_kit import IMAGE, RepoEnv, refused, skip_reason
 
 from rediacc_core.config import Config
-from rediacc_core.gate import lifecycle
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime import lifecycle
 from rediacc_core.setup import run_setup
 from rediacc_core.testing.dockerenv import busybox_tar, import_busybox
 from rediacc_core.testing.fakemachine import FakeMachine

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.gate import daemon, lifecycle
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime import daemon, lifecycle
 from rediacc_core.testing.dockerenv import import_busybox
 
 TOKEN = "987654"  # the sleep's argument: how this test finds its container's process in /proc

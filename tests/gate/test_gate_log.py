@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from rediacc_core.gate.serve import GateLog
+from rediacc_core.runtime.serve import GateLog
 
 
 def lines(text: str) -> list[str]:

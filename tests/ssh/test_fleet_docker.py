@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from ssh_kit import Fleet
 
-from rediacc_core.gate import lifecycle
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime import lifecycle
 from rediacc_core.testing.dockerenv import docker_unavailable, import_busybox
 
 DEVICE = "rediacc.io/dri=renderD128"

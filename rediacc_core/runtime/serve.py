@@ -1,4 +1,4 @@
-"""Running one repo's gate in this process: `python -m rediacc_core.gate.serve ...`.
+"""Running one repo's gate in this process: `python -m rediacc_core.runtime.serve ...`.
 
 `rdc repo up` starts this in the background; `rdc repo gate` and `rdc repo up --foreground` run
 it in the foreground (for systemd). SIGTERM or SIGINT closes the socket and every connection.
@@ -21,12 +21,12 @@ from typing import TextIO
 
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.gate import lifecycle
 from rediacc_core.gate.audit import Audit
 from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.gate.server import GateServer, new_event_loop
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime import lifecycle
 
 
 def stderr_log(line: str) -> None:
@@ -196,7 +196,7 @@ def run_gate(gate: GateServer, pidfile: Path | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rediacc_core.gate.serve", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rediacc_core.runtime.serve", description=__doc__)
     parser.add_argument("--machine", required=True, help="machine name (for messages)")
     parser.add_argument("--root", required=True, type=Path, help="the machine's filesystem root")
     parser.add_argument("--repo-id", required=True)

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
-from rediacc_core.gate import daemon, pins, teardown
+from rediacc_core.gate import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
+from rediacc_core.runtime import daemon, teardown
 
 GATE_START_TIMEOUT = 30.0
 _GATE_SOCKET_NAME = "gate.sock"
@@ -121,7 +122,7 @@ def gate_argv(machine: Machine, repo: Repo, runtime: RepoRuntime) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "rediacc_core.gate.serve",
+        "rediacc_core.runtime.serve",
         "--machine",
         machine.name,
         "--root",

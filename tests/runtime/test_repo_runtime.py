@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from rediacc_core.errors import ValidationError
-from rediacc_core.gate import daemon, lifecycle
 from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
+from rediacc_core.runtime import daemon, lifecycle
 
 
 def make_repo(docker_host: str | None = None) -> Repo:
@@ -99,7 +99,7 @@ def test_the_gate_runs_as_a_module_of_this_python() -> None:
     machine = Machine("m1", Path("/tmp/m"))
     repo = make_repo()
     argv = lifecycle.gate_argv(machine, repo, lifecycle.runtime_for(machine, repo))
-    assert argv[:3] == [sys.executable, "-m", "rediacc_core.gate.serve"]
+    assert argv[:3] == [sys.executable, "-m", "rediacc_core.runtime.serve"]
     assert "--repo-id" in argv and repo.id in argv
 
 
@@ -111,7 +111,7 @@ def test_the_gate_runs_as_a_module_of_this_python() -> None:
     ],
 )
 def test_systemd_unit_templates_ship_with_the_package(unit: str, command: str) -> None:
-    text = resources.files("rediacc_core.gate").joinpath("units", unit).read_text(encoding="utf-8")
+    text = resources.files("rediacc_core.runtime").joinpath("units", unit).read_text(encoding="utf-8")
     assert command in text and "[Install]" in text
 
 

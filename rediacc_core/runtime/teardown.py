@@ -27,7 +27,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from rediacc_core.gate.daemon import DaemonPaths
+from rediacc_core.runtime.daemon import DaemonPaths
 
 KILL_TIMEOUT = 10.0  # seconds to wait for killed processes to be gone
 _RUNTIME_PROGRAMS = frozenset(
