@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
-from rediacc_core.gate import mounts, rules
+from rediacc_core.gate import isolation, mounts, rules
 from rediacc_core.gate.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
@@ -278,12 +278,7 @@ class Decider:
 
     def _rule_context(self, target: Target, *, pinning: bool) -> rules.RuleContext:
         """What the core rules need for this request: the bind roots and allowances, read live."""
-        settings = self._read_settings()
-        cached = self._allowances
-        if cached is None or cached[0] is not settings:
-            # Rebuilt only when the settings file changed (LiveSettings keeps the same mapping).
-            cached = self._allowances = (settings, *self._allowances_from(settings))
-        _, policy, extra = cached
+        policy, extra = self._current_allowances()
         if pinning:
             policy = dataclasses.replace(policy, pins=self.pins)
         return rules.RuleContext(self.repo.ref, policy, extra, target.query)
@@ -291,8 +286,17 @@ class Decider:
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each
         checked against today's policy; returns the staging paths restored."""
-        policy = self._rule_context(parse_target("/"), pinning=False).binds
+        policy, _ = self._current_allowances()
         return self.pins.restore(lambda source: mounts.admits(policy, source))
+
+    def _current_allowances(self) -> tuple[mounts.BindPolicy, frozenset[str]]:
+        """The bind policy and extra capabilities of the machine's settings as they are now."""
+        settings = self._read_settings()
+        cached = self._allowances
+        if cached is None or cached[0] is not settings:
+            # Rebuilt only when the settings file changed (LiveSettings keeps the same mapping).
+            cached = self._allowances = (settings, *self._allowances_from(settings))
+        return cached[1], cached[2]
 
     def _allowances_from(self, settings: Mapping[str, Any]) -> tuple[mounts.BindPolicy, frozenset[str]]:
         from rediacc_core.repos import files_dir
@@ -311,7 +315,7 @@ class Decider:
             pins=None,
         )
         extra = frozenset(
-            c.upper().removeprefix("CAP_") for c in split_list(str(settings.get("extra-capabilities", "")))
+            map(isolation.capability_name, split_list(str(settings.get("extra-capabilities", ""))))
         )
         return policy, extra
 
