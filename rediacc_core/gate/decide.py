@@ -203,7 +203,8 @@ class Decider:
             refusal = Refusal(message=f"{where}: {route.why}", replacement=route.instead, rule="endpoint")
             return self._refuse(where, [refusal], endpoint=route.pattern)
         if route.action == "query":
-            findings = rules.check(route.name, None, self._rule_context(target, pinning=False))
+            context = self._rule_context(target, self._read_settings(), pinning=False)
+            findings = rules.check(route.name, None, context)
             if findings:
                 return self._refuse(where, [f.refusal for f in findings], endpoint=route.name)
         return None
@@ -276,9 +277,11 @@ class Decider:
             self.log("settings readable again")
         return settings
 
-    def _rule_context(self, target: Target, *, pinning: bool) -> rules.RuleContext:
-        """What the core rules need for this request: the bind roots and allowances, read live."""
-        policy, extra = self._current_allowances()
+    def _rule_context(
+        self, target: Target, settings: Mapping[str, Any], *, pinning: bool
+    ) -> rules.RuleContext:
+        """What the core rules need for this request: the bind roots and allowances of `settings`."""
+        policy, extra = self._current_allowances(settings)
         if pinning:
             policy = dataclasses.replace(policy, pins=self.pins)
         return rules.RuleContext(self.repo.ref, policy, extra, target.query)
@@ -286,12 +289,11 @@ class Decider:
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each
         checked against today's policy; returns the staging paths restored."""
-        policy, _ = self._current_allowances()
+        policy, _ = self._current_allowances(self._read_settings())
         return self.pins.restore(lambda source: mounts.admits(policy, source))
 
-    def _current_allowances(self) -> tuple[mounts.BindPolicy, frozenset[str]]:
-        """The bind policy and extra capabilities of the machine's settings as they are now."""
-        settings = self._read_settings()
+    def _current_allowances(self, settings: Mapping[str, Any]) -> tuple[mounts.BindPolicy, frozenset[str]]:
+        """The bind policy and extra capabilities of `settings` (the machine's, read live)."""
         cached = self._allowances
         if cached is None or cached[0] is not settings:
             # Rebuilt only when the settings file changed (LiveSettings keeps the same mapping).
@@ -357,7 +359,8 @@ class Decider:
         if grants_error:
             log.append(f"grants unreadable: {grants_error}")
         refusals = self._grant_problems(cdi, grants, grants_error)
-        findings = rules.check(endpoint, canonical, self._rule_context(target, pinning=False))
+        settings = self._read_settings()  # once per decision: the rules and plugins see one state
+        findings = rules.check(endpoint, canonical, self._rule_context(target, settings, pinning=False))
         # Encoded before plugins run, so nothing a plugin does to the body it is shown is forwarded.
         forwarded = encode(canonical)
         request = ApiRequest(
@@ -374,7 +377,7 @@ class Decider:
             machine=self.machine,
             grants=grants,
             inventory=self._inventory(),
-            settings=self._read_settings(),
+            settings=settings,
             image_config=self.image_config,
             log=self.log,
         )
@@ -405,7 +408,7 @@ class Decider:
         if endpoint in _PINNED and rules.names_host_paths(endpoint, canonical):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
             body = json.loads(forwarded)
-            pinned = rules.pin(endpoint, body, self._rule_context(target, pinning=True))
+            pinned = rules.pin(endpoint, body, self._rule_context(target, settings, pinning=True))
             if pinned:
                 return self._refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
             forwarded = encode(body)

@@ -183,9 +183,6 @@ def fold(key: str) -> str:
     return "".join(_fold_char(c) for c in key)
 
 
-_FIELD_INDEX: dict[str, dict[str, str]] = {
-    name: {go_fold(field): field for field in struct.fields} for name, struct in STRUCTS.items()
-}
 _FORBIDDEN_INDEX: dict[str, frozenset[str]] = {
     name: frozenset(go_fold(f) for f in struct.forbidden) for name, struct in STRUCTS.items()
 }
@@ -278,137 +275,249 @@ def is_empty(value: Any) -> bool:
     return isinstance(value, list | dict) and len(value) == 0
 
 
-class Canonicaliser:
-    """Turns parsed JSON into the canonical value for one field type, or raises BadRequest."""
+Reader = Callable[[Any, Where, int], Any]
+
+
+def _integer_range(kind: FieldType) -> tuple[int, int]:
+    """The integers `kind` admits unchanged: its range for an integer field, none (1, 0) otherwise."""
+    if isinstance(kind, Scalar) and kind.kind in ("int", "uint"):
+        return INT_RANGE[(kind.kind, kind.bits)]
+    return 1, 0
+
+
+class Readers:
+    """Turns parsed JSON into the canonical value of a field type, or raises BadRequest.
+
+    Each field type is compiled once into a reader: a closure specialised for that type (a struct's
+    key table, an integer's range), so a body is read without asking, for every value, what kind of
+    field it is. Values are tested with `type(...) is`, which is exact here: the parser makes only
+    plain str, int, float, bool, list, `_Pairs` and None.
+    """
 
     def __init__(self, escapes: bool = True) -> None:
         # An unpaired surrogate can only come from a `\uD800`-`\uDFFF` escape (strict UTF-8 has
         # none), so bodies without such an escape skip the per-string check.
         self.escapes = escapes
-        # One handler per kind of field type, looked up by the type's class: cheaper than a chain
-        # of isinstance checks on every value of every body.
-        self._by_kind: dict[type, Callable[[Any, Any, Where, int], Any]] = {
-            AnyValue: self._any_kind,
-            Scalar: self.scalar,
-            ListOf: self._list,
-            MapOf: self._map,
-            StructRef: self._struct_kind,
-        }
+        self._readers: dict[FieldType, Reader] = {}
+        self._structs: dict[str, Reader] = {}
+        self.any = self._any_reader()
 
-    def _string(self, value: str, where: Where) -> str:
+    def reader(self, kind: FieldType) -> Reader:
+        found = self._readers.get(kind)
+        if found is None:
+            found = self._readers[kind] = self._compile(kind)
+        return found
+
+    def _compile(self, kind: FieldType) -> Reader:
+        if isinstance(kind, Scalar):
+            return self._scalar(kind)
+        if isinstance(kind, ListOf):
+            return self._list(self.reader(kind.item))
+        if isinstance(kind, MapOf):
+            return self._map(self.reader(kind.value))
+        if isinstance(kind, StructRef):
+            return self._struct(kind.name)
+        return self.any  # which returns null as it is
+
+    def _check_string(self, value: str, where: Where) -> None:
         if self.escapes and _SURROGATE.search(value):
             raise BadRequest(f"{place(where)}: invalid \\u escape (unpaired surrogate)")
-        return value
 
-    def value(self, value: Any, kind: FieldType, where: Where, depth: int = 0) -> Any:
-        if depth > MAX_DEPTH:
-            raise BadRequest(f"{place(where)}: nested too deeply")
-        if value is None:
-            return None  # Go: null leaves a value alone or sets a pointer/slice/map to nil
-        return self._by_kind[type(kind)](value, kind, where, depth)
-
-    def _any_kind(self, value: Any, kind: AnyValue, where: Where, depth: int) -> Any:
-        return self.any(value, where, depth)
-
-    def _struct_kind(self, value: Any, kind: StructRef, where: Where, depth: int) -> dict[str, Any]:
-        return self.struct(value, kind.name, where, depth)
-
-    def _list(self, value: Any, kind: ListOf, where: Where, depth: int) -> list[Any]:
-        if isinstance(value, _Pairs) or not isinstance(value, list):
-            raise _type_error(value, "a list", where)
-        item_kind, below = kind.item, depth + 1
-        return [self.value(item, item_kind, (where, i, _INDEX), below) for i, item in enumerate(value)]
-
-    def _map(self, value: Any, kind: MapOf, where: Where, depth: int) -> dict[str, Any]:
-        if not isinstance(value, _Pairs):
-            raise _type_error(value, "an object", where)
-        out: dict[str, Any] = {}
-        for key, item in value:
-            self._string(key, where)
-            if key in out:
-                raise BadRequest(f"{place(where)}: duplicate key {key!r}")
-            out[key] = self.value(item, kind.value, (where, key, _MAP_KEY), depth + 1)
-        return out
-
-    def scalar(self, value: Any, kind: Scalar, where: Where, depth: int = 0) -> Any:
-        scalar_kind = kind.kind
+    def _scalar(self, kind: Scalar) -> Reader:
+        scalar_kind, bits, check = kind.kind, kind.bits, self._check_string
         if scalar_kind == "string":
-            if not isinstance(value, str):
-                raise _type_error(value, "a string", where)
-            if self.escapes:
-                return self._string(value, where)
-            return value
-        if scalar_kind == "bool":
-            if not isinstance(value, bool):
-                raise _type_error(value, "a boolean", where)
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _type_error(value, f"a {scalar_kind}{kind.bits} number", where)
-        if scalar_kind == "float":
-            return value
-        if isinstance(value, float):  # Go parses integer fields with ParseInt: no fraction, no exponent
-            raise BadRequest(f"{place(where)}: {value!r} is not an integer")
-        low, high = INT_RANGE[(scalar_kind, kind.bits)]
-        if not low <= value <= high:
-            raise BadRequest(f"{place(where)}: {value} is out of range for a {scalar_kind}{kind.bits}")
-        return value
+            escapes = self.escapes
 
-    def any(self, value: Any, where: Where, depth: int) -> Any:
-        if isinstance(value, str):
-            return self._string(value, where)
-        if isinstance(value, _Pairs):
-            # The shape is unknown here (struct or map), so treat fold variants as ambiguous too.
+            def read_string(value: Any, where: Where, depth: int) -> Any:
+                if type(value) is str:
+                    if escapes:
+                        check(value, where)
+                    return value
+                if value is None:
+                    return None  # Go: null leaves a value alone or sets a pointer/slice/map to nil
+                raise _type_error(value, "a string", where)
+
+            return read_string
+        if scalar_kind == "bool":
+
+            def read_bool(value: Any, where: Where, depth: int) -> Any:
+                if value is True or value is False or value is None:
+                    return value
+                raise _type_error(value, "a boolean", where)
+
+            return read_bool
+        expected = f"a {scalar_kind}{bits} number"
+        if scalar_kind == "float":
+
+            def read_float(value: Any, where: Where, depth: int) -> Any:
+                if type(value) is int or type(value) is float or value is None:
+                    return value
+                raise _type_error(value, expected, where)
+
+            return read_float
+        low, high = INT_RANGE[(scalar_kind, bits)]
+
+        def read_integer(value: Any, where: Where, depth: int) -> Any:
+            if type(value) is int:
+                if low <= value <= high:
+                    return value
+                raise BadRequest(f"{place(where)}: {value} is out of range for a {scalar_kind}{bits}")
+            if value is None:
+                return None
+            if type(value) is float:  # Go parses integer fields with ParseInt: no fraction, no exponent
+                raise BadRequest(f"{place(where)}: {value!r} is not an integer")
+            raise _type_error(value, expected, where)
+
+        return read_integer
+
+    @staticmethod
+    def _list(read_item: Reader) -> Reader:
+        def read_list(value: Any, where: Where, depth: int) -> Any:
+            if type(value) is list:
+                if depth > MAX_DEPTH:
+                    raise BadRequest(f"{place(where)}: nested too deeply")
+                below = depth + 1
+                return [read_item(item, (where, i, _INDEX), below) for i, item in enumerate(value)]
+            if value is None:
+                return None
+            raise _type_error(value, "a list", where)
+
+        return read_list
+
+    def _map(self, read_item: Reader) -> Reader:
+        check, escapes = self._check_string, self.escapes
+
+        def read_map(value: Any, where: Where, depth: int) -> Any:
+            if type(value) is not _Pairs:
+                if value is None:
+                    return None
+                raise _type_error(value, "an object", where)
+            if depth > MAX_DEPTH:
+                raise BadRequest(f"{place(where)}: nested too deeply")
+            out: dict[str, Any] = {}
+            below = depth + 1
+            for key, item in value:
+                if escapes:
+                    check(key, where)
+                if key in out:
+                    raise BadRequest(f"{place(where)}: duplicate key {key!r}")
+                out[key] = read_item(item, (where, key, _MAP_KEY), below)
+            return out
+
+        return read_map
+
+    def _struct(self, name: str) -> Reader:
+        known = self._structs.get(name)
+        if known is not None:
+            return known
+        struct = STRUCTS[name]
+        strict, forbidden = struct.strict, _FORBIDDEN_INDEX[name]
+        # Go's folded field name -> (the field's name, its reader); filled below, after this reader
+        # is registered, so that a struct may contain itself.
+        fields: dict[str, tuple[str, Reader]] = {}
+        # The same for keys spelled exactly as the field is: (field, its folded name, its reader,
+        # the one type of value its reader returns unchanged if any, the range of integers it
+        # returns unchanged (empty for fields that are not integers)).
+        as_spelled: dict[str, tuple[str, str, Reader, type | None, int, int]] = {}
+        check, escapes, read_any = self._check_string, self.escapes, self.any
+
+        def read_struct(value: Any, where: Where, depth: int) -> Any:
+            if type(value) is not _Pairs:
+                if value is None:
+                    return None
+                raise _type_error(value, f"a {name} object", where)
+            if depth > MAX_DEPTH:
+                raise BadRequest(f"{place(where)}: nested too deeply")
             out: dict[str, Any] = {}
             seen: dict[str, str] = {}
+            below = depth + 1
             for key, item in value:
-                self._string(key, where)
-                folded = fold(key)
+                spelled = as_spelled.get(key)
+                if spelled is not None:  # the field's own spelling, as every client sends it
+                    field, folded, read, passes, low, high = spelled
+                    if folded in seen:
+                        raise BadRequest(_duplicate(place(where), seen[folded], key))
+                    seen[folded] = key
+                    if item is None or type(item) is passes:
+                        out[field] = item
+                    elif type(item) is int and low <= item <= high:
+                        out[field] = item  # an integer field's value in range
+                    else:
+                        out[field] = read(item, (where, field, _FIELD), below)
+                    continue
+                if escapes:
+                    check(key, where)
+                if key.isascii():
+                    folded = exact = key.upper()
+                else:
+                    folded, exact = fold(key), go_fold(key)
                 if folded in seen:
                     raise BadRequest(_duplicate(place(where), seen[folded], key))
                 seen[folded] = key
-                out[key] = self.any(item, (where, key, _ANY_KEY), depth + 1)
+                found = fields.get(exact)
+                if found is not None:
+                    out[found[0]] = found[1](item, (where, found[0], _FIELD), below)
+                    continue
+                inner = (where, key, _FIELD)
+                if exact in forbidden and not is_empty(item):
+                    raise BadRequest(f"{place(inner)}: belongs inside HostConfig, not at the top level")
+                if strict and not is_empty(item):
+                    raise BadRequest(
+                        f"{place(inner)}: unknown field in {name}; the gate refuses fields it cannot "
+                        "check in settings that govern hardware"
+                    )
+                out[key] = read_any(item, inner, below)
             return out
-        if isinstance(value, list):
-            if depth > MAX_DEPTH:
-                raise BadRequest(f"{place(where)}: nested too deeply")
-            return [self.any(item, (where, i, _INDEX), depth + 1) for i, item in enumerate(value)]
-        return value
 
-    def struct(self, value: Any, name: str, where: Where, depth: int) -> dict[str, Any]:
-        if not isinstance(value, _Pairs):
-            raise _type_error(value, f"a {name} object", where)
-        fields = STRUCTS[name].fields
-        strict = STRUCTS[name].strict
-        index = _FIELD_INDEX[name]
-        forbidden = _FORBIDDEN_INDEX[name]
-        escapes = self.escapes
-        out: dict[str, Any] = {}
-        seen: dict[str, str] = {}
-        below = depth + 1
-        for key, item in value:
-            if escapes:
-                self._string(key, where)
-            if key.isascii():
-                folded = exact = key.upper()
-            else:
-                folded, exact = fold(key), go_fold(key)
-            if folded in seen:
-                raise BadRequest(_duplicate(place(where), seen[folded], key))
-            seen[folded] = key
-            field = index.get(exact)
-            if field is not None:
-                out[field] = self.value(item, fields[field], (where, field, _FIELD), below)
-                continue
-            inner = (where, key, _FIELD)
-            if exact in forbidden and not is_empty(item):
-                raise BadRequest(f"{place(inner)}: belongs inside HostConfig, not at the top level")
-            if strict and not is_empty(item):
-                raise BadRequest(
-                    f"{place(inner)}: unknown field in {name}; the gate refuses fields it cannot check "
-                    "in settings that govern hardware"
-                )
-            out[key] = self.any(item, inner, below)
-        return out
+        self._structs[name] = read_struct
+        for field_name, kind in struct.fields.items():
+            read = self.reader(kind)
+            fields[go_fold(field_name)] = (field_name, read)
+            low, high = _integer_range(kind)
+            as_spelled[field_name] = (field_name, fold(field_name), read, self._passes(kind), low, high)
+        return read_struct
+
+    def _passes(self, kind: FieldType) -> type | None:
+        """The type of value that `kind`'s reader returns unchanged, unchecked (null aside)."""
+        if isinstance(kind, Scalar):
+            if kind.kind == "bool":
+                return bool
+            if kind.kind == "string" and not self.escapes:
+                return str
+            return None
+        if isinstance(kind, AnyValue):
+            return str if not self.escapes else bool
+        return None
+
+    def _any_reader(self) -> Reader:
+        check, escapes = self._check_string, self.escapes
+
+        def read_any(value: Any, where: Where, depth: int) -> Any:
+            kind = type(value)
+            if kind is str:
+                if escapes:
+                    check(value, where)
+                return value
+            if kind is _Pairs:
+                # The shape is unknown here (struct or map), so treat fold variants as ambiguous too.
+                out: dict[str, Any] = {}
+                seen: dict[str, str] = {}
+                for key, item in value:
+                    if escapes:
+                        check(key, where)
+                    folded = fold(key)
+                    if folded in seen:
+                        raise BadRequest(_duplicate(place(where), seen[folded], key))
+                    seen[folded] = key
+                    out[key] = read_any(item, (where, key, _ANY_KEY), depth + 1)
+                return out
+            if kind is list:
+                if depth > MAX_DEPTH:
+                    raise BadRequest(f"{place(where)}: nested too deeply")
+                return [read_any(item, (where, i, _INDEX), depth + 1) for i, item in enumerate(value)]
+            return value
+
+        return read_any
 
 
 def _duplicate(where: str, first: str, second: str) -> str:
@@ -424,20 +533,24 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 def canonicalise(body: bytes, kind: FieldType) -> Any:
     """Decode `body` into the canonical value of `kind`: Go's field names, nothing ambiguous."""
     parsed = parse_json(body)
-    canonicaliser = _CANONICALISER if _SURROGATE_ESCAPE.search(body) else _NO_ESCAPES
+    readers = _READERS if _SURROGATE_ESCAPE.search(body) else _NO_ESCAPES
     try:
-        return canonicaliser.value(parsed, kind, "")
+        return readers.reader(kind)(parsed, "", 0)
     except RecursionError:
         raise BadRequest("the request body is nested too deeply") from None
 
 
-_CANONICALISER = Canonicaliser()
-_NO_ESCAPES = Canonicaliser(escapes=False)
+_READERS = Readers()
+_NO_ESCAPES = Readers(escapes=False)
+
+
+# No cycle check: what is encoded is a tree the gate built itself from parsed JSON.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
 
 
 def encode(value: Any) -> bytes:
     """Compact JSON that Go decodes to exactly `value`."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def field_path(body: Mapping[str, Any] | None, *keys: str) -> Any:
