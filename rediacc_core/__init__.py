@@ -1,11 +1,12 @@
 """rediacc-core: hand GPUs to isolated Docker workloads through CDI grants and an API gate.
 
 The public face for plugin authors, and all of it: `hookimpl`, the dataclasses hooks take and
-return, the machine a hook works on, the error a failing outside tool raises, and the helpers for
-host paths, device nodes and atomic writes. A plugin imports nothing else from the core
-(`tests/test_architecture.py` checks it; a plugin's test kit may also use `rediacc_core.testing`).
-Names (and `hookimpl`) are made on first use, so a command that never needs them (one forwarded to
-an SSH machine) does not pay for loading pluggy and the CDI schema machinery.
+return (the machine's typed `Inventory` among them), the machine a hook works on, the error a
+failing outside tool raises, and the helpers for host paths, device nodes and atomic writes. A
+plugin imports nothing else from the core (`tests/test_architecture.py` checks it; a plugin's test
+kit may also use `rediacc_core.testing`). Names (and `hookimpl`) are made on first use, so a
+command that never needs them (one forwarded to an SSH machine) does not pay for loading pluggy
+and the CDI schema machinery.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ if TYPE_CHECKING:
     from rediacc_core.machine import Machine
     from rediacc_core.model import (
         ApiRequest,
+        CdiDevice,
         CdiSpecFile,
         GateContext,
         Gpu,
         GpuPartition,
+        Inventory,
         Refusal,
         Rewrite,
         SetupContext,
@@ -41,10 +44,12 @@ if TYPE_CHECKING:
 _FROM_MODEL = frozenset(
     {
         "ApiRequest",
+        "CdiDevice",
         "CdiSpecFile",
         "GateContext",
         "Gpu",
         "GpuPartition",
+        "Inventory",
         "Refusal",
         "Rewrite",
         "SetupContext",
@@ -89,10 +94,12 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ApiRequest",
+    "CdiDevice",
     "CdiSpecFile",
     "GateContext",
     "Gpu",
     "GpuPartition",
+    "Inventory",
     "Machine",
     "Refusal",
     "Rewrite",

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.cdi.registry import Registry, suggest
@@ -28,8 +27,9 @@ from rediacc_core.files import (
     replace_watched_json,
     restore_hint,
 )
-from rediacc_core.inventory import load_inventory
+from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
+from rediacc_core.model import Inventory
 from rediacc_core.plugins import Plugins, get_plugins
 from rediacc_core.repos import Repo, RepoStore, now_iso
 from rediacc_core.statelock import state_lock
@@ -158,14 +158,14 @@ class _Units:
     def __init__(self, machine: Machine, plugins: Plugins) -> None:
         self.machine = machine
         self.plugins = plugins
-        self._inventory: Mapping[str, Any] | None = None
+        self._inventory: Inventory | None = None
         self._cache: dict[str, tuple[str, ...]] = {}
 
     def __call__(self, name: str) -> tuple[str, ...]:
         if name not in self._cache:
             if self._inventory is None:
                 # A corrupt inventory raises here: exclusivity that cannot follow hardware must not pass.
-                self._inventory = load_inventory(self.machine) or {}
+                self._inventory = read_inventory(self.machine) or Inventory()
             self._cache[name] = tuple(self.plugins.hardware_units(name, self._inventory) or ())
         return self._cache[name]
 
@@ -265,10 +265,6 @@ class GrantStore:
                     f"{device} is not defined by any CDI spec in {where}{_nearest(device, defined)}"
                 )
                 continue
-            problems += [
-                f"{device}: {problem}"
-                for problem in self.plugins.validate_grant(device, self.machine, defined)
-            ]
         if problems:
             if not defined:
                 name = self.machine.name

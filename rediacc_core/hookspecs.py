@@ -1,14 +1,14 @@
 """The contract between the core and vendor plugins.
 
 Every hook is prefixed `rdc_`. A plugin implements any subset with `@rediacc_core.hookimpl`.
-Each hook has a worked example in `docs/hooks.md`, and `tests/test_hook_docs.py` fails when a hook
-lacks either a doc section or a test that names it.
+Each hook has a worked example in `docs/hooks.md`, quoted from the example plugin the tests install
+(`tests/packages/example_vendor`); `tests/test_hook_docs.py` fails when a hook lacks a doc section
+whose signature matches this file, or a test that implements or calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -16,7 +16,16 @@ if TYPE_CHECKING:
     import click
 
     from rediacc_core.machine import Machine
-    from rediacc_core.model import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, SetupStep, Verdict
+    from rediacc_core.model import (
+        ApiRequest,
+        CdiSpecFile,
+        GateContext,
+        Gpu,
+        Inventory,
+        SetupContext,
+        SetupStep,
+        Verdict,
+    )
 
 PROJECT = "rediacc"
 
@@ -64,19 +73,12 @@ def rdc_cdi_specs(ctx: SetupContext) -> list[CdiSpecFile]:
     raise NotImplementedError
 
 
-@hookspec
-def rdc_validate_grant(name: str, machine: Machine, defined: frozenset[str]) -> list[str]:
-    """Problems with granting the qualified CDI `name` on `machine`, as sentences; `[]` if none.
-
-    The core has already checked that `name` is well formed and defined by a spec on the machine
-    (`defined` holds every defined name). Return nothing for names of other vendors.
-    """
-    raise NotImplementedError
-
-
 @hookspec(firstresult=True)
-def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+def rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None:
     """The hardware a qualified CDI `name` reaches, so exclusive grants can follow hardware.
+
+    `inventory` is the machine's, typed (empty when setup never ran): look the name up with
+    `inventory.holder(name)`, or your GPUs with `inventory.from_source(...)`.
 
     A unit is a `/`-separated path that starts at the card's PCI bus id, lower case with domain
     (`pci:0000:01:00.0`); a slice of a card adds segments (`pci:0000:01:00.0/mig:1`). Two names
@@ -99,10 +101,4 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     `rediacc_core.gate.images.may_block()`, which moves the decision to a worker thread
     (`ctx.image_config` already does this).
     """
-    raise NotImplementedError
-
-
-@hookspec
-def rdc_cli_commands() -> list[click.Command]:
-    """Extra `rdc` commands, added at the top level under the command's own name."""
     raise NotImplementedError

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import ValidationError
 from rediacc_core.files import LiveFile, StatKey, atomic_write_json, read_text_keyed, schema_errors
+from rediacc_core.model import CdiDevice, Gpu, GpuPartition, Inventory
 
 if TYPE_CHECKING:
     from rediacc_core.cdi.registry import Registry
     from rediacc_core.machine import Machine
-    from rediacc_core.model import Gpu, GpuPartition
 
 SCHEMA = "inventory.schema.json"
 SCHEMA_VERSION = 1
@@ -97,6 +97,46 @@ def gpu_record(gpu: Gpu, defined: frozenset[str] | None = None) -> dict[str, Any
     }
 
 
+def inventory_from_document(document: Mapping[str, Any]) -> Inventory:
+    """The typed `Inventory` of a document that passed `check_inventory` (camelCase to fields)."""
+    return Inventory(
+        machine=document["machine"],
+        platform=document["platform"],
+        generated_at=document["generatedAt"],
+        gpus=tuple(_gpu(record) for record in document["gpus"]),
+        devices=tuple(
+            CdiDevice(name=device["name"], kind=device["kind"], spec=device["spec"])
+            for device in document["devices"]
+        ),
+    )
+
+
+def _gpu(record: Mapping[str, Any]) -> Gpu:
+    return Gpu(
+        vendor=record["vendor"],
+        source=record["source"],
+        name=record["name"],
+        index=record["index"],
+        pci_bus_id=record["pciBusId"],
+        driver=record["driver"],
+        driver_version=record["driverVersion"],
+        memory_mib=record["memoryMiB"],
+        cdi_names=tuple(record["cdiNames"]),
+        attributes=dict(record["attributes"]),
+        partitions=tuple(
+            GpuPartition(
+                index=part["index"],
+                uuid=part["uuid"],
+                profile=part["profile"],
+                memory_mib=part["memoryMiB"],
+                cdi_names=tuple(part["cdiNames"]),
+                attributes=dict(part["attributes"]),
+            )
+            for part in record["partitions"]
+        ),
+    )
+
+
 def check_inventory(document: Any, source: str) -> None:
     """Raise ValidationError naming `source` when `document` is not a valid inventory."""
     if isinstance(document, Mapping) and isinstance(document.get("schemaVersion"), int):
@@ -136,6 +176,12 @@ def load_inventory(machine: Machine) -> dict[str, Any] | None:
     return None if text is None else _parse(text, str(machine.inventory_path))
 
 
+def read_inventory(machine: Machine) -> Inventory | None:
+    """The machine's inventory, typed, or None when `rdc machine setup` never ran there."""
+    document = load_inventory(machine)
+    return None if document is None else inventory_from_document(document)
+
+
 def _parse(text: str, source: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
@@ -150,19 +196,26 @@ def _parse(text: str, source: str) -> dict[str, Any]:
 
 
 class LiveInventory:
-    """The machine's inventory as the gate sees it: re-read only when the file changed (one `stat`
-    per call otherwise), None when never set up, a ValidationError naming the file when broken."""
+    """The machine's inventory as the gate sees it: parsed and typed only when the file changed (one
+    `stat` per call otherwise), None when never set up, a ValidationError naming the file when broken."""
 
     def __init__(self, machine: Machine) -> None:
         path = machine.inventory_path
 
-        def load() -> tuple[StatKey, Mapping[str, Any] | None] | None:
+        def load() -> tuple[StatKey, Inventory | None] | None:
             found = read_text_keyed(path, "inventory")
-            return None if found is None else (found[0], _parse(found[1], str(path)))
+            if found is None:
+                return None
+            return found[0], inventory_from_document(_parse(found[1], str(path)))
 
-        self._file: LiveFile[Mapping[str, Any] | None] = LiveFile(path, load, None, "inventory")
+        self._file: LiveFile[Inventory | None] = LiveFile(path, load, None, "inventory")
 
-    def get(self) -> Mapping[str, Any] | None:
+    @property
+    def reads(self) -> int:
+        """How many times the file was parsed (and the typed inventory built)."""
+        return self._file.reads
+
+    def get(self) -> Inventory | None:
         return self._file.get()
 
 

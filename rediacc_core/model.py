@@ -21,8 +21,22 @@ Scalar = str | int | float | bool | None
 # --- discovery -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuPartition:
+class _Attributed:
+    """Typed reads of a plugin's `attributes`: a value of another type reads as None, never raises."""
+
+    attributes: Mapping[str, Scalar]
+
+    def int_attribute(self, key: str) -> int | None:
+        value = self.attributes.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def str_attribute(self, key: str) -> str | None:
+        value = self.attributes.get(key)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuPartition(_Attributed):
     """A slice of a GPU that can be handed out on its own (a partition or MIG-style instance)."""
 
     index: int
@@ -33,8 +47,8 @@ class GpuPartition:
     attributes: Mapping[str, Scalar] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Gpu:
+@dataclass(frozen=True, kw_only=True)
+class Gpu(_Attributed):
     """One GPU as a plugin discovered it.
 
     `vendor` is the hardware vendor, lower case, as the plugin names it; `source` is the plugin that
@@ -54,6 +68,72 @@ class Gpu:
     cdi_names: tuple[str, ...] = ()
     attributes: Mapping[str, Scalar] = field(default_factory=dict)
     partitions: tuple[GpuPartition, ...] = ()
+
+    def partition(self, index: int) -> GpuPartition | None:
+        """The partition numbered `index` on this GPU, if it has one."""
+        return next((part for part in self.partitions if part.index == index), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CdiDevice:
+    """A CDI device a spec on the machine defines: `name` is qualified (`kind=device`)."""
+
+    name: str
+    kind: str
+    spec: str  # the spec file's name under <root>/etc/cdi
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inventory:
+    """A machine's inventory as hooks get it: what `rdc machine setup` recorded, typed.
+
+    The core builds it once from `inventory.json` each time that file changes, so lookups are cheap
+    enough for the gate's request path. `gpus` hold only CDI names a spec on the machine defined
+    when setup ran; `devices` are every name defined then, with its kind and spec file.
+    """
+
+    machine: str = ""
+    platform: str = "native"
+    generated_at: str = ""
+    gpus: tuple[Gpu, ...] = ()
+    devices: tuple[CdiDevice, ...] = ()
+    _holders: Mapping[str, tuple[Gpu, GpuPartition | None]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        holders: dict[str, tuple[Gpu, GpuPartition | None]] = {}
+        for gpu in self.gpus:
+            for name in gpu.cdi_names:
+                holders.setdefault(name, (gpu, None))
+            for part in gpu.partitions:
+                for name in part.cdi_names:
+                    holders.setdefault(name, (gpu, part))
+        object.__setattr__(self, "_holders", holders)
+
+    def from_source(self, source: str) -> tuple[Gpu, ...]:
+        """The GPUs the plugin `source` discovered, in the inventory's order."""
+        return tuple(gpu for gpu in self.gpus if gpu.source == source)
+
+    def holder(self, cdi_name: str) -> tuple[Gpu, GpuPartition | None] | None:
+        """The GPU listing `cdi_name` (first in order), and its partition when the name is a slice's."""
+        return self._holders.get(cdi_name)
+
+    def with_attribute(self, key: str, value: Scalar) -> tuple[Gpu, ...]:
+        """The GPUs whose `attributes[key]` is `value` (e.g. every GPU on one render node)."""
+        return tuple(gpu for gpu in self.gpus if _same(gpu.attributes.get(key, _MISSING), value))
+
+    def names_of_kind(self, kind: str) -> tuple[str, ...]:
+        """The defined CDI names of one vendor kind (`vendor.example/gpu`), in the inventory's order."""
+        return tuple(device.name for device in self.devices if device.kind == kind)
+
+
+_MISSING = object()
+
+
+def _same(found: object, value: Scalar) -> bool:
+    # JSON keeps true and 1 apart; Python's == does not.
+    return found == value and isinstance(found, bool) == isinstance(value, bool)
 
 
 # --- setup -----------------------------------------------------------------------------------
@@ -182,7 +262,7 @@ class GateContext:
     repo_ref: str  # e.g. "alpha@m1", for messages that show the grant command
     machine: Machine
     grants: frozenset[str]
-    inventory: Mapping[str, Any] | None
+    inventory: Inventory | None  # None: `rdc machine setup` never ran, or its file is unreadable
     settings: Mapping[str, Any]
     image_config: Callable[[str], Mapping[str, Any] | None]
     log: Callable[[str], None]

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -25,7 +24,16 @@ if TYPE_CHECKING:
     import click
 
     from rediacc_core.machine import Machine
-    from rediacc_core.model import ApiRequest, CdiSpecFile, GateContext, Gpu, SetupContext, SetupStep, Verdict
+    from rediacc_core.model import (
+        ApiRequest,
+        CdiSpecFile,
+        GateContext,
+        Gpu,
+        Inventory,
+        SetupContext,
+        SetupStep,
+        Verdict,
+    )
 
 ENTRY_POINT_GROUP = "rediacc"
 LOAD_ENV = "REDIACC_LOAD_PLUGINS"
@@ -74,19 +82,12 @@ class Plugins:
     def cdi_specs(self, ctx: SetupContext) -> list[CdiSpecFile]:
         return [spec for found in self.pm.hook.rdc_cdi_specs(ctx=ctx) for spec in found]
 
-    def validate_grant(self, name: str, machine: Machine, defined: frozenset[str]) -> list[str]:
-        results = self.pm.hook.rdc_validate_grant(name=name, machine=machine, defined=defined)
-        return [problem for problems in results for problem in problems]
-
-    def hardware_units(self, name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+    def hardware_units(self, name: str, inventory: Inventory) -> list[str] | None:
         result: list[str] | None = self.pm.hook.rdc_hardware_units(name=name, inventory=inventory)
         return result
 
     def request_rules(self, request: ApiRequest, ctx: GateContext) -> list[Verdict]:
         return [v for found in self.pm.hook.rdc_request_rules(request=request, ctx=ctx) for v in found]
-
-    def cli_commands(self) -> list[click.Command]:
-        return [cmd for found in self.pm.hook.rdc_cli_commands() for cmd in found]
 
     # --- introspection ------------------------------------------------------------------------
     def names(self) -> list[str]:

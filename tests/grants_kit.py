@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rediacc_core import hookimpl
+from rediacc_core import Inventory, hookimpl
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import LOAD_ENV, Plugins, load_plugins
 from rediacc_core.testing import FakeMachine
@@ -26,7 +25,7 @@ BUS_B = "0000:0b:00.0"
 
 # Every device the specs define. 2..7 and `nounits` appear in no inventory entry, so they reach no
 # known hardware and only same-name exclusivity applies to them.
-GPU_DEVICES = [*map(str, range(8)), "all", "GPU-aaaa", "mig-0-1", "mig-0-2", "nounits", "broken"]
+GPU_DEVICES = [*map(str, range(8)), "all", "GPU-aaaa", "mig-0-1", "mig-0-2", "nounits"]
 RENDER_DEVICES = ["renderD128", "renderD129"]
 
 
@@ -97,30 +96,21 @@ def build_machine(fm: FakeMachine) -> Machine:
 
 
 class FakeVendor:
-    """Hardware units from the inventory; refuses `gpu=broken` like a plugin that knows it is unusable."""
+    """Hardware units from the machine's typed inventory."""
 
     def __init__(self) -> None:
         self.unit_calls: list[str] = []
 
     @hookimpl
-    def rdc_hardware_units(self, name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+    def rdc_hardware_units(self, name: str, inventory: Inventory) -> list[str] | None:
         if not name.startswith((f"{GPU}=", f"{RENDER}=")):
             return None
         self.unit_calls.append(name)
-        units: list[str] = []
-        for gpu in inventory.get("gpus", []):
-            if name in gpu["cdiNames"]:
-                units.append(f"pci:{gpu['pciBusId']}")
-            units += [
-                f"pci:{gpu['pciBusId']}/mig:{p['index']}" for p in gpu["partitions"] if name in p["cdiNames"]
-            ]
-        return units
-
-    @hookimpl
-    def rdc_validate_grant(self, name: str, machine: Machine, defined: frozenset[str]) -> list[str]:
-        if name == f"{GPU}=broken":
-            return ["this device is marked unusable by its driver"]
-        return []
+        holder = inventory.holder(name)
+        if holder is None:
+            return []
+        gpu, part = holder
+        return [f"pci:{gpu.pci_bus_id}" + (f"/mig:{part.index}" if part is not None else "")]
 
 
 def fake_plugins() -> Plugins:

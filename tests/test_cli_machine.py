@@ -6,7 +6,7 @@ import configparser
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -16,12 +16,11 @@ import yaml
 from click.testing import CliRunner, Result
 from setup_kit import KIND, FakeVendor, example_gpu, spec_document, use_vendor
 
-from rediacc_core import CdiSpecFile, GpuPartition, hookimpl
+from rediacc_core import CdiSpecFile, GpuPartition
 from rediacc_core.cli import cli, main
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
 from rediacc_core.grants import GrantStore
-from rediacc_core.plugins import set_plugins
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
 from rediacc_core.settings import read_settings
@@ -39,7 +38,9 @@ def rdc(*args: str) -> Result:
 
 def set_up_box(vendor: FakeVendor, fm: FakeMachine) -> None:
     """`box`: one example GPU with a MIG-style partition, its spec, and setup run."""
-    part = GpuPartition(1, "MIG-0001", "1g.10gb", 9984, (f"{KIND}=0:1",))
+    part = GpuPartition(
+        index=1, uuid="MIG-0001", profile="1g.10gb", memory_mib=9984, cdi_names=(f"{KIND}=0:1",)
+    )
     vendor.gpus = [example_gpu(0, partitions=[part])]
     document = spec_document(fm, ["0", "all"])
     document["devices"].append({"name": "0:1", "containerEdits": {"env": ["EXAMPLE_PART=0:1"]}})
@@ -417,26 +418,21 @@ def test_a_corrupt_inventory_is_an_error_naming_the_file(vendor: FakeVendor, fm:
 # --- the console script ---------------------------------------------------------------------------
 
 
-class _Commands:
-    @hookimpl
-    def rdc_cli_commands(self) -> list[click.Command]:
-        @click.command("explode")
-        def explode() -> None:
-            raise RuntimeError("boom")
+@click.command("explode")
+def _explode() -> None:
+    raise RuntimeError("boom")
 
-        @click.command("refuse")
-        def refuse() -> None:
-            raise RdcError("the thing is refused", "do the other thing", exit_code=4)
 
-        return [explode, refuse]
+@click.command("refuse")
+def _refuse() -> None:
+    raise RdcError("the thing is refused", "do the other thing", exit_code=4)
 
 
 @pytest.fixture
-def plugin_commands(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
-    use_vendor(_Commands(), "commands")
-    yield
-    set_plugins(None)
+def failing_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two commands on the root group that fail the two ways a command can: a bug, and an RdcError."""
+    monkeypatch.setitem(cli.commands, "explode", _explode)
+    monkeypatch.setitem(cli.commands, "refuse", _refuse)
 
 
 def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -447,9 +443,7 @@ def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return (code if isinstance(code, int) else 1), captured.out, captured.err
 
 
-def test_plugins_add_top_level_commands(plugin_commands: None) -> None:
-    assert "explode" in rdc("--help").stdout
-
+def test_an_rdc_error_is_two_lines_and_its_exit_code(failing_commands: None) -> None:
     result = rdc("refuse")
 
     assert result.exit_code == 4
@@ -457,7 +451,7 @@ def test_plugins_add_top_level_commands(plugin_commands: None) -> None:
 
 
 def test_main_exits_with_the_error_code(
-    rdc_config: Path, plugin_commands: None, capsys: pytest.CaptureFixture[str]
+    rdc_config: Path, failing_commands: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_main(["machine", "remove", "ghost"], capsys)[0] == EXIT_NOT_FOUND
     code, out, err = run_main(["refuse"], capsys)
@@ -466,7 +460,7 @@ def test_main_exits_with_the_error_code(
 
 
 def test_an_unexpected_exception_is_a_short_message_and_exit_1(
-    plugin_commands: None, capsys: pytest.CaptureFixture[str]
+    failing_commands: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run_main(["explode"], capsys)
 

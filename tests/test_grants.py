@@ -134,13 +134,6 @@ def test_a_malformed_name_is_refused_naming_the_bad_part(
     assert not store.machine.grants_path.exists()
 
 
-def test_a_plugins_grant_rule_refuses_a_defined_name(store: GrantStore, alpha: Repo) -> None:
-    """The fake vendor's `rdc_validate_grant` refuses `gpu=broken` although a spec defines it."""
-    with pytest.raises(ValidationError, match="marked unusable"):
-        store.grant(alpha, [f"{GPU}=broken"])
-    assert read_grants(store.machine) == []
-
-
 def test_several_devices_are_all_or_nothing(store: GrantStore, alpha: Repo) -> None:
     store.grant(alpha, [f"{GPU}=1"])
     before = store.machine.grants_path.read_bytes()

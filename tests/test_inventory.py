@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from setup_kit import KIND, example_gpu, spec_document
 
-from rediacc_core import GpuPartition
+from rediacc_core import CdiDevice, Gpu, GpuPartition, Inventory, Machine
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.cdi.spec import write_spec
 from rediacc_core.errors import ValidationError
 from rediacc_core.files import schema_errors
 from rediacc_core.inventory import (
     SCHEMA,
+    LiveInventory,
     age,
     build_inventory,
+    check_inventory,
+    inventory_from_document,
     load_inventory,
+    read_inventory,
     read_inventory_text,
     write_inventory,
 )
@@ -34,7 +39,14 @@ def test_the_inventory_records_each_gpu_in_camel_case_and_every_name_the_specs_d
     fake_machine: FakeMachine,
 ) -> None:
     write_spec(fake_machine.path("/etc/cdi/example.yaml"), spec_document(fake_machine, ["0", "1"]))
-    partition = GpuPartition(2, "MIG-aa", "1g.10gb", 9984, (f"{KIND}=0:2",), {"giId": 2})
+    partition = GpuPartition(
+        index=2,
+        uuid="MIG-aa",
+        profile="1g.10gb",
+        memory_mib=9984,
+        cdi_names=(f"{KIND}=0:2",),
+        attributes={"giId": 2},
+    )
     gpu = example_gpu(0, partitions=[partition], computeCapability="9.0")
 
     doc = build_inventory(fake_machine.machine, [gpu], Registry.for_machine(fake_machine.machine), now=NOW)
@@ -155,3 +167,92 @@ def test_generated_at_is_utc_iso8601(fake_machine: FakeMachine) -> None:
     parsed = datetime.fromisoformat(doc["generatedAt"].replace("Z", "+00:00"))
     assert parsed.utcoffset() == timedelta(0)
     assert json.loads(json.dumps(doc)) == doc
+
+
+# --- the typed Inventory hooks get ---------------------------------------------------------------
+
+
+def test_the_typed_inventory_is_the_recorded_document_read_back(fake_machine: FakeMachine) -> None:
+    write_spec(fake_machine.path("/etc/cdi/example.yaml"), spec_document(fake_machine, ["0", "0:2"]))
+    partition = GpuPartition(index=2, uuid="MIG-aa", cdi_names=(f"{KIND}=0:2",), attributes={"giId": 2})
+    gpu = example_gpu(0, partitions=[partition])
+    registry = Registry.for_machine(fake_machine.machine)
+    write_inventory(fake_machine.machine, build_inventory(fake_machine.machine, [gpu], registry, now=NOW))
+
+    inventory = read_inventory(fake_machine.machine)
+
+    assert inventory is not None
+    assert (inventory.machine, inventory.platform, inventory.generated_at) == (
+        "fake",
+        "native",
+        "2026-11-30T06:00:00Z",
+    )
+    # Exactly the discovered GPU, less the CDI names no spec defines (`=all`).
+    assert inventory.gpus == (dataclasses.replace(gpu, cdi_names=(f"{KIND}=0",)),)
+    assert inventory.devices == (
+        CdiDevice(name=f"{KIND}=0", kind=KIND, spec="example.yaml"),
+        CdiDevice(name=f"{KIND}=0:2", kind=KIND, spec="example.yaml"),
+    )
+    assert read_inventory(Machine("never-set-up", fake_machine.root / "elsewhere")) is None
+
+
+def test_an_inventory_written_by_an_earlier_version_reads_as_typed() -> None:
+    # A file from before the typed inventory existed, byte for byte as rdc 0.1.0 wrote it.
+    document = json.loads(
+        '{"schemaVersion": 1, "generatedAt": "2026-11-01T10:00:00Z", "machine": "m1", "platform": "wsl",'
+        ' "gpus": [{"vendor": "example", "source": "fakevendor", "name": "Example", "index": null,'
+        ' "pciBusId": null, "driver": null, "driverVersion": null, "memoryMiB": null,'
+        ' "cdiNames": ["vendor.example/gpu=all"], "attributes": {"wddm": true}, "partitions": []}],'
+        ' "devices": [{"name": "vendor.example/gpu=all", "kind": "vendor.example/gpu", "spec": "x.yaml"}]}'
+    )
+    check_inventory(document, "old.json")
+
+    inventory = inventory_from_document(document)
+
+    (gpu,) = inventory.gpus
+    assert gpu.index is None and gpu.attributes == {"wddm": True}
+    assert inventory.names_of_kind("vendor.example/gpu") == ("vendor.example/gpu=all",)
+    assert inventory.holder("vendor.example/gpu=all") == (gpu, None)
+
+
+def test_lookups_by_name_source_attribute_and_partition() -> None:
+    mig = GpuPartition(index=1, uuid="MIG-1", cdi_names=("vendor.example/gpu=0:1",))
+    first = Gpu(
+        vendor="example", source="a", name="A", index=0, cdi_names=("vendor.example/gpu=0",),
+        attributes={"renderMinor": 128, "flag": True}, partitions=(mig,),
+    )  # fmt: skip
+    second = Gpu(vendor="example", source="b", name="B", attributes={"renderMinor": 1, "flag": 1})
+    inventory = Inventory(gpus=(first, second))
+
+    assert inventory.holder("vendor.example/gpu=0") == (first, None)
+    assert inventory.holder("vendor.example/gpu=0:1") == (first, mig)
+    assert inventory.holder("vendor.example/gpu=9") is None
+    assert inventory.from_source("b") == (second,) and inventory.from_source("c") == ()
+    assert inventory.with_attribute("renderMinor", 128) == (first,)
+    assert inventory.with_attribute("flag", True) == (first,)  # JSON's true is not 1
+    assert inventory.with_attribute("flag", 1) == (second,)
+    assert first.partition(1) is mig and first.partition(0) is None
+    assert first.int_attribute("renderMinor") == 128 and first.int_attribute("flag") is None
+    assert first.str_attribute("renderMinor") is None and Inventory().gpus == ()
+
+
+def test_gpus_and_partitions_are_built_by_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        Gpu("example", "a", "A")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        GpuPartition(1)  # type: ignore[call-arg]
+
+
+def test_the_live_inventory_is_built_once_per_file_version(fake_machine: FakeMachine) -> None:
+    registry = Registry.for_machine(fake_machine.machine)
+    write_inventory(fake_machine.machine, build_inventory(fake_machine.machine, [example_gpu(0)], registry))
+    live = LiveInventory(fake_machine.machine)
+
+    first = live.get()
+    assert all(live.get() is first for _ in range(100))  # one stat per call, nothing rebuilt
+    assert live.reads == 1
+
+    write_inventory(fake_machine.machine, build_inventory(fake_machine.machine, [], registry))
+    assert live.get() is not first and live.reads == 2
+    fake_machine.machine.inventory_path.unlink()
+    assert live.get() is None

@@ -70,7 +70,16 @@ def test_a_machine_without_gpus_still_gets_an_inventory_with_empty_lists(
 def test_setup_writes_the_plugins_spec_then_an_inventory_of_what_the_specs_define(
     vendor: FakeVendor, fm: FakeMachine
 ) -> None:
-    vendor.gpus = [example_gpu(0, partitions=[GpuPartition(1, "MIG-1", "1g.10gb", 9984, (f"{KIND}=0:1",))])]
+    vendor.gpus = [
+        example_gpu(
+            0,
+            partitions=[
+                GpuPartition(
+                    index=1, uuid="MIG-1", profile="1g.10gb", memory_mib=9984, cdi_names=(f"{KIND}=0:1",)
+                )
+            ],
+        )
+    ]
     vendor.specs = [CdiSpecFile("example.yaml", spec=spec_document(fm, ["0"]))]
 
     result = rdc("machine", "setup", "box")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from rediacc_core import GateContext, Gpu, GpuPartition
+from rediacc_core import GateContext, Gpu, GpuPartition, Inventory
 from rediacc_core.files import schema_errors
 from rediacc_core.testing import FakeMachine
+from rediacc_core.testing.kit import inventory_document
 
 
-def test_inventory_of_is_a_valid_inventory(inventory_of: Callable[..., dict[str, Any]]) -> None:
+def test_inventory_of_is_the_typed_inventory_of_a_valid_document(
+    inventory_of: Callable[..., Inventory],
+) -> None:
     gpu = Gpu(
         vendor="example",
         source="example",
@@ -20,9 +22,10 @@ def test_inventory_of_is_a_valid_inventory(inventory_of: Callable[..., dict[str,
         cdi_names=("vendor.example/gpu=0",),
         partitions=(GpuPartition(index=1, cdi_names=("vendor.example/gpu=0:1",)),),
     )
-    document = inventory_of([gpu], platform="wsl")
-    assert schema_errors(document, "inventory.schema.json") == []
-    assert document["gpus"][0]["partitions"][0]["cdiNames"] == ["vendor.example/gpu=0:1"]
+    assert schema_errors(inventory_document([gpu], platform="wsl"), "inventory.schema.json") == []
+    inventory = inventory_of([gpu], platform="wsl")
+    assert inventory.platform == "wsl" and inventory.gpus == (gpu,)
+    assert inventory.holder("vendor.example/gpu=0:1") == (gpu, gpu.partitions[0])
 
 
 def test_gate_context_answers_images_and_collects_log_lines(

@@ -32,28 +32,7 @@ def report_error(exc: RdcError) -> None:
 
 
 class RdcGroup(HintingGroup):
-    """The root group: adds the plugins' commands, and turns RdcError into the two-line report."""
-
-    def _plugin_commands(self) -> dict[str, click.Command]:
-        found: dict[str, click.Command] = {}
-        try:
-            commands = get_plugins().cli_commands()
-        except Exception as exc:  # a plugin's bug must not take the whole CLI down
-            click.echo(f"Warning: plugin commands could not be loaded: {type(exc).__name__}: {exc}", err=True)
-            return found
-        for command in commands:
-            if command.name and command.name not in self.commands and command.name not in found:
-                found[command.name] = command
-        return found
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self._plugin_commands()})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None:
-            command = self._plugin_commands().get(cmd_name)
-        return command
+    """The root group: turns RdcError into the two-line report."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

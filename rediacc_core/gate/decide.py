@@ -34,7 +34,7 @@ from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route
 from rediacc_core.gate.findings import Finding
 from rediacc_core.gate.pins import Pins
 from rediacc_core.gate.pins import directory_for as pins_directory
-from rediacc_core.model import ApiRequest, GateContext, Refusal, Rewrite
+from rediacc_core.model import ApiRequest, GateContext, Inventory, Refusal, Rewrite
 
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_INSPECTED_BODY", "BadRequest", "Decider", "Decision", "Target", "parse_target"]
 
 GrantsReader = Callable[[str], frozenset[str]]
-InventoryReader = Callable[[], Mapping[str, Any] | None]
+InventoryReader = Callable[[], Inventory | None]
 SettingsReader = Callable[[], Mapping[str, str]]
 
 # Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
@@ -92,7 +92,7 @@ class _LiveInventoryReader:
         self._log = log
         self._error: str | None = None
 
-    def __call__(self) -> Mapping[str, Any] | None:
+    def __call__(self) -> Inventory | None:
         try:
             value = self._live.get()
         except RdcError as exc:

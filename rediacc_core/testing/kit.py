@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rediacc_core.inventory import SCHEMA_VERSION, gpu_record
+from rediacc_core.inventory import SCHEMA_VERSION, check_inventory, gpu_record, inventory_from_document
 from rediacc_core.machine import Machine
-from rediacc_core.model import GateContext, Gpu
+from rediacc_core.model import GateContext, Gpu, Inventory
 
 
-def inventory_of(gpus: Iterable[Gpu], platform: str = "native", machine: str = "m1") -> dict[str, Any]:
-    """An inventory document for `gpus`, every CDI name they claim kept (no specs are consulted)."""
+def inventory_document(gpus: Iterable[Gpu], platform: str = "native", machine: str = "m1") -> dict[str, Any]:
+    """The inventory file's document for `gpus`, every CDI name they claim kept (no specs consulted)."""
     return {
         "schemaVersion": SCHEMA_VERSION,
         "generatedAt": "2026-11-30T06:00:00Z",
@@ -22,10 +22,17 @@ def inventory_of(gpus: Iterable[Gpu], platform: str = "native", machine: str = "
     }
 
 
+def inventory_of(gpus: Iterable[Gpu], platform: str = "native", machine: str = "m1") -> Inventory:
+    """The typed `Inventory` hooks get for `gpus`: written as a document, validated, read back."""
+    document = inventory_document(gpus, platform, machine)
+    check_inventory(document, "inventory_of()")
+    return inventory_from_document(document)
+
+
 def gate_context(
     machine: Machine,
     grants: Iterable[str] = (),
-    inventory: Mapping[str, Any] | None = None,
+    inventory: Inventory | None = None,
     *,
     repo: str = "alpha",
     settings: Mapping[str, Any] | None = None,

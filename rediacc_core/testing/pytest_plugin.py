@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rediacc_core.model import GateContext
+from rediacc_core.model import GateContext, Inventory
 from rediacc_core.testing import kit
 from rediacc_core.testing.fakemachine import FakeMachine
 
@@ -42,8 +41,8 @@ def fake_machine(make_fake_machine: Callable[[str], FakeMachine]) -> FakeMachine
 
 
 @pytest.fixture
-def inventory_of() -> Callable[..., dict[str, Any]]:
-    """Build an inventory document from `Gpu`s: `inventory_of(gpus, platform="native")`."""
+def inventory_of() -> Callable[..., Inventory]:
+    """Build the typed `Inventory` hooks get from `Gpu`s: `inventory_of(gpus, platform="native")`."""
     return kit.inventory_of
 
 

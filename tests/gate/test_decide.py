@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict
+from rediacc_core import ApiRequest, GateContext, Inventory, Refusal, Rewrite, Verdict
 from rediacc_core.errors import ValidationError
 from rediacc_core.gate.decide import MAX_INSPECTED_BODY, Decider
 from rediacc_core.grants import GrantStore
@@ -310,10 +310,13 @@ class TestPlugins:
         }
         write_inventory(gate.fm.machine, doc)
         gate.create({"Image": "bb"})
-        assert gate.plugin.seen[-1][1].inventory["machine"] == "fake"
+        first = gate.plugin.seen[-1][1].inventory
+        assert isinstance(first, Inventory) and first.machine == "fake"
+        gate.create({"Image": "bb"})
+        assert gate.plugin.seen[-1][1].inventory is first  # built once per file version, not per request
         write_inventory(gate.fm.machine, {**doc, "machine": "other-name"})
         gate.create({"Image": "bb"})
-        assert gate.plugin.seen[-1][1].inventory["machine"] == "other-name"
+        assert gate.plugin.seen[-1][1].inventory.machine == "other-name"
 
     def test_a_broken_inventory_is_logged_once_and_rules_see_none(self, gate: Any) -> None:
         gate.fm.machine.inventory_path.parent.mkdir(parents=True, exist_ok=True)

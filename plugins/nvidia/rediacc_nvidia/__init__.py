@@ -7,9 +7,6 @@ grants by hardware), rules (the gate: non-CDI GPU requests, NVIDIA_VISIBLE_DEVIC
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import click
 
 from rediacc_core import (
@@ -17,6 +14,7 @@ from rediacc_core import (
     CdiSpecFile,
     GateContext,
     Gpu,
+    Inventory,
     Machine,
     SetupContext,
     SetupStep,
@@ -56,14 +54,7 @@ def rdc_cdi_specs(ctx: SetupContext) -> list[CdiSpecFile]:
 
 
 @hookimpl
-def rdc_validate_grant(name: str, machine: Machine, defined: frozenset[str]) -> list[str]:
-    # Every nvidia.com/gpu name the toolkit's spec defines may be granted as it is. (Compose's short
-    # `devices:` syntax splits `0:1` on the colon; that is a documentation matter, not a grant's.)
-    return []
-
-
-@hookimpl
-def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+def rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None:
     return units.hardware_units(name, inventory)
 
 

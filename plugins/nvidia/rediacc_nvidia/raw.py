@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
-from rediacc_core import ApiRequest, GateContext, Refusal, Verdict, landing_paths
+from rediacc_core import ApiRequest, GateContext, Gpu, Refusal, Verdict, landing_paths
 from rediacc_nvidia import names
-from rediacc_nvidia.inventory_view import InventoryGpu, nvidia_gpus
+from rediacc_nvidia.lookup import nvidia_gpus
 
 RULE = "raw-device"  # the core's generic rule: our refusal replaces its message
 GPU_NODE = re.compile(r"^/dev/nvidia(\d+)$")
@@ -26,13 +26,13 @@ def request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     return verdicts
 
 
-def suggested_name(path: str, gpus: list[InventoryGpu]) -> str | None:
+def suggested_name(path: str, gpus: list[Gpu]) -> str | None:
     """The `nvidia.com/gpu` name of the GPU behind `/dev/nvidia<M>`; None for other nodes."""
     match = GPU_NODE.match(path)
     if match is None:
         return None
     minor = int(match.group(1))
-    by_minor = [gpu for gpu in gpus if gpu.attributes.get("minor") == minor]
+    by_minor = [gpu for gpu in gpus if gpu.int_attribute("minor") == minor]
     # Without a recorded minor, the driver numbers nodes in index order.
     chosen = by_minor or [gpu for gpu in gpus if gpu.index == minor and "minor" not in gpu.attributes]
     if chosen and chosen[0].index is not None:

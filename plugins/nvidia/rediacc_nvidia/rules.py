@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict
+from rediacc_core import ApiRequest, GateContext, Gpu, Refusal, Rewrite, Verdict
 from rediacc_nvidia import names
 from rediacc_nvidia.capabilities import capability_note
-from rediacc_nvidia.inventory_view import InventoryGpu, nvidia_gpus, resolve
+from rediacc_nvidia.lookup import label, nvidia_gpus, resolve
 from rediacc_nvidia.require import (
     CUDA_ADVICE,
     GpuFacts,
@@ -122,7 +122,7 @@ def runtime_refusal(host_config: Mapping[str, Any]) -> list[Verdict]:
 
 
 def legacy_visible(
-    env: Mapping[str, str], gpus: list[InventoryGpu], settings: Mapping[str, Any]
+    env: Mapping[str, str], gpus: list[Gpu], settings: Mapping[str, Any]
 ) -> tuple[list[Verdict], list[str]]:
     """Verdicts for the legacy variables, and the CDI names they were translated to (if they were)."""
     try:
@@ -187,9 +187,9 @@ def _image_env(body: Mapping[str, Any], ctx: GateContext) -> dict[str, str] | No
     return environment(env if isinstance(env, list) else [])
 
 
-def requested_gpus(cdi: list[str], gpus: list[InventoryGpu], ctx: GateContext) -> list[InventoryGpu]:
+def requested_gpus(cdi: list[str], gpus: list[Gpu], ctx: GateContext) -> list[Gpu]:
     """The whole GPUs behind the requested names (a MIG device stands for its GPU's driver facts)."""
-    chosen: list[InventoryGpu] = []
+    chosen: list[Gpu] = []
     for name in cdi:
         if name == names.ALL:
             found = list(gpus)
@@ -205,13 +205,13 @@ def requested_gpus(cdi: list[str], gpus: list[InventoryGpu], ctx: GateContext) -
     return chosen
 
 
-def _facts(gpu: InventoryGpu) -> GpuFacts:
+def _facts(gpu: Gpu) -> GpuFacts:
     def text(key: str) -> str | None:
         value = gpu.attributes.get(key)
         return str(value) if value is not None else None
 
     return GpuFacts(
-        gpu.label, text("cudaDriverVersion"), gpu.driver_version, text("computeCapability"), text("brand")
+        label(gpu), text("cudaDriverVersion"), gpu.driver_version, text("computeCapability"), text("brand")
     )
 
 
@@ -229,9 +229,7 @@ def _unsatisfied(variable: str, facts: GpuFacts, term: Term | None) -> Refusal:
     )
 
 
-def requirement_refusals(
-    env: Mapping[str, str], targets: list[InventoryGpu], ctx: GateContext
-) -> list[Verdict]:
+def requirement_refusals(env: Mapping[str, str], targets: list[Gpu], ctx: GateContext) -> list[Verdict]:
     try:
         requirements = collect(env)
     except RequirementError as exc:

@@ -6,25 +6,23 @@ slices of one GPU therefore do not overlap, while a slice and its whole GPU (or 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from rediacc_core import Gpu, GpuPartition, Inventory
 from rediacc_nvidia import names
-from rediacc_nvidia.inventory_view import InventoryGpu, Partition, nvidia_gpus, resolve
+from rediacc_nvidia.lookup import gpu_uuid, nvidia_gpus, resolve
 
 
-def gpu_unit(gpu: InventoryGpu) -> str:
+def gpu_unit(gpu: Gpu) -> str:
     if gpu.pci_bus_id:
         return f"pci:{gpu.pci_bus_id.lower()}"
     # No bus id recorded (should not happen): fall back to a name that is still the same card's.
-    return f"cdi:{names.qualified(str(gpu.index) if gpu.index is not None else gpu.uuid or gpu.name)}"
+    return f"cdi:{names.qualified(str(gpu.index) if gpu.index is not None else gpu_uuid(gpu) or gpu.name)}"
 
 
-def partition_unit(gpu: InventoryGpu, part: Partition) -> str:
+def partition_unit(gpu: Gpu, part: GpuPartition) -> str:
     return f"{gpu_unit(gpu)}/mig:{part.index}"
 
 
-def hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+def hardware_units(name: str, inventory: Inventory) -> list[str] | None:
     """Units of a `nvidia.com/gpu=` name; None for every other kind (other plugins answer those)."""
     device = names.device_part(name)
     if device is None:

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from rediacc_core import Gpu
 from rediacc_nvidia import names
-from rediacc_nvidia.inventory_view import InventoryGpu, resolve
+from rediacc_nvidia.lookup import gpu_uuid, resolve
 from rediacc_nvidia.values import is_bus_id, normalise_bus_id
 
 VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES")
@@ -79,14 +80,14 @@ def legacy_requests(env: Mapping[str, str]) -> list[VisibleRequest]:
     return [parse_visible(name, env[name]) for name in VARIABLES if name in env]
 
 
-def _known(gpus: list[InventoryGpu]) -> str:
+def _known(gpus: list[Gpu]) -> str:
     listed = [
         name for gpu in gpus for name in (*gpu.cdi_names, *(n for p in gpu.partitions for n in p.cdi_names))
     ]
     return ", ".join(listed) if listed else "none (run `rdc machine setup` on the machine)"
 
 
-def _name_for(token: str, gpus: list[InventoryGpu], variable: str) -> str:
+def _name_for(token: str, gpus: list[Gpu], variable: str) -> str:
     kind = token_kind(token)
     missing = VisibleDevicesError(
         f"{variable} names {token!r}, which is no GPU on this machine; its NVIDIA devices are: {_known(gpus)}"
@@ -108,8 +109,9 @@ def _name_for(token: str, gpus: list[InventoryGpu], variable: str) -> str:
         if not gpus:
             return names.qualified(token)
         for gpu in gpus:
-            if (gpu.uuid or "").lower() == token.lower() and gpu.uuid:
-                return names.qualified(gpu.uuid)
+            uuid = gpu_uuid(gpu)
+            if uuid and uuid.lower() == token.lower():
+                return names.qualified(uuid)
         raise missing
     if kind == "mig-uuid":
         if not gpus:
@@ -129,12 +131,12 @@ def _name_for(token: str, gpus: list[InventoryGpu], variable: str) -> str:
         assert match is not None
         uuid, gi, ci = "GPU-" + match.group(1), int(match.group(2)), int(match.group(3))
         for gpu in gpus:
-            if (gpu.uuid or "").lower() != uuid.lower():
+            if (gpu_uuid(gpu) or "").lower() != uuid.lower():
                 continue
             for part in gpu.partitions:
                 if (
-                    part.attributes.get("gpuInstanceId") == gi
-                    and part.attributes.get("computeInstanceId") == ci
+                    part.int_attribute("gpuInstanceId") == gi
+                    and part.int_attribute("computeInstanceId") == ci
                 ):
                     return names.qualified(f"{gpu.index}:{part.index}")
         raise missing
@@ -145,7 +147,7 @@ def _name_for(token: str, gpus: list[InventoryGpu], variable: str) -> str:
     raise missing
 
 
-def cdi_names(request: VisibleRequest, gpus: list[InventoryGpu]) -> list[str]:
+def cdi_names(request: VisibleRequest, gpus: list[Gpu]) -> list[str]:
     """The CDI names a legacy request meant, in its order, one per device (`0,GPU-<its uuid>` is one)."""
     if request.state != "devices":
         return []

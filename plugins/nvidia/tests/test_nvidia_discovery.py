@@ -45,20 +45,20 @@ def test_a100_with_mig_combines_xml_query_and_list(
     mig1 = "MIG-00000001-0000-0000-0000-000000000001"
     assert gpu.partitions == (
         GpuPartition(
-            0,
-            mig0,
-            "3g.20gb",
-            19968,
-            ("nvidia.com/gpu=0:0", f"nvidia.com/gpu={mig0}"),
-            {"gpuInstanceId": 1, "computeInstanceId": 0},
+            index=0,
+            uuid=mig0,
+            profile="3g.20gb",
+            memory_mib=19968,
+            cdi_names=("nvidia.com/gpu=0:0", f"nvidia.com/gpu={mig0}"),
+            attributes={"gpuInstanceId": 1, "computeInstanceId": 0},
         ),
         GpuPartition(
-            1,
-            mig1,
-            "3g.20gb",
-            19968,
-            ("nvidia.com/gpu=0:1", f"nvidia.com/gpu={mig1}"),
-            {"gpuInstanceId": 2, "computeInstanceId": 0},
+            index=1,
+            uuid=mig1,
+            profile="3g.20gb",
+            memory_mib=19968,
+            cdi_names=("nvidia.com/gpu=0:1", f"nvidia.com/gpu={mig1}"),
+            attributes={"gpuInstanceId": 2, "computeInstanceId": 0},
         ),
     )
 

@@ -144,20 +144,20 @@ def test_nvml_numbers_only_existing_mig_devices() -> None:
     h100 = discover_nvml(fake_nvml(), "native")[0]
     assert h100.partitions == (
         GpuPartition(
-            0,
-            "MIG-11111111-0000-0000-0000-000000000000",
-            "3g.40gb",
-            40192,
-            ("nvidia.com/gpu=0:0", "nvidia.com/gpu=MIG-11111111-0000-0000-0000-000000000000"),
-            {"gpuInstanceId": 2, "computeInstanceId": 0},
+            index=0,
+            uuid="MIG-11111111-0000-0000-0000-000000000000",
+            profile="3g.40gb",
+            memory_mib=40192,
+            cdi_names=("nvidia.com/gpu=0:0", "nvidia.com/gpu=MIG-11111111-0000-0000-0000-000000000000"),
+            attributes={"gpuInstanceId": 2, "computeInstanceId": 0},
         ),
         GpuPartition(
-            1,
-            "MIG-22222222-0000-0000-0000-000000000000",
-            "1g.10gb",
-            9856,
-            ("nvidia.com/gpu=0:1", "nvidia.com/gpu=MIG-22222222-0000-0000-0000-000000000000"),
-            {"gpuInstanceId": 9, "computeInstanceId": 0},
+            index=1,
+            uuid="MIG-22222222-0000-0000-0000-000000000000",
+            profile="1g.10gb",
+            memory_mib=9856,
+            cdi_names=("nvidia.com/gpu=0:1", "nvidia.com/gpu=MIG-22222222-0000-0000-0000-000000000000"),
+            attributes={"gpuInstanceId": 9, "computeInstanceId": 0},
         ),
     )
 

@@ -9,7 +9,7 @@ from rediacc_nvidia import testing
 
 from rediacc_core import ApiRequest, Refusal
 from rediacc_core.errors import ToolError
-from rediacc_core.inventory import load_inventory
+from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.setup import run_setup
@@ -23,7 +23,6 @@ HOOKS = (
     "rdc_request_rules",
     "rdc_setup_options",
     "rdc_setup_steps",
-    "rdc_validate_grant",
 )
 
 
@@ -64,10 +63,11 @@ def test_setup_writes_the_spec_and_the_inventory_with_mig_names(
     assert [p["profile"] for p in gpu["partitions"]] == ["3g.20gb", "3g.20gb"]
     assert "nvidia.com/gpu=all" in {device["name"] for device in inventory["devices"]}
 
-    # The hooks that read the inventory, through the typed facade.
-    assert plugins.hardware_units("nvidia.com/gpu=0:1", inventory) == ["pci:0000:00:04.0/mig:1"]
-    assert plugins.hardware_units("nvidia.com/gpu=all", inventory) == ["pci:0000:00:04.0"]
-    assert plugins.validate_grant("nvidia.com/gpu=0", fm.machine, frozenset({"nvidia.com/gpu=0"})) == []
+    # The hook that reads the inventory, given it typed as the core reads it, through the typed facade.
+    typed = read_inventory(fm.machine)
+    assert typed is not None
+    assert plugins.hardware_units("nvidia.com/gpu=0:1", typed) == ["pci:0000:00:04.0/mig:1"]
+    assert plugins.hardware_units("nvidia.com/gpu=all", typed) == ["pci:0000:00:04.0"]
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from rediacc_nvidia.raw import request_rules
 
-from rediacc_core import ApiRequest, GateContext, Gpu, Refusal
+from rediacc_core import ApiRequest, GateContext, Gpu, Inventory, Refusal
 from rediacc_core.testing import FakeMachine
 
 Ctx = Callable[..., GateContext]
@@ -24,9 +24,16 @@ def create(*paths: str) -> ApiRequest:
 
 def gpu(index: int, **attributes: Any) -> Gpu:
     return Gpu(
-        "nvidia", "nvidia", "NVIDIA A100", index, f"0000:0{index}:00.0", "nvidia", "550.54.14",
-        cdi_names=(f"nvidia.com/gpu={index}",), attributes=attributes,
-    )  # fmt: skip
+        vendor="nvidia",
+        source="nvidia",
+        name="NVIDIA A100",
+        index=index,
+        pci_bus_id=f"0000:0{index}:00.0",
+        driver="nvidia",
+        driver_version="550.54.14",
+        cdi_names=(f"nvidia.com/gpu={index}",),
+        attributes=attributes,
+    )
 
 
 def only_refusal(verdicts: list[Any]) -> Refusal:
@@ -37,7 +44,7 @@ def only_refusal(verdicts: list[Any]) -> Refusal:
 
 
 def test_raw_gpu_node_is_refused_with_its_exact_cdi_name(
-    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., dict[str, Any]]
+    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., Inventory]
 ) -> None:
     ctx = gate_context(fake_machine.machine, inventory=inventory_of([gpu(0, minor=0), gpu(1, minor=1)]))
     refusal = only_refusal(request_rules(create("/dev/nvidia0"), ctx))
@@ -47,14 +54,14 @@ def test_raw_gpu_node_is_refused_with_its_exact_cdi_name(
 
 
 def test_the_node_is_matched_by_device_minor_not_by_index(
-    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., dict[str, Any]]
+    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., Inventory]
 ) -> None:
     ctx = gate_context(fake_machine.machine, inventory=inventory_of([gpu(0, minor=3), gpu(1, minor=0)]))
     assert only_refusal(request_rules(create("/dev/nvidia0"), ctx)).replacement == "--device nvidia.com/gpu=1"
 
 
 def test_a_granted_name_needs_no_grant_hint(
-    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., dict[str, Any]]
+    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., Inventory]
 ) -> None:
     ctx = gate_context(fake_machine.machine, grants={"nvidia.com/gpu=0"}, inventory=inventory_of([gpu(0)]))
     refusal = only_refusal(request_rules(create("/dev/nvidia0"), ctx))
@@ -77,7 +84,7 @@ def test_driver_nodes_point_at_the_gpu_devices_that_bring_them(
 
 
 def test_a_symlink_to_a_gpu_node_is_refused_naming_both(
-    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., dict[str, Any]]
+    fake_machine: FakeMachine, gate_context: Ctx, inventory_of: Callable[..., Inventory]
 ) -> None:
     fake_machine.char_device("/dev/nvidia0", 195, 0)
     fake_machine.symlink("/dev/gpu-link", "/dev/nvidia0")

@@ -10,7 +10,7 @@ import pytest
 from rediacc_nvidia.require import CUDA_ADVICE
 from rediacc_nvidia.rules import request_rules
 
-from rediacc_core import ApiRequest, GateContext, Gpu, GpuPartition, Refusal, Rewrite
+from rediacc_core import ApiRequest, GateContext, Gpu, GpuPartition, Inventory, Refusal, Rewrite
 from rediacc_core.machine import Machine
 
 G0 = "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"
@@ -24,44 +24,44 @@ CUDA_12_IMAGE = (
 def _gpus() -> list[Gpu]:
     return [
         Gpu(
-            "nvidia",
-            "nvidia",
-            "NVIDIA A100-SXM4-40GB",
-            0,
-            "0000:00:04.0",
-            "nvidia",
-            "510.47.03",
-            40960,
-            ("nvidia.com/gpu=0", f"nvidia.com/gpu={G0}"),
-            {
+            vendor="nvidia",
+            source="nvidia",
+            name="NVIDIA A100-SXM4-40GB",
+            index=0,
+            pci_bus_id="0000:00:04.0",
+            driver="nvidia",
+            driver_version="510.47.03",
+            memory_mib=40960,
+            cdi_names=("nvidia.com/gpu=0", f"nvidia.com/gpu={G0}"),
+            attributes={
                 "uuid": G0,
                 "cudaDriverVersion": "11.6",
                 "computeCapability": "8.0",
                 "brand": "NVIDIA",
                 "migMode": "Enabled",
             },
-            (
+            partitions=(
                 GpuPartition(
-                    1,
-                    M1,
-                    "3g.20gb",
-                    19968,
-                    ("nvidia.com/gpu=0:1", f"nvidia.com/gpu={M1}"),
-                    {"gpuInstanceId": 2, "computeInstanceId": 0},
+                    index=1,
+                    uuid=M1,
+                    profile="3g.20gb",
+                    memory_mib=19968,
+                    cdi_names=("nvidia.com/gpu=0:1", f"nvidia.com/gpu={M1}"),
+                    attributes={"gpuInstanceId": 2, "computeInstanceId": 0},
                 ),
             ),
         ),
         Gpu(
-            "nvidia",
-            "nvidia",
-            "NVIDIA GeForce RTX 4090",
-            1,
-            "0000:84:00.0",
-            "nvidia",
-            "510.47.03",
-            24564,
-            ("nvidia.com/gpu=1",),
-            {"cudaDriverVersion": "11.6", "computeCapability": "8.9", "brand": "GeForce"},
+            vendor="nvidia",
+            source="nvidia",
+            name="NVIDIA GeForce RTX 4090",
+            index=1,
+            pci_bus_id="0000:84:00.0",
+            driver="nvidia",
+            driver_version="510.47.03",
+            memory_mib=24564,
+            cdi_names=("nvidia.com/gpu=1",),
+            attributes={"cudaDriverVersion": "11.6", "computeCapability": "8.9", "brand": "GeForce"},
         ),
     ]
 
@@ -69,7 +69,7 @@ def _gpus() -> list[Gpu]:
 class Gate:
     """A GateContext built directly, with an image store and a log to look at."""
 
-    def __init__(self, inventory: Mapping[str, Any] | None, tmp_path: Path) -> None:
+    def __init__(self, inventory: Inventory | None, tmp_path: Path) -> None:
         self.images: dict[str, Mapping[str, Any] | None] = {}
         self.lines: list[str] = []
         self.settings: dict[str, Any] = {}
@@ -83,14 +83,14 @@ class Gate:
             return self.images.get(image)
 
         return GateContext(
-            "alpha",
-            "alpha@m1",
-            self.machine,
-            frozenset(),
-            self.inventory,
-            self.settings,
-            image_config,
-            self.lines.append,
+            repo_name="alpha",
+            repo_ref="alpha@m1",
+            machine=self.machine,
+            grants=frozenset(),
+            inventory=self.inventory,
+            settings=self.settings,
+            image_config=image_config,
+            log=self.lines.append,
         )
 
     def decide(self, body: dict[str, Any], cdi: tuple[str, ...] = ()) -> list[Refusal | Rewrite]:
@@ -99,7 +99,7 @@ class Gate:
 
 
 @pytest.fixture
-def gate(inventory_of: Callable[..., dict[str, Any]], tmp_path: Path) -> Gate:
+def gate(inventory_of: Callable[..., Inventory], tmp_path: Path) -> Gate:
     return Gate(inventory_of(_gpus()), tmp_path)
 
 

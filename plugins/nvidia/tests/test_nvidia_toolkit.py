@@ -18,8 +18,23 @@ from rediacc_core.testing import FakeMachine
 
 XML_A100 = "nvidia-smi-q-x/a100-sxm4-40gb-mig_510.47.03.xml"
 XML_T4 = "nvidia-smi-q-x/tesla-t4_515.105.01.xml"
-NVIDIA_GPU = Gpu("nvidia", "nvidia", "Tesla T4", 0, "0000:00:1e.0", "nvidia", "515.105.01")
-NOUVEAU_GPU = Gpu("nvidia", "rediacc_dri", "GP107", None, "0000:01:00.0", "nouveau")
+NVIDIA_GPU = Gpu(
+    vendor="nvidia",
+    source="nvidia",
+    name="Tesla T4",
+    index=0,
+    pci_bus_id="0000:00:1e.0",
+    driver="nvidia",
+    driver_version="515.105.01",
+)
+NOUVEAU_GPU = Gpu(
+    vendor="nvidia",
+    source="rediacc_dri",
+    name="GP107",
+    index=None,
+    pci_bus_id="0000:01:00.0",
+    driver="nouveau",
+)
 
 
 def ctx(machine: Machine, choice: str = "auto", gpus: tuple[Gpu, ...] = (NVIDIA_GPU,)) -> SetupContext:

@@ -5,11 +5,18 @@ Hook implementations only; each delegates to the module named for what it holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rediacc_amd import discovery, rules, spec, units
-from rediacc_core import ApiRequest, CdiSpecFile, GateContext, Gpu, Machine, SetupContext, Verdict, hookimpl
+from rediacc_core import (
+    ApiRequest,
+    CdiSpecFile,
+    GateContext,
+    Gpu,
+    Inventory,
+    Machine,
+    SetupContext,
+    Verdict,
+    hookimpl,
+)
 
 
 @hookimpl
@@ -23,7 +30,7 @@ def rdc_cdi_specs(ctx: SetupContext) -> list[CdiSpecFile]:
 
 
 @hookimpl
-def rdc_hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+def rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None:
     return units.hardware_units(name, inventory)
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from rediacc_amd.discovery import KFD_NODE, KIND, SOURCE, amd_gpus, cdi_name
 from rediacc_core import ApiRequest, GateContext, Refusal, Verdict, landing_paths
@@ -27,13 +25,8 @@ def request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
 def _gpus(ctx: GateContext) -> list[tuple[int, int | None]]:
     """(index, render minor) of each AMD GPU: the inventory's, else what the machine shows now."""
     if ctx.inventory is not None:
-        found = []
-        for gpu in ctx.inventory.get("gpus") or []:
-            attributes: Mapping[str, Any] = gpu.get("attributes") or {}
-            if gpu.get("source") == SOURCE and isinstance(gpu.get("index"), int):
-                minor = attributes.get("renderMinor")
-                found.append((int(gpu["index"]), minor if isinstance(minor, int) else None))
-        return sorted(found)
+        mine = ctx.inventory.from_source(SOURCE)
+        return sorted((gpu.index, gpu.int_attribute("renderMinor")) for gpu in mine if gpu.index is not None)
     return [(g.index, g.render_minor) for g in amd_gpus(ctx.machine)]
 
 

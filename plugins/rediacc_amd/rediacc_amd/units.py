@@ -8,31 +8,28 @@ partition's `rediacc.io/dri` name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rediacc_amd.discovery import KIND, SOURCE
+from rediacc_core import Gpu, Inventory
 
 PREFIX = f"{KIND}="
 
 
-def unit_of(gpu: Mapping[str, Any]) -> str:
-    attributes = gpu.get("attributes") or {}
-    partition = attributes.get("partition") if isinstance(attributes, Mapping) else None
-    card = f"pci:{str(gpu['pciBusId']).lower()}"
-    return f"{card}/partition:{partition}" if isinstance(partition, int) else card
+def card_unit(gpu: Gpu) -> str:
+    return f"pci:{(gpu.pci_bus_id or '').lower()}"
 
 
-def hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+def unit_of(gpu: Gpu) -> str:
+    partition = gpu.int_attribute("partition")
+    return f"{card_unit(gpu)}/partition:{partition}" if partition is not None else card_unit(gpu)
+
+
+def hardware_units(name: str, inventory: Inventory) -> list[str] | None:
     if not name.startswith(PREFIX):
         return None
-    mine = [g for g in inventory.get("gpus") or [] if g.get("source") == SOURCE and g.get("pciBusId")]
+    mine = [gpu for gpu in inventory.from_source(SOURCE) if gpu.pci_bus_id]
     device = name[len(PREFIX) :]
     if device == "all":
-        cards = sorted({f"pci:{str(g['pciBusId']).lower()}" for g in mine})
-        return cards or [f"cdi:{name}"]
-    named = [
-        unit_of(g) for g in mine if name in (g.get("cdiNames") or []) or f"gpu{g.get('index')}" == device
-    ]
+        return sorted({card_unit(gpu) for gpu in mine}) or [f"cdi:{name}"]
+    named = [unit_of(gpu) for gpu in mine if name in gpu.cdi_names or f"gpu{gpu.index}" == device]
     # A name the inventory does not know (setup not rerun since the hardware changed): itself.
     return named[:1] or [f"cdi:{name}"]

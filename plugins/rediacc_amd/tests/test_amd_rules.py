@@ -10,12 +10,12 @@ from rediacc_amd.discovery import discover
 from rediacc_amd.rules import request_rules
 from rediacc_amd.testing import install_kfd_capture, two_amd_gpus
 
-from rediacc_core import ApiRequest, GateContext, Gpu, Refusal
+from rediacc_core import ApiRequest, GateContext, Gpu, Inventory, Refusal
 from rediacc_core.plugins import load_plugins
 from rediacc_core.testing import FakeMachine
 
 Ctx = Callable[..., GateContext]
-Inventory = Callable[[Iterable[Gpu]], dict[str, Any]]
+InventoryOf = Callable[[Iterable[Gpu]], Inventory]
 
 
 def create(*paths: str) -> ApiRequest:
@@ -39,7 +39,7 @@ def two_gpus(fake_machine: FakeMachine) -> FakeMachine:
 
 
 def test_kfd_with_a_render_node_names_that_gpu(
-    two_gpus: FakeMachine, gate_context: Ctx, inventory_of: Inventory
+    two_gpus: FakeMachine, gate_context: Ctx, inventory_of: InventoryOf
 ) -> None:
     ctx = gate_context(two_gpus.machine, inventory=inventory_of(discover(two_gpus.machine)))
     refusal = only_refusal(request_rules(create("/dev/kfd", "/dev/dri/renderD129"), ctx))
@@ -49,7 +49,7 @@ def test_kfd_with_a_render_node_names_that_gpu(
 
 
 def test_kfd_alone_on_several_gpus_names_all(
-    two_gpus: FakeMachine, gate_context: Ctx, inventory_of: Inventory
+    two_gpus: FakeMachine, gate_context: Ctx, inventory_of: InventoryOf
 ) -> None:
     ctx = gate_context(two_gpus.machine, inventory=inventory_of(discover(two_gpus.machine)))
     refusal = only_refusal(request_rules(create("/dev/kfd"), ctx))
@@ -91,7 +91,7 @@ def test_a_symlink_to_kfd_is_followed(two_gpus: FakeMachine, gate_context: Ctx) 
 
 def test_kfd_on_a_machine_without_amd_gpus(fake_machine: FakeMachine, gate_context: Ctx) -> None:
     refusal = only_refusal(
-        request_rules(create("/dev/kfd"), gate_context(fake_machine.machine, inventory={"gpus": []}))
+        request_rules(create("/dev/kfd"), gate_context(fake_machine.machine, inventory=Inventory()))
     )
     assert refusal.replacement == "--device rediacc.io/amd=gpu<N>"
     assert "rdc machine gpu list fake" in refusal.message

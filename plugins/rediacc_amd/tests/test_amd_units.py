@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import pytest
 from rediacc_amd.discovery import discover
 from rediacc_amd.testing import install_kfd_capture, two_amd_gpus
 from rediacc_amd.units import hardware_units
 
-from rediacc_core import Gpu
+from rediacc_core import Gpu, Inventory
 from rediacc_core.grants import overlapping_units
-from rediacc_core.inventory import load_inventory
+from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
 
-Inventory = Callable[[Iterable[Gpu]], dict[str, Any]]
+InventoryOf = Callable[[Iterable[Gpu]], Inventory]
 
 
 def test_gpus_reach_their_cards_and_all_reaches_every_card(
-    fake_machine: FakeMachine, inventory_of: Inventory
+    fake_machine: FakeMachine, inventory_of: InventoryOf
 ) -> None:
     two_amd_gpus(fake_machine)
     inventory = inventory_of(discover(fake_machine.machine))
@@ -31,7 +30,7 @@ def test_gpus_reach_their_cards_and_all_reaches_every_card(
     assert hardware_units("rediacc.io/amd=all", inventory) == ["pci:0000:03:00.0", "pci:0000:83:00.0"]
 
 
-def test_partitions_are_slices_of_their_card(fake_machine: FakeMachine, inventory_of: Inventory) -> None:
+def test_partitions_are_slices_of_their_card(fake_machine: FakeMachine, inventory_of: InventoryOf) -> None:
     install_kfd_capture(fake_machine, "mi308x-cpx")
     inventory = inventory_of(discover(fake_machine.machine))
     assert hardware_units("rediacc.io/amd=gpu5", inventory) == ["pci:0000:80:00.0/partition:1"]
@@ -40,9 +39,9 @@ def test_partitions_are_slices_of_their_card(fake_machine: FakeMachine, inventor
 
 
 def test_names_the_inventory_does_not_know_reserve_themselves() -> None:
-    assert hardware_units("rediacc.io/amd=gpu3", {"gpus": []}) == ["cdi:rediacc.io/amd=gpu3"]
-    assert hardware_units("rediacc.io/amd=all", {}) == ["cdi:rediacc.io/amd=all"]
-    assert hardware_units("rediacc.io/dri=renderD128", {"gpus": []}) is None
+    assert hardware_units("rediacc.io/amd=gpu3", Inventory()) == ["cdi:rediacc.io/amd=gpu3"]
+    assert hardware_units("rediacc.io/amd=all", Inventory()) == ["cdi:rediacc.io/amd=all"]
+    assert hardware_units("rediacc.io/dri=renderD128", Inventory()) is None
 
 
 # --- both plugins, as `rdc machine setup` and exclusive grants use them ----------------------------
@@ -59,7 +58,7 @@ def both(monkeypatch: pytest.MonkeyPatch) -> Plugins:
     return plugins
 
 
-def _overlap(plugins: Plugins, inventory: dict[str, Any], a: str, b: str) -> bool:
+def _overlap(plugins: Plugins, inventory: Inventory, a: str, b: str) -> bool:
     units_a = plugins.hardware_units(a, inventory)  # rdc_hardware_units
     units_b = plugins.hardware_units(b, inventory)
     assert units_a and units_b, (a, units_a, b, units_b)
@@ -71,9 +70,10 @@ def test_two_cards_overlap_with_their_render_nodes_after_setup(
 ) -> None:
     two_amd_gpus(fake_machine)
     report = run_setup(fake_machine.machine, both, {})
-    inventory = load_inventory(fake_machine.machine)
-    assert inventory is not None and report.inventory == inventory
-    assert {d["name"] for d in inventory["devices"]} == {
+    assert report.inventory == load_inventory(fake_machine.machine)
+    inventory = read_inventory(fake_machine.machine)
+    assert inventory is not None
+    assert {d.name for d in inventory.devices} == {
         "rediacc.io/amd=gpu0",
         "rediacc.io/amd=gpu1",
         "rediacc.io/amd=all",
@@ -89,7 +89,7 @@ def test_two_cards_overlap_with_their_render_nodes_after_setup(
 def test_partitions_overlap_only_with_their_own_render_node(fake_machine: FakeMachine, both: Plugins) -> None:
     install_kfd_capture(fake_machine, "mi300x-cpx")
     run_setup(fake_machine.machine, both, {})
-    inventory = load_inventory(fake_machine.machine)
+    inventory = read_inventory(fake_machine.machine)
     assert inventory is not None
     # gpu9 is partition 1 of the card at 27:00.0, on renderD137 (a platform device, no PCI link).
     assert both.hardware_units("rediacc.io/dri=renderD137", inventory) == ["pci:0000:27:00.0/partition:1"]

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
-from rediacc_core import ApiRequest, GateContext, Machine, Refusal, Verdict, is_at_or_under, landing_paths
-from rediacc_dri.discovery import KIND, render_node_of_card, render_nodes, render_nodes_of_pci
+from rediacc_core import (
+    ApiRequest,
+    GateContext,
+    Inventory,
+    Machine,
+    Refusal,
+    Verdict,
+    is_at_or_under,
+    landing_paths,
+)
+from rediacc_dri.discovery import KIND, SOURCE, render_node_of_card, render_nodes, render_nodes_of_pci
 
 DRI_DIR = "/dev/dri"
 RULE = "raw-device"  # the core's generic rule: our refusal replaces its message
@@ -61,13 +68,11 @@ def _refusal(raw: str, path: str, ctx: GateContext) -> Refusal:
     return Refusal(message, replacement=" ".join(f"--device {n}" for n in names), rule=RULE)
 
 
-def _other_names(inventory: Mapping[str, Any] | None, names: list[str]) -> list[str]:
+def _other_names(inventory: Inventory | None, names: list[str]) -> list[str]:
     """Names other plugins publish for GPUs on the same render nodes (e.g. a compute device)."""
-    minors = {int(n.rsplit("renderD", 1)[1]) for n in names}
     found: list[str] = []
-    for gpu in (inventory or {}).get("gpus") or []:
-        attributes = gpu.get("attributes") or {}
-        if gpu.get("source") == "dri" or attributes.get("renderMinor") not in minors:
-            continue
-        found += [n for n in gpu.get("cdiNames") or [] if n not in found]
+    for minor in sorted({int(n.rsplit("renderD", 1)[1]) for n in names}):
+        for gpu in inventory.with_attribute("renderMinor", minor) if inventory is not None else ():
+            if gpu.source != SOURCE:
+                found += [n for n in gpu.cdi_names if n not in found]
     return found

@@ -8,53 +8,46 @@ and `pciBusId`; that record wins, so every plugin naming the same partition name
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
+from rediacc_core import Gpu, Inventory
 from rediacc_dri.discovery import KIND, RENDER_ENTRY, SOURCE
 
 PREFIX = f"{KIND}="
 
 
-def hardware_units(name: str, inventory: Mapping[str, Any]) -> list[str] | None:
+def hardware_units(name: str, inventory: Inventory) -> list[str] | None:
     if not name.startswith(PREFIX):
         return None
     match = RENDER_ENTRY.match(name[len(PREFIX) :])
     if not match:
         return [f"cdi:{name}"]  # not a name we publish; still reserved as itself
-    return [unit_of_render_minor(int(match.group(1)), inventory.get("gpus") or [])]
+    return [unit_of_render_minor(int(match.group(1)), inventory)]
 
 
-def unit_of_render_minor(minor: int, gpus: Sequence[Mapping[str, Any]]) -> str:
-    on_node = [g for g in gpus if _attr(g, "renderMinor") == minor]
+def unit_of_render_minor(minor: int, inventory: Inventory) -> str:
+    on_node = inventory.with_attribute("renderMinor", minor)
     for gpu in on_node:
-        partition = _attr(gpu, "partition")
-        if isinstance(partition, int) and gpu.get("pciBusId"):
+        partition = gpu.int_attribute("partition")
+        if partition is not None and gpu.pci_bus_id:
             return f"pci:{_bdf(gpu)}/partition:{partition}"
     for gpu in on_node:
-        if gpu.get("source") == SOURCE and gpu.get("pciBusId"):
+        if gpu.source == SOURCE and gpu.pci_bus_id:
             # Several render nodes on one card with nobody describing them: number them in order.
             siblings = sorted(
                 m
-                for g in gpus
-                if g.get("source") == SOURCE and g.get("pciBusId") == gpu["pciBusId"]
-                for m in [_attr(g, "renderMinor")]
-                if isinstance(m, int)
+                for g in inventory.from_source(SOURCE)
+                if g.pci_bus_id == gpu.pci_bus_id
+                for m in [g.int_attribute("renderMinor")]
+                if m is not None
             )
             if len(siblings) > 1:
                 return f"pci:{_bdf(gpu)}/partition:{siblings.index(minor)}"
             return f"pci:{_bdf(gpu)}"
     for gpu in on_node:
-        if gpu.get("pciBusId"):
+        if gpu.pci_bus_id:
             return f"pci:{_bdf(gpu)}"
     # No card behind it (a platform device) or not in the inventory: the node is its own unit.
     return f"drm:renderD{minor}"
 
 
-def _attr(gpu: Mapping[str, Any], key: str) -> Any:
-    attributes = gpu.get("attributes")
-    return attributes.get(key) if isinstance(attributes, Mapping) else None
-
-
-def _bdf(gpu: Mapping[str, Any]) -> str:
-    return str(gpu["pciBusId"]).lower()
+def _bdf(gpu: Gpu) -> str:
+    return (gpu.pci_bus_id or "").lower()

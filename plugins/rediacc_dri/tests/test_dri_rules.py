@@ -9,7 +9,7 @@ import pytest
 from rediacc_dri.rules import request_rules
 from rediacc_dri.testing import add_by_path_links, add_render_node, intel_igpu
 
-from rediacc_core import ApiRequest, GateContext, Refusal
+from rediacc_core import ApiRequest, GateContext, Gpu, Inventory, Refusal
 from rediacc_core.plugins import load_plugins
 from rediacc_core.testing import FakeMachine
 
@@ -110,12 +110,17 @@ def test_an_unknown_node_under_dev_dri_is_still_refused(fake_machine: FakeMachin
 def test_other_names_for_the_same_render_node_are_mentioned(
     two_gpu_machine: FakeMachine, gate_context: Ctx
 ) -> None:
-    inventory = {
-        "gpus": [
-            {"source": "dri", "cdiNames": ["rediacc.io/dri=renderD129"], "attributes": {"renderMinor": 129}},
-            {"source": "example", "cdiNames": ["vendor.example/gpu=0"], "attributes": {"renderMinor": 129}},
-        ]
-    }
+    render = {"renderMinor": 129}
+    inventory = Inventory(
+        gpus=(
+            Gpu(
+                vendor="x", source="dri", name="", cdi_names=("rediacc.io/dri=renderD129",), attributes=render
+            ),
+            Gpu(
+                vendor="x", source="example", name="", cdi_names=("vendor.example/gpu=0",), attributes=render
+            ),
+        )
+    )
     refusal = only_refusal(
         request_rules(
             create("/dev/dri/renderD129"), gate_context(two_gpu_machine.machine, inventory=inventory)
