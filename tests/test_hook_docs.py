@@ -1,4 +1,5 @@
-"""Every hook is part of the public contract: each needs a documented example and a test."""
+"""Every hook is part of the public contract: each is documented as its hookspec says, with an example
+quoted from a real plugin (`tests/packages/example_vendor`), and each has a test."""
 
 from __future__ import annotations
 
@@ -12,9 +13,28 @@ import pytest
 from rediacc_core import hookspecs
 
 REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "hooks.md"
+EXAMPLE = REPO / "tests" / "packages" / "example_vendor"
 HOOKS = sorted(
     name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("rdc_")
 )
+FENCED = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
+
+
+def _section(hook: str) -> str:
+    found = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", DOC.read_text(encoding="utf-8"), re.S | re.M)
+    assert found, f"docs/hooks.md has no '## {hook}' section"
+    return found.group(1)
+
+
+def signature(hook: str) -> str:
+    """The hookspec's signature as the docs spell it: `rdc_x(name: Type, ...) -> Return`.
+
+    The hookspecs postpone their annotations, so these are the annotations exactly as written.
+    """
+    sig = inspect.signature(getattr(hookspecs, hook))
+    params = ", ".join(f"{p.name}: {p.annotation}" for p in sig.parameters.values())
+    return f"{hook}({params}) -> {sig.return_annotation}"
 
 
 def test_there_are_hooks() -> None:
@@ -28,10 +48,56 @@ def test_every_hook_has_a_docstring(hook: str) -> None:
 
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_hook_has_a_documented_example(hook: str) -> None:
-    doc = (REPO / "docs" / "hooks.md").read_text(encoding="utf-8")
-    section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, re.S | re.M)
-    assert section, f"docs/hooks.md has no '## {hook}' section"
-    assert "```python" in section.group(1), f"the {hook} section in docs/hooks.md needs an example"
+    examples = [code for lang, code in FENCED.findall(_section(hook)) if lang == "python"]
+    assert any(f"def {hook}(" in code for code in examples), f"the {hook} section needs an example of it"
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_documented_signature_is_the_hookspecs(hook: str) -> None:
+    # Parameter names, their types and the return type, as hookspecs.py declares them.
+    assert f"`{signature(hook)}`" in _section(hook), f"docs/hooks.md must show `{signature(hook)}`"
+
+
+def test_the_docs_document_no_hook_that_does_not_exist() -> None:
+    documented = re.findall(r"^## (rdc_\w+)$", DOC.read_text(encoding="utf-8"), re.M)
+    assert sorted(documented) == HOOKS
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_the_readme_table_shows_every_hook_as_the_hookspec_declares_it(hook: str) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8").replace("\\|", "|")  # a table escapes |
+    assert f"| `{signature(hook)}`" in readme, f"README's plugin table must show `{signature(hook)}`"
+
+
+def test_signatures_are_rendered_from_the_hookspec() -> None:
+    assert (
+        signature("rdc_hardware_units")
+        == "rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None"
+    )
+    assert signature("rdc_setup_options") == "rdc_setup_options() -> list[click.Option]"
+
+
+def _quoted_blocks() -> list[tuple[str, str]]:
+    return FENCED.findall(DOC.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("lang", "code"), _quoted_blocks(), ids=lambda v: v.splitlines()[0][:40] if "\n" in v else v
+)
+def test_every_example_is_quoted_from_the_example_plugin(lang: str, code: str) -> None:
+    """The docs show the code the tests run: a block not found verbatim in the package is stale."""
+    sources = {"python": "rediacc_example_vendor/__init__.py", "toml": "pyproject.toml"}
+    assert lang in sources, f"a ```{lang} block in docs/hooks.md has no source to be quoted from"
+    assert code in (EXAMPLE / sources[lang]).read_text(encoding="utf-8"), (
+        f"this block of docs/hooks.md is not in {EXAMPLE.name}/{sources[lang]} word for word:\n{code}"
+    )
+
+
+def test_the_example_plugin_implements_every_hook() -> None:
+    source = (EXAMPLE / "rediacc_example_vendor" / "__init__.py").read_text(encoding="utf-8")
+    assert re.findall(r"^@hookimpl\ndef (rdc_\w+)\(", source, re.M) == [
+        name for name in re.findall(r"^## (rdc_\w+)$", DOC.read_text(encoding="utf-8"), re.M)
+    ]
 
 
 def _code_names(path: Path) -> set[str]:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packages_kit import env_with, install
 
 from rediacc_core import Gpu, hookimpl
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import PluginLoadWarning, load_plugins
-
-PACKAGES = Path(__file__).parent / "packages"
 
 
 class Vendor:
@@ -58,30 +56,10 @@ def test_unknown_hook_marks_the_plugin_broken_and_keeps_the_rest(monkeypatch: py
     assert broken[0].name == "typo" and "unknown hook 'rdc_discovr'" in (broken[0].error or "")
 
 
-def _install(package: str, target: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--target",
-            str(target),
-            str(PACKAGES / package),
-        ],
-        check=True,
-        capture_output=True,
-    )
-
-
 def _rdc_plugins_json(site: Path) -> list[dict[str, object]]:
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("REDIACC_LOAD_PLUGINS", None)
     out = subprocess.run(
         [sys.executable, "-m", "rediacc_core.cli", "plugins", "-o", "json"],
-        env=env,
+        env=env_with(site),
         capture_output=True,
         text=True,
     )
@@ -92,7 +70,7 @@ def _rdc_plugins_json(site: Path) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 def test_a_third_party_plugin_installed_later_is_listed(tmp_path: Path) -> None:
-    _install("example_vendor", tmp_path / "site")
+    install("example_vendor", tmp_path / "site")
     listed = {p["name"]: p for p in _rdc_plugins_json(tmp_path / "site")}
     assert listed["example"]["distribution"] == "rediacc-example-vendor"
     assert "rdc_hardware_units" in listed["example"]["hooks"]  # type: ignore[operator]
@@ -100,7 +78,7 @@ def test_a_third_party_plugin_installed_later_is_listed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_plugin_that_fails_to_import_is_reported_not_fatal(tmp_path: Path) -> None:
-    _install("broken_vendor", tmp_path / "site")
+    install("broken_vendor", tmp_path / "site")
     listed = {p["name"]: p for p in _rdc_plugins_json(tmp_path / "site")}
     assert "libexample.so.1" in str(listed["broken"]["error"])
 
