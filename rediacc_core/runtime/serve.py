@@ -27,6 +27,7 @@ from rediacc_core.gate.server import GateServer, new_event_loop
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime.logfiles import LogKeeper
 
 
 def stderr_log(line: str) -> None:
@@ -165,7 +166,16 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def run_gate(gate: GateServer, pidfile: Path | None = None) -> None:
+def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
+    """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log."""
+    runtime = lifecycle.runtime_for(machine, repo)
+    paths = [runtime.gate_log]
+    if runtime.owns_daemon:
+        paths.append(runtime.daemon_paths.log)
+    return LogKeeper(paths, report=log)
+
+
+def run_gate(gate: GateServer, pidfile: Path | None = None, keeper: LogKeeper | None = None) -> None:
     """Serve until SIGTERM/SIGINT. The pidfile (when given) exists exactly while serving."""
     raise_open_files_limit()
     loop = new_event_loop()
@@ -184,9 +194,13 @@ def run_gate(gate: GateServer, pidfile: Path | None = None) -> None:
         stderr_log("stopping")
         await gate.close()
 
+    if keeper is not None:
+        keeper.start()
     try:
         loop.run_until_complete(main())
     finally:
+        if keeper is not None:
+            keeper.stop()
         flush_log(gate)
         if pidfile is not None and pidfile.exists():
             with contextlib.suppress(OSError, ValueError):
@@ -210,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         machine = Machine(name=args.machine, root=args.root)
         repo = RepoStore(machine).by_id(args.repo_id)
         gate = build_gate(machine, repo, args.listen, args.upstream)
-        run_gate(gate, args.pidfile)
+        run_gate(gate, args.pidfile, log_keeper(machine, repo, gate.log))
     except RdcError as exc:
         stderr_log(f"error: {exc.what}" + (f" -- {exc.todo}" if exc.todo else ""))
         return exc.exit_code
