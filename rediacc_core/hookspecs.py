@@ -95,7 +95,8 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     Called for every request whose body the gate decodes (container create, update and exec;
     volume create; plugin pull, upgrade and set; service create and update) after the repo's
     grants for `request.cdi_devices` were checked. Return `Refusal`s naming the CDI form to use
-    instead, `Rewrite`s that turn a legacy request into the CDI form, or `[]`.
+    instead, `Rewrite`s that turn a legacy request into the CDI form, or `[]`. `ctx.inventory` is the
+    machine's typed `Inventory` (None before the first setup), rebuilt only when its file changes.
 
     Decisions run on the gate's event loop: before any blocking I/O of your own, call
     `rediacc_core.gate.images.may_block()`, which moves the decision to a worker thread

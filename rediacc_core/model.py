@@ -256,7 +256,8 @@ Verdict = Refusal | Rewrite
 
 @dataclass(frozen=True)
 class GateContext:
-    """What request rules may consult. Everything here is read live for each decision."""
+    """What request rules may consult. Everything here is current for each decision (files are
+    re-read, and the inventory rebuilt, only when they changed)."""
 
     repo_name: str
     repo_ref: str  # e.g. "alpha@m1", for messages that show the grant command

@@ -1,9 +1,9 @@
 """Which hardware a `rediacc.io/amd` name reaches, for exclusive grants.
 
 `gpu<N>` reaches its card, `pci:<bdf>`, or one partition of it, `pci:<bdf>/partition:<k>`; `all`
-reaches every card. The inventory records each GPU's `pciBusId`, `attributes.partition` and
-`attributes.renderMinor`, which is how the render-node plugin finds the same unit for the same
-partition's `rediacc.io/dri` name.
+reaches every card. Each GPU this plugin recorded in the inventory carries its `pci_bus_id`,
+`attributes["partition"]` and `attributes["renderMinor"]`, which is how the render-node plugin finds
+the same unit for the same partition's `rediacc.io/dri` name.
 """
 
 from __future__ import annotations

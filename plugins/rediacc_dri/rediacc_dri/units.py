@@ -2,8 +2,9 @@
 
 The unit of a render node is its card, `pci:<bdf>`. When a card is split into partitions that each
 have their own render node, the unit is `pci:<bdf>/partition:<k>`. A plugin that knows a card's
-partitions records them in the inventory as `attributes.partition` next to `attributes.renderMinor`
-and `pciBusId`; that record wins, so every plugin naming the same partition names the same unit.
+partitions records them in the inventory as `attributes["partition"]` next to
+`attributes["renderMinor"]` and `pci_bus_id`; that record wins, so every plugin naming the same
+partition names the same unit.
 """
 
 from __future__ import annotations
