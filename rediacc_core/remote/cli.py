@@ -46,6 +46,9 @@ def add_ssh_machine(
 
 
 def forget_ssh_machine(config: Config, target: Machine) -> None:
+    closed = tunnel.close_all(config, target)  # a tunnel is a way into a repo: none outlives its machine
+    if closed:
+        note(f"Closed {closed} tunnel(s) to machine {target.name}.")
     ssh = ssh_machine(config, target)
     ssh.close_master()
     ssh.forget_keys()

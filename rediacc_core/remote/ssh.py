@@ -60,8 +60,16 @@ class SshMachine:
         return control_dir() / hashlib.sha256(key.encode()).hexdigest()[:20]
 
     def options(
-        self, *, known_hosts: Path | None = None, strict: str = "yes", master: bool = True
+        self,
+        *,
+        known_hosts: Path | None = None,
+        strict: str = "yes",
+        master: bool = True,
+        own_control: bool = False,
     ) -> list[str]:
+        """ssh's options for this machine: through the shared master connection, or without one, or
+        (`own_control`) with no Control* option at all, for a caller that names its own; ssh keeps
+        the first value it is given for an option, so such a caller's must not come after ours."""
         opts = {
             "BatchMode": "yes",
             "HostKeyAlias": self.alias,
@@ -80,7 +88,7 @@ class SshMachine:
                 "ControlPath": str(self.control_path()),
                 "ControlPersist": str(PERSIST_SECONDS),
             }
-        else:
+        elif not own_control:
             opts["ControlMaster"] = "no"
             opts["ControlPath"] = "none"
         argv: list[str] = []

@@ -19,9 +19,14 @@ from rediacc_core.remote.dispatch import Stream, run_remote, ssh_machine
 from rediacc_core.remote.ssh import CONNECT_TIMEOUT, classify, control_dir, key_unknown, stderr_file
 
 
+def _machine_prefix(machine: Machine) -> str:
+    """What every tunnel socket of `machine` starts with, so they can all be found and closed."""
+    return "gate-" + hashlib.sha256(f"{machine.name}\0{machine.remote}".encode()).hexdigest()[:12]
+
+
 def local_socket(machine: Machine, ref: str) -> Path:
-    digest = hashlib.sha256(f"{machine.name}\0{machine.remote}\0{ref}".encode()).hexdigest()[:16]
-    return control_dir() / f"gate-{digest}.sock"
+    digest = hashlib.sha256(ref.encode()).hexdigest()[:12]
+    return control_dir() / f"{_machine_prefix(machine)}-{digest}.sock"
 
 
 def _control(socket: Path) -> Path:
@@ -44,7 +49,14 @@ def remote_gate_socket(config: Config, machine: Machine, ref: str) -> str:
 
 def is_open(config: Config, machine: Machine, socket: Path) -> bool:
     ssh = ssh_machine(config, machine)
-    argv = ["ssh", *ssh.options(master=False), "-o", f"ControlPath={_control(socket)}", "-O", "check"]
+    argv = [
+        "ssh",
+        *ssh.options(master=False, own_control=True),
+        "-o",
+        f"ControlPath={_control(socket)}",
+        "-O",
+        "check",
+    ]
     proc = subprocess.run([*argv, "--", ssh.address.host], capture_output=True, timeout=10, check=False)
     return proc.returncode == 0 and socket.exists()
 
@@ -58,7 +70,7 @@ def open_tunnel(config: Config, machine: Machine, ref: str) -> Path:
     if not ssh.trusted_keys():
         raise key_unknown(ssh)
     remote = remote_gate_socket(config, machine, ref)
-    argv = ["ssh", "-f", "-N", *ssh.options(master=False)]
+    argv = ["ssh", "-f", "-N", *ssh.options(master=False, own_control=True)]
     argv += [
         "-o",
         "ControlMaster=yes",
@@ -92,11 +104,27 @@ def open_tunnel(config: Config, machine: Machine, ref: str) -> Path:
 
 
 def close_tunnel(config: Config, machine: Machine, ref: str) -> bool:
-    socket = local_socket(machine, ref)
+    return _close(config, machine, local_socket(machine, ref))
+
+
+def close_all(config: Config, machine: Machine) -> int:
+    """Close every tunnel open to `machine` (when it is removed); returns how many there were."""
+    controls = sorted(control_dir().glob(f"{_machine_prefix(machine)}-*.ctl"))
+    return sum(_close(config, machine, control.with_suffix(".sock")) for control in controls)
+
+
+def _close(config: Config, machine: Machine, socket: Path) -> bool:
     if not _control(socket).exists():
         return False
     ssh = ssh_machine(config, machine)
-    argv = ["ssh", *ssh.options(master=False), "-o", f"ControlPath={_control(socket)}", "-O", "exit"]
+    argv = [
+        "ssh",
+        *ssh.options(master=False, own_control=True),
+        "-o",
+        f"ControlPath={_control(socket)}",
+        "-O",
+        "exit",
+    ]
     subprocess.run([*argv, "--", ssh.address.host], capture_output=True, timeout=10, check=False)
     socket.unlink(missing_ok=True)
     return True

@@ -308,3 +308,36 @@ def test_machine_install_puts_this_clients_versions_in_a_venv_there_once(
     assert again.returncode == 0 and "nothing to do" in again.stderr
     listing = client.rdc("repo", "list", "fresh")
     assert listing.returncode == 0 and "No repos on fresh" in listing.stderr
+
+
+def test_removing_a_machine_closes_its_tunnels(fleet: Fleet) -> None:
+    """A tunnel is a way into a repo's gate: none outlives the machine it leads to."""
+    rdc = fleet.client.rdc
+    ok(rdc("repo", "create", "tun1@m1"))
+    ok(rdc("repo", "create", "tun2@m1"))
+    sockets = [
+        Path(ok(rdc("repo", "tunnel", ref)).strip().removeprefix("unix://")) for ref in ("tun1@m1", "tun2@m1")
+    ]
+    assert all(s.is_socket() for s in sockets) and sockets[0] != sockets[1]
+    # Each is one ssh of its own, found again rather than opened twice.
+    assert ok(rdc("repo", "tunnel", "tun1@m1")).strip() == f"unix://{sockets[0]}"
+    assert len(_holders(sockets[0])) == 1
+    removed = rdc("machine", "remove", "m1")
+    assert removed.returncode == 0, removed.stderr
+    assert "Closed 2 tunnel(s) to machine m1." in removed.stderr
+    assert not any(s.exists() or s.with_suffix(".ctl").exists() for s in sockets)
+    # Nothing still forwards: no ssh process holds either socket's control path.
+    assert not any(_holders(socket) for socket in sockets)
+
+
+def _holders(socket: Path) -> list[Path]:
+    """The processes whose command line names `socket`'s control path (its tunnel's ssh)."""
+    control = str(socket.with_suffix(".ctl")).encode()
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if control in cmdline.read_bytes():
+                found.append(cmdline.parent)
+        except OSError:  # the process ended while we looked
+            continue
+    return found
