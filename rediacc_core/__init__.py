@@ -2,11 +2,11 @@
 
 The public face for plugin authors, and all of it: `hookimpl`, the dataclasses hooks take and
 return (the machine's typed `Inventory` among them), the machine a hook works on, the error a
-failing outside tool raises, and the helpers for host paths, device nodes and atomic writes. A
-plugin imports nothing else from the core (`tests/test_architecture.py` checks it; a plugin's test
-kit may also use `rediacc_core.testing`). Names (and `hookimpl`) are made on first use, so a
-command that never needs them (one forwarded to an SSH machine) does not pay for loading pluggy
-and the CDI schema machinery.
+failing outside tool raises, the helpers for host paths, device nodes and atomic writes, and
+`may_block()` for rules that wait on I/O. A plugin imports nothing else from the core
+(`tests/test_architecture.py` checks it; a plugin's test kit may also use `rediacc_core.testing`).
+Names (and `hookimpl`) are made on first use, so a command that never needs them (one forwarded to
+an SSH machine) does not pay for loading pluggy and the CDI schema machinery.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rediacc_core.cdi.devnodes import device_node_edit, host_node, sysfs_dev_numbers
     from rediacc_core.errors import ToolError
     from rediacc_core.files import atomic_write_text
+    from rediacc_core.gate.images import may_block
     from rediacc_core.hostpaths import is_at_or_under, landing_paths
     from rediacc_core.machine import Machine
     from rediacc_core.model import (
@@ -66,6 +67,7 @@ _ELSEWHERE = {
     "atomic_write_text": "rediacc_core.files",
     "is_at_or_under": "rediacc_core.hostpaths",
     "landing_paths": "rediacc_core.hostpaths",
+    "may_block": "rediacc_core.gate.images",
     "device_node_edit": "rediacc_core.cdi.devnodes",
     "host_node": "rediacc_core.cdi.devnodes",
     "sysfs_dev_numbers": "rediacc_core.cdi.devnodes",
@@ -114,5 +116,6 @@ __all__ = [
     "host_node",
     "is_at_or_under",
     "landing_paths",
+    "may_block",
     "sysfs_dev_numbers",
 ]
