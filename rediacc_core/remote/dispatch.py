@@ -194,6 +194,15 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
             report(exc, Stream(sys.stderr))
             return exc.exit_code
         return 0
+    if target.path == ("repo", "delete") and "--yes" not in argv and sys.stdin.isatty():
+        # The machine side has no terminal to ask on: ask here, as the local command does.
+        import click
+
+        ref = next((a for a in argv if a.endswith(f"@{name}")), name)
+        if not click.confirm(f"Delete repo {ref} and its GPU grants?", err=True):
+            Stream(sys.stderr).write("Aborted!\n")
+            return 1
+        argv = [*argv, "--yes"]
     return run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
 
 

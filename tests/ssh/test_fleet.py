@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ssh_kit import Client, Fleet
+from ssh_kit import BIN, Client, Fleet
 
 from rediacc_core.errors import EXIT_OK, EXIT_REFUSED, EXIT_STATE, EXIT_TOOL
 from rediacc_core.grants import read_grants
@@ -341,3 +343,40 @@ def _holders(socket: Path) -> list[Path]:
         except OSError:  # the process ended while we looked
             continue
     return found
+
+
+def _answering(client: Client, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`rdc ARGS` with its stdin on a terminal, answering a prompt with `answer`."""
+    main, child = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [str(BIN / "rdc"), *args],
+            stdin=child,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=client.env,
+            text=True,
+        )
+        os.write(main, answer.encode() + b"\n")
+        out, err = process.communicate(timeout=120)
+    finally:
+        os.close(child)
+        os.close(main)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_repo_delete_over_ssh_asks_on_the_clients_terminal(fleet: Fleet) -> None:
+    rdc = fleet.client.rdc
+    ok(rdc("repo", "create", "asked@m1"))
+    kept = _answering(fleet.client, "n", "repo", "delete", "asked@m1")
+    assert kept.returncode == 1 and "Delete repo asked@m1 and its GPU grants?" in kept.stderr
+    assert "Aborted!" in kept.stderr
+    assert "asked" in ok(rdc("repo", "list", "m1"))
+    deleted = _answering(fleet.client, "y", "repo", "delete", "asked@m1")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "asked" not in ok(rdc("repo", "list", "m1"))
+    # Without a terminal the machine's own answer stands: it asks for --yes.
+    ok(rdc("repo", "create", "asked@m1"))
+    refused = rdc("repo", "delete", "asked@m1")
+    assert refused.returncode != 0 and "--yes" in refused.stderr
+    ok(rdc("repo", "delete", "asked@m1", "--yes"))
