@@ -32,31 +32,31 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from rediacc_core.gate.audit import NO_PEER, Audit, peer_of
+from rediacc_core.gate.framing import (
+    COMPLETE,
+    END,
+    HEAD,
+    IDLE,
+    TUNNEL,
+    Data,
+    ProtocolError,
+    RequestEvent,
+    RequestFramer,
+    ResponseFramer,
+)
 from rediacc_core.gate.http import (
-    BODY_CHUNKED,
-    BODY_LENGTH,
-    BODY_NONE,
-    BODY_UNTIL_CLOSE,
-    INTERIM,
     LAST_CHUNK,
-    MAX_HEAD,
     MAX_INSPECTED_BODY,
-    SWITCHED,
-    ChunkedDecoder,
-    FramingError,
     RequestHead,
-    chunk_frame,
+    ResponseHead,
     error_response,
-    find_head_end,
-    parse_request_head,
-    parse_response_head,
 )
 from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
 
@@ -68,8 +68,7 @@ CONNECT_TIMEOUT = 10.0
 READ_SIZE = 256 * 1024
 INLINE_DECISION_MAX = 64 * 1024  # inspected bodies up to this are decided on the event loop
 _JOIN_MAX = 64 * 1024  # head and body go out in one write up to this size
-_INSPECTS_CACHE = 4096
-_WHOLE_RESPONSE_MAX = 64 * 1024  # a read up to this size is tried as one whole response
+_ROUTES_CACHE = 4096
 
 MAX_CONNECTIONS = 4096  # client connections per gate (an idle one costs a few KiB and two descriptors)
 HEAD_TIMEOUT = 30.0  # seconds from a head's first byte to its blank line
@@ -115,12 +114,6 @@ class DeciderLike(Protocol):
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
 
 
-# Client-side states.
-_HEAD, _BODY, _WAIT, _BUSY, _TUNNEL, _CLOSED = range(6)
-# Response-side states.
-_R_IDLE, _R_HEAD, _R_LENGTH, _R_CHUNKED, _R_TUNNEL = range(5)
-
-
 class _Upstream(asyncio.BufferedProtocol):
     """The daemon side of one connection: hands everything to its `_Client`."""
 
@@ -157,36 +150,37 @@ class _Upstream(asyncio.BufferedProtocol):
 
 
 class _Client(asyncio.BufferedProtocol):
-    """One client connection and everything about the exchange in progress on it."""
+    """One client connection: asyncio glue around its two framers (`framing`).
+
+    Reads go to the framers; their events are acted on here: ask the decider, write, pause or
+    resume reading, close. What the request in progress is waiting for follows from the framers'
+    states and from `refused` / `inspect` (how its body is handled: dropped, read whole, or
+    streamed to the daemon as it comes).
+    """
 
     def __init__(self, gate: GateServer) -> None:
         self.gate = gate
         self.transport: asyncio.Transport | None = None
         self.upstream: _Upstream | None = None
+        self.unsent: list[bytes] | None = None  # request bytes held while the upstream connects
         self.lent = gate.read_buffer
-        self.buf = bytearray()
-        self.state = _HEAD
+        self.requests = RequestFramer()
+        self.responses = ResponseFramer()
+        self.closed = False
+        self.tunnel = False  # raw bytes both ways (after a 101, or a hijacked stream)
         self.paused: set[str] = set()
-        self.req: RequestHead | None = None
-        self.body_left = 0
-        self.chunks: ChunkedDecoder | None = None
-        self.inspect: bytearray | None = None
-        self.refused: DecisionLike | None = None  # a request refused from its head, body still coming
-        self.request_done = False
-        self.body_read = False  # the whole request body is in (or there is none)
+        self.req: RequestHead | None = None  # the request being served
+        self.refused: DecisionLike | None = None  # refused from its head: its body is read and dropped
+        self.inspect: bytearray | None = None  # its body, read whole for the decider
+        self.close_after = False  # the response in progress ends the connection
         self.client_eof = False
         self.upstream_eof_seen = False
+        self.framing = False  # inside `_frame`: a finished exchange lets it frame the next request
+        self.next_due = False
         self.deadline = 0.0  # monotonic time by which the head or inspected body must be in (0: none)
         self.held = 0  # bytes of unfinished request this connection counts in `gate.buffered`
         self.peer = NO_PEER  # the client process (SO_PEERCRED), read once when auditing
         self.started = 0.0  # when the head of the request being decided was read
-        # response side
-        self.rstate = _R_IDLE
-        self.rbuf = bytearray()
-        self.rleft = 0
-        self.rchunks: ChunkedDecoder | None = None
-        self.rclose = False
-        self.rsent = False  # some byte of the current response reached the client
 
     # --- asyncio.Protocol (client side) -------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -195,7 +189,7 @@ class _Client(asyncio.BufferedProtocol):
         if self.gate.audit is not None:
             self.peer = peer_of(transport)
         if len(self.gate.connections) >= self.gate.limits.max_connections:
-            self.state = _CLOSED
+            self.closed = True
             message = (
                 f"the gate of repo {self.gate.repo_ref} has {self.gate.limits.max_connections} connections "
                 "open (its limit); close idle clients or retry later"
@@ -213,50 +207,28 @@ class _Client(asyncio.BufferedProtocol):
         return self.lent
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.lent[:nbytes])
-
-    def data_received(self, data: memoryview) -> None:
-        if self.state == _TUNNEL:
-            self._to_upstream(data)
-            return
-        if self.state == _BODY and not self.buf:
-            used = self._body(data)  # the common streaming case: no copy into self.buf
-            if used < len(data):
-                self.buf += data[used:]
-                self._process()
-            elif self.inspect is not None:
-                self._account()
-            return
-        if self.state == _HEAD and not self.buf:
-            # The usual keep-alive case: one read holds exactly one whole head and nothing else.
-            # Parse it straight from the read (one copy, which is also the head cache's key).
-            chunk = bytes(data)
-            if find_head_end(chunk) == len(chunk):
-                self._start_request(chunk)
-                return
-            self.buf += chunk
-            self._process()
-            return
-        self.buf += data
-        self._process()
+        if self.tunnel:
+            self._to_upstream(self.lent[:nbytes])
+        else:
+            self._frame(self.requests.feed(self.lent[:nbytes]))
 
     def eof_received(self) -> bool:
         self.client_eof = True
-        if self.state == _TUNNEL:
+        if self.tunnel:
             up = self.upstream
             if up is not None and up.transport is not None and up.transport.can_write_eof():
                 up.transport.write_eof()  # stdin ended: the container sees EOF, output keeps flowing
             if self.upstream_eof_seen:
                 self.close()
             return True
-        if self.state in (_WAIT, _BUSY) and self.body_read:
+        if self.requests.state is COMPLETE:
             return True  # answer what was asked, then close
         self.close()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.gate.connections.discard(self)
-        self.state = _CLOSED
+        self.closed = True
         self._release()
         self._close_upstream()
 
@@ -272,7 +244,7 @@ class _Client(asyncio.BufferedProtocol):
 
     # --- helpers --------------------------------------------------------------------------------
     def pause_reading(self, reason: str) -> None:
-        if not self.paused and self.transport is not None and self.state != _CLOSED:
+        if not self.paused and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self.paused.add(reason)
 
@@ -280,24 +252,36 @@ class _Client(asyncio.BufferedProtocol):
         if reason not in self.paused:
             return
         self.paused.discard(reason)
-        if not self.paused and self.transport is not None and self.state != _CLOSED:
+        if not self.paused and self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
-        if self.transport is not None and self.state != _CLOSED:
+        if self.transport is not None and not self.closed:
             self.transport.write(data)
-            self.gate.after_write(self.transport, data)
+            if type(data) is memoryview:
+                self.gate.after_write(self.transport, data)
 
     def _to_upstream(self, data: bytes | bytearray | memoryview) -> None:
+        """Pass bytes to the daemon; held (copied) while a connection to it is being made."""
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.write(data)
-            self.gate.after_write(up.transport, data)
+            if type(data) is memoryview:
+                self.gate.after_write(up.transport, data)
+        elif self.unsent is not None:
+            self.unsent.append(bytes(data))
+
+    def _connect_soon(self) -> None:
+        """Open the upstream connection; requests written meanwhile are held and read no further."""
+        if self.unsent is None:
+            self.unsent = []
+            self.pause_reading("connect")
+            self.gate.spawn(self._connect_then_send())
 
     def close(self) -> None:
         """Flush what is queued to the client, then close both sides."""
-        if self.state != _CLOSED:
-            self.state = _CLOSED
+        if not self.closed:
+            self.closed = True
             if self.transport is not None:
                 self.transport.close()
         self._release()
@@ -305,9 +289,13 @@ class _Client(asyncio.BufferedProtocol):
 
     def _account(self) -> None:
         """Bring this connection's share of `gate.buffered` up to date; 503 when it grew past the limit."""
-        if self.state == _CLOSED:
+        if self.closed:
             return
-        held = len(self.buf) + (len(self.inspect) if self.inspect is not None else 0)
+        held = len(self.requests.held)
+        if self.inspect is not None:
+            held += len(self.inspect)
+        if self.unsent:
+            held += sum(len(part) for part in self.unsent)
         grew = held - self.held
         gate = self.gate
         if grew > 0 and gate.buffered + grew > gate.limits.max_buffered:
@@ -334,7 +322,7 @@ class _Client(asyncio.BufferedProtocol):
     def expired(self, now: float) -> None:
         """Called by the gate's sweep once `deadline` has passed: drop the unfinished request."""
         what, limit = ("head", self.gate.limits.head_timeout)
-        if self.state != _HEAD:
+        if self.requests.state is not HEAD:
             what, limit = ("body", self.gate.limits.body_timeout)
         self._fail(
             408,
@@ -362,172 +350,116 @@ class _Client(asyncio.BufferedProtocol):
         head_only = self.req is not None and self.req.method == "HEAD"
         self.gate.log(f"refused {status}: {message}")
         self._audit_refusal(status, message, rule)
-        if not (self.rsent and self.rstate != _R_IDLE):  # never inside a response already under way
+        if not self.responses.under_way:  # never inside a response already under way
             self._write(error_response(status, message, head_only=head_only, close=True))
         self.close()
 
     # --- the request side -----------------------------------------------------------------------
-    def _process(self) -> None:
-        while self.state == _HEAD and self.buf:
-            end = find_head_end(self.buf)
-            if end < 0:
-                if len(self.buf) > MAX_HEAD:
-                    self._fail(400, f"request head larger than {MAX_HEAD} bytes", "limit")
-                elif not self.deadline:
-                    self.deadline = time.monotonic() + self.gate.limits.head_timeout
-                break
-            head = bytes(self.buf[:end])
-            del self.buf[:end]
-            self._start_request(head)
-            if self.state == _BODY and self.buf:
-                data = bytes(self.buf)
-                self.buf.clear()
-                used = self._body(data)
-                if used < len(data):
-                    self.buf[:0] = memoryview(data)[used:]
-        if self.state in (_WAIT, _BUSY) and len(self.buf) > _PIPELINE_LIMIT:
+    def _frame(self, events: Sequence[RequestEvent]) -> None:
+        """Act on the request framer's events; then on the next request's, as each exchange ends."""
+        self.framing = True
+        try:
+            while True:
+                for event in events:
+                    if self.closed:
+                        return
+                    if type(event) is RequestHead:
+                        self._start_request(event)
+                    elif event is END:
+                        self._request_complete()
+                    elif type(event) is memoryview or type(event) is bytes:
+                        self._body_data(event)
+                    elif type(event) is ProtocolError:
+                        self._fail(event.status, event.message, event.rule)
+                if not self.next_due or self.closed:
+                    break
+                self.next_due = False
+                events = self.requests.next_request()
+        finally:
+            self.framing = False
+        if self.closed:
+            return
+        requests = self.requests
+        pending = requests.held
+        if requests.state is HEAD:
+            if pending and not self.deadline:
+                self.deadline = time.monotonic() + self.gate.limits.head_timeout
+        elif requests.state is COMPLETE and len(pending) > _PIPELINE_LIMIT:
             self.pause_reading("pipeline")
-        if self.held or self.buf or self.inspect is not None:
+        if pending or self.held or self.inspect is not None or self.unsent:
             self._account()
 
-    def _start_request(self, head: bytes) -> None:
-        try:
-            req = parse_request_head(head)
-        except FramingError as exc:
-            self.req = None
-            self._fail(exc.status, str(exc))
-            return
+    def _start_request(self, req: RequestHead) -> None:
         self.req = req
         self.deadline = 0.0
         self.gate.requests += 1
-        self.request_done = False
-        self.body_read = not req.has_body
-        self.chunks = ChunkedDecoder(strict=True) if req.chunked else None
-        self.body_left = req.content_length or 0
         try:
-            refused = self.gate.head_refusal(req.method, req.target)
-            inspected = refused is None and self.gate.inspects(req.method, req.target)
+            refused, inspected = self.gate.route(req.method, req.target)
         except Exception as exc:
             self._fail(_status_of(exc), _message_of(exc), "gate")
             return
         if refused is not None:
-            self._refuse_head(req, refused)
+            # Answered once its body (read, never kept) has ended: clients write the whole body
+            # before they read the answer (the docker CLI sending a build context does), and
+            # answering early would show them a broken pipe, not the reason.
+            self.refused = refused
+            self.inspect = None
             return
         if inspected:
             self.inspect = bytearray()
-            if req.expect_continue and req.has_body:
-                self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self.state = _BODY
             self.started = time.monotonic()
-            if not req.has_body:
-                self._body_complete()
-            else:
+            if req.has_body:
+                if req.expect_continue:
+                    self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 self.deadline = self.started + self.gate.limits.body_timeout
             return
         self.inspect = None
+        self.responses.request_sent(req.method)
         if self.upstream is None:
-            self.state = _BUSY
-            self.pause_reading("connect")
-            self.gate.spawn(self._connect_then(self._forward_head))
-            return
-        self._forward_head()
-
-    def _refuse_head(self, req: RequestHead, decision: DecisionLike) -> None:
-        """Answer a request refused from its head alone, once its body (read, never kept) has ended.
-
-        Clients write the whole body before they read the answer (the docker CLI sending a build
-        context does): answering and closing early would show them a broken pipe, not the reason.
-        """
-        self.inspect = None
-        if req.has_body:
-            self.refused = decision
-            self.state = _BODY
-            return
-        self.state = _BUSY
-        self._apply(req, b"", decision)
-
-    def _forward_head(self) -> None:
-        req = self.req
-        assert req is not None
-        self._begin_response()
+            self._connect_soon()
         self._to_upstream(req.passthrough)
-        self.state = _BODY
-        if not req.has_body:
-            self._body_complete()
-        elif self.buf:
-            data = bytes(self.buf)
-            self.buf.clear()
-            used = self._body(data)
-            if used < len(data):
-                self.buf[:0] = memoryview(data)[used:]
 
-    def _body(self, data: bytes | memoryview) -> int:
-        """Consume body bytes from `data`; returns how many belonged to the body."""
-        if self.chunks is not None:
-            try:
-                pieces, used = self.chunks.feed(data)
-            except FramingError as exc:
-                self._fail(exc.status, str(exc))
-                return len(data)
-            done = self.chunks.done
-        else:
-            used = min(self.body_left, len(data))
-            pieces = [memoryview(data)[:used]] if used < len(data) else [memoryview(data)]
-            self.body_left -= used
-            done = not self.body_left
+    def _body_data(self, data: Data) -> None:
         if self.refused is not None:
-            pass  # the body of a refused request: read and dropped
-        elif self.inspect is not None:
-            for piece in pieces:
-                self.inspect += piece
-            if len(self.inspect) > MAX_INSPECTED_BODY:
+            return  # the body of a refused request: read and dropped
+        inspect = self.inspect
+        if inspect is not None:
+            inspect += data
+            if len(inspect) > MAX_INSPECTED_BODY:
                 self._fail(
                     400,
                     rule="limit",
                     message=f"request body larger than {MAX_INSPECTED_BODY // (1024 * 1024)} MiB: "
                     "the gate reads container and volume requests whole and refuses bigger ones",
                 )
-                return len(data)
-        elif self.chunks is not None:
-            frame = chunk_frame(pieces)
-            if frame:
-                self._writelines_upstream(frame)
-            if done:
-                self._to_upstream(LAST_CHUNK)
-        elif used:
-            self._to_upstream(pieces[0])
-        if done:
-            self._body_complete()
-        return used
+            return
+        req = self.req
+        assert req is not None
+        if req.chunked:  # re-framed by the gate: the daemon reads exactly the chunks the gate parsed
+            self._to_upstream(b"".join((b"%x\r\n" % len(data), data, b"\r\n")))
+        else:
+            self._to_upstream(data)
 
-    def _writelines_upstream(self, parts: list[bytes | memoryview]) -> None:
-        up = self.upstream
-        if up is not None and up.transport is not None:
-            up.transport.write(b"".join(parts))
-
-    def _body_complete(self) -> None:
-        self.body_read = True
+    def _request_complete(self) -> None:
+        req = self.req
+        assert req is not None
         if self.refused is not None:
             decision, self.refused = self.refused, None
-            assert self.req is not None
-            self.state = _BUSY
-            self._apply(self.req, b"", decision)
+            self._apply(req, b"", decision)
             return
         if self.inspect is not None:
-            req, body = self.req, bytes(self.inspect)
-            assert req is not None
+            body = bytes(self.inspect)
             self.inspect = None
             self.deadline = 0.0
             self._account()
-            self.state = _BUSY
             self.pause_reading("decide")
             self._decide(req, body)
             return
-        self.request_done = True
-        if self.rstate == _R_IDLE:  # the response already finished (an early answer)
+        if req.chunked:
+            self._to_upstream(LAST_CHUNK)
+        if self.responses.state is IDLE:  # the response already finished (an early answer)
             self._exchange_done()
-        else:
-            self.state = _WAIT
+        # else the response is on its way; its end finishes the exchange
 
     def _decide(self, req: RequestHead, body: bytes) -> None:
         """Decide on the loop when that cannot stall it, else in a worker thread.
@@ -582,7 +514,7 @@ class _Client(asyncio.BufferedProtocol):
             self.gate.log(line)
         if self.gate.audit is not None:
             self._audit_decision(req, decision)
-        if self.state == _CLOSED:
+        if self.closed:
             return
         if not decision.forward:
             if not decision.log:
@@ -593,36 +525,32 @@ class _Client(asyncio.BufferedProtocol):
             if closing:
                 self.close()
                 return
-            self.request_done = True
             self.resume_reading("decide")
             self._exchange_done()
             return
-        forwarded = body if decision.body is None else decision.body
-        if self.upstream is None:
-            self.gate.spawn(self._connect_then(lambda: self._send_decided(req, forwarded)))
-            return
-        self._send_decided(req, forwarded)
+        self._send_decided(req, body if decision.body is None else decision.body)
 
     def _send_decided(self, req: RequestHead, forwarded: bytes) -> None:
         """Forward a decided request: the head with the gate's Content-Length, then the canonical body."""
-        self._begin_response()
+        self.responses.request_sent(req.method)
+        if self.upstream is None:
+            self._connect_soon()
         framed = req.has_body or bool(forwarded)
         head = req.encode(content_length=len(forwarded) if framed else None, chunked=False)
         self._to_upstream(head + forwarded if len(forwarded) <= _JOIN_MAX else head)
         if len(forwarded) > _JOIN_MAX:
             self._to_upstream(forwarded)
-        self.request_done = True
-        self.state = _WAIT
         self.resume_reading("decide")
 
-    async def _connect_then(self, then: Callable[[], None]) -> None:
-        if await self._connect():
-            self.resume_reading("connect")
-            then()
-            if self.client_eof and not self.body_read:
-                self.close()  # the client went away before sending the body
-                return
-            self._process()
+    async def _connect_then_send(self) -> None:
+        if not await self._connect():
+            return
+        unsent, self.unsent = self.unsent or [], None
+        for data in unsent:
+            self._to_upstream(data)
+        self.resume_reading("connect")
+        if self.held:
+            self._account()
 
     async def _connect(self) -> bool:
         loop = asyncio.get_running_loop()
@@ -640,7 +568,7 @@ class _Client(asyncio.BufferedProtocol):
                 f"start it with: rdc repo up {self.gate.repo_ref}",
             )
             return False
-        if self.state == _CLOSED:
+        if self.closed:
             if protocol.transport is not None:
                 protocol.transport.close()
             return False
@@ -648,155 +576,61 @@ class _Client(asyncio.BufferedProtocol):
         self.upstream_eof_seen = False
         return True
 
-    # --- the response side ----------------------------------------------------------------------
-    def _begin_response(self) -> None:
-        self.rstate = _R_HEAD
-        self.rbuf.clear()
-        self.rsent = False
-        self.rclose = False
-
-    def upstream_data(self, data: memoryview) -> None:
-        if self.rstate == _R_TUNNEL:
-            self._write(data)
-            return
-        if self.rstate == _R_HEAD:
-            if not self.rbuf and len(data) <= _WHOLE_RESPONSE_MAX:
-                chunk = bytes(data)
-                if self._whole_response(chunk):
-                    return
-                self.rbuf += chunk
-            else:
-                self.rbuf += data
-            self._response_heads()
-            return
-        self._response_body(data)
-
-    def _whole_response(self, chunk: bytes) -> bool:
-        """Relay the usual keep-alive answer, one read holding a head and exactly its body, as read.
-
-        False (nothing done) for everything else, which `_response_heads` then handles.
-        """
-        end = find_head_end(chunk)
-        if end < 0:
-            return False
-        req = self.req
-        try:
-            resp = parse_response_head(chunk[:end], req.method if req is not None else "GET")
-        except ValueError:
-            return False
-        body = len(chunk) - end
-        whole = (resp.body == BODY_LENGTH and resp.length == body) or (resp.body == BODY_NONE and not body)
-        if not whole:
-            return False
-        self.rsent = True
-        self.rclose = not resp.keep_alive or (req is not None and not req.keep_alive)
-        self._write(chunk)
-        self._response_complete()
-        return True
-
-    def _response_heads(self) -> None:
-        req = self.req
-        method = req.method if req is not None else "GET"
-        while self.rstate == _R_HEAD:
-            end = find_head_end(self.rbuf)
-            if end < 0:
-                if len(self.rbuf) > MAX_HEAD:
-                    self._fail(502, "the daemon sent a response head that is too large", "upstream")
-                return
-            head = bytes(self.rbuf[:end])
-            rest = bytes(self.rbuf[end:])
-            self.rbuf.clear()
-            try:
-                resp = parse_response_head(head, method)
-            except ValueError as exc:
-                self._fail(502, str(exc), "upstream")
-                return
-            self.rsent = True
-            if resp.body == INTERIM:
-                self._write(head)
-                self.rbuf += rest
-                continue
-            if resp.body == SWITCHED:
-                self._tunnel(head + rest)
-                return
-            self.rclose = not resp.keep_alive or (req is not None and not req.keep_alive)
-            if resp.body == BODY_NONE:
-                self._write(head)
-                self._response_complete()
-            elif resp.body == BODY_LENGTH:
-                self.rstate = _R_LENGTH
-                self.rleft = resp.length
-            elif resp.body == BODY_CHUNKED:
-                self.rstate = _R_CHUNKED
-                self.rchunks = ChunkedDecoder(strict=False)
-            elif resp.body == BODY_UNTIL_CLOSE:
-                # A hijacked stream without an upgrade (old clients): raw bytes both ways from here.
-                self._tunnel(head + rest)
-                return
-            if resp.body != BODY_NONE:
-                self._response_body(rest, head)  # head and body in one write: one syscall
-            elif rest:
-                self._response_body(rest)
-            return
-
-    def _response_body(self, data: bytes | memoryview, head: bytes = b"") -> None:
-        if self.rstate == _R_LENGTH:
-            if len(data) <= self.rleft:
-                self._write(head + data if head else data)
-                self.rleft -= len(data)
-            else:
-                self._write(head + data[: self.rleft])
-                self.rleft = 0
-                self.gate.log("the daemon sent bytes after a complete response; closing the connection")
-                self.rclose = True
-            if not self.rleft:
-                self._response_complete()
-        elif self.rstate == _R_CHUNKED:
-            assert self.rchunks is not None
-            try:
-                _, used = self.rchunks.feed(data)
-            except FramingError as exc:
-                self.gate.log(f"bad chunked response from the daemon: {exc}")
-                self.close()
-                return
-            part = data if used == len(data) else data[:used]
-            self._write(head + part if head else part)
-            if self.rchunks.done:
-                if used < len(data):
-                    self.rclose = True
-                self._response_complete()
-        elif self.rstate == _R_IDLE:
-            self.gate.log("the daemon sent bytes with no request outstanding; closing the connection")
-            self.close()
-
-    def _response_complete(self) -> None:
-        self.rstate = _R_IDLE
-        self.rchunks = None
-        if self.rclose or self.client_eof:
-            self.close()
-            return
-        if self.request_done:
-            self._exchange_done()
-        # else: the daemon answered before the body was all sent; the rest still streams, and
-        # _body_complete finishes the exchange.
-
     def _exchange_done(self) -> None:
         self.req = None
-        self.state = _HEAD
         if self.client_eof:
             self.close()
             return
-        self.resume_reading("pipeline")
-        self._process()
+        if self.paused:
+            self.resume_reading("pipeline")
+        if self.framing:
+            self.next_due = True  # `_frame` goes on with the next request: a loop, not recursion
+            return
+        events = self.requests.next_request()
+        if events or self.requests.held or self.held:
+            self._frame(events)
 
-    def _tunnel(self, rest: bytes | memoryview) -> None:
-        self.rstate = _R_TUNNEL
-        self.state = _TUNNEL
+    # --- the response side ----------------------------------------------------------------------
+    def upstream_data(self, data: memoryview) -> None:
+        if self.tunnel:
+            self._write(data)
+            return
+        for event in self.responses.feed(data):
+            if self.closed:
+                return
+            if type(event) is bytes or type(event) is memoryview:
+                self._write(event)
+            elif event is END:
+                self._response_complete()
+            elif type(event) is ResponseHead:
+                req = self.req
+                self.close_after = not event.keep_alive or (req is not None and not req.keep_alive)
+            elif event is TUNNEL:
+                self._tunnel()
+            elif type(event) is ProtocolError:
+                self._response_failed(event)
+
+    def _response_failed(self, error: ProtocolError) -> None:
+        if error.status:
+            self._fail(error.status, error.message, error.rule)
+        else:  # part of the response is out: the client must see it cut, not a truncated success
+            self.gate.log(error.message)
+            self.close()
+
+    def _response_complete(self) -> None:
+        if self.close_after or self.client_eof:
+            self.close()
+            return
+        if self.requests.state is COMPLETE:
+            self._exchange_done()
+        # else: the daemon answered before the body was all sent; the rest still streams, and
+        # the request's end finishes the exchange.
+
+    def _tunnel(self) -> None:
+        self.tunnel = True
+        rest = self.requests.switch_to_tunnel()
         if rest:
-            self._write(rest)
-        if self.buf:
-            self._to_upstream(bytes(self.buf))
-            self.buf.clear()
+            self._to_upstream(rest)
         if self.client_eof:
             up = self.upstream
             if up is not None and up.transport is not None and up.transport.can_write_eof():
@@ -805,28 +639,31 @@ class _Client(asyncio.BufferedProtocol):
 
     def upstream_eof(self) -> bool:
         self.upstream_eof_seen = True
-        if self.rstate == _R_TUNNEL:
-            if self.transport is not None and self.state != _CLOSED and self.transport.can_write_eof():
+        if self.tunnel:
+            if self.transport is not None and not self.closed and self.transport.can_write_eof():
                 self.transport.write_eof()
             if self.client_eof:
                 self.close()
             return True
-        if self.rstate == _R_IDLE:
+        if self.closed:
+            return False
+        failure = self.responses.eof("closed")
+        if failure is None:
             self._close_upstream()  # an idle keep-alive connection the daemon let go; reopen on demand
-        elif not self.rsent:
-            self._fail(502, "the repo's Docker daemon closed the connection without answering", "upstream")
         else:
-            self.close()  # cut mid-response: the client must see it, not a truncated success
+            self._response_failed(failure)
         return False
 
     def upstream_lost(self, protocol: _Upstream) -> None:
         if self.upstream is not protocol:
             return
         self.upstream = None
-        if self.rstate == _R_HEAD and not self.rsent:
-            self._fail(502, "the repo's Docker daemon dropped the connection without answering", "upstream")
-        elif self.rstate != _R_IDLE:
+        if self.tunnel:
             self.close()
+        elif not self.closed:
+            failure = self.responses.eof("dropped")
+            if failure is not None:
+                self._response_failed(failure)
 
 
 def _status_of(exc: BaseException) -> int:
@@ -876,8 +713,7 @@ class GateServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         # Decisions that must wait for something (an image lookup) run here, never on the loop.
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gate-decide")
-        self._inspects: dict[tuple[str, str], bool] = {}
-        self._heads: dict[tuple[str, str], DecisionLike | None] = {}
+        self._routes: dict[tuple[str, str], tuple[DecisionLike | None, bool]] = {}
         self._server: asyncio.AbstractServer | None = None
 
     def after_write(self, transport: asyncio.Transport, data: bytes | bytearray | memoryview) -> None:
@@ -891,28 +727,19 @@ class GateServer:
         if isinstance(data, memoryview) and transport.get_write_buffer_size():
             self.read_buffer = memoryview(bytearray(READ_SIZE))
 
-    def inspects(self, method: str, target: str) -> bool:
-        """The decider's `inspects`, remembered: it depends on nothing but its arguments, and the
+    def route(self, method: str, target: str) -> tuple[DecisionLike | None, bool]:
+        """The decider's answers from a request's head alone, remembered: `head` (a refusal, or
+        None) and, unless refused, `inspects`. Both depend on nothing but their arguments, and the
         same few (method, target) pairs make up most of the traffic."""
         key = (method, target)
-        known = self._inspects.get(key)
+        known = self._routes.get(key)
         if known is None:
-            known = self.decider.inspects(method, target)
-            if len(self._inspects) >= _INSPECTS_CACHE:
-                self._inspects.clear()
-            self._inspects[key] = known
+            refused = self.decider.head(method, target)
+            known = (refused, refused is None and self.decider.inspects(method, target))
+            if len(self._routes) >= _ROUTES_CACHE:
+                self._routes.clear()
+            self._routes[key] = known
         return known
-
-    def head_refusal(self, method: str, target: str) -> DecisionLike | None:
-        """The decider's `head`, remembered like `inspects` (it too depends only on its arguments)."""
-        key = (method, target)
-        if key in self._heads:
-            return self._heads[key]
-        found = self.decider.head(method, target)
-        if len(self._heads) >= _INSPECTS_CACHE:
-            self._heads.clear()
-        self._heads[key] = found
-        return found
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
