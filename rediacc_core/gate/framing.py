@@ -209,10 +209,7 @@ class RequestFramer:
             return self._frame_held()
         if state is LENGTH_BODY or state is CHUNKED_BODY:
             events: list[RequestEvent] = []
-            if self.held:  # never in practice: bodies are consumed as they come
-                self.held += data
-                return self._frame_held()
-            used = self._body(data, events)
+            used = self._body(data, events)  # nothing is held here: bodies are consumed as they come
             if used < len(data):
                 self.held += memoryview(data)[used:]
             return events

@@ -261,7 +261,12 @@ def parse_response_head(head: bytes, request_method: str) -> ResponseHead:
     the daemon's heads for one endpoint differ only in their `Date:` line, which frames nothing:
     so the result is remembered by the head's exact bytes without that line.
     """
-    key = _without_date(head)
+    key = head  # without its first `Date:` line (as Go's server writes it), if it has one
+    start = head.find(b"\r\nDate: ")
+    if start >= 0:
+        end = head.find(b"\r\n", start + 2)
+        if end >= 0:
+            key = head[:start] + head[end:]
     known = _RESPONSE_CACHE.get((key, request_method))
     if known is not None:
         return known
@@ -271,15 +276,6 @@ def parse_response_head(head: bytes, request_method: str) -> ResponseHead:
             del _RESPONSE_CACHE[next(iter(_RESPONSE_CACHE))]  # the oldest entry
         _RESPONSE_CACHE[(key, request_method)] = resp
     return resp
-
-
-def _without_date(head: bytes) -> bytes:
-    """`head` without its first `Date:` line (as Go's server writes it), if it has one."""
-    start = head.find(b"\r\nDate: ")
-    if start < 0:
-        return head
-    end = head.find(b"\r\n", start + 2)
-    return head if end < 0 else head[:start] + head[end:]
 
 
 def _parse_response_head(head: bytes, request_method: str) -> ResponseHead:

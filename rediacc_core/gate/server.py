@@ -56,6 +56,7 @@ from rediacc_core.gate.http import (
     MAX_INSPECTED_BODY,
     RequestHead,
     ResponseHead,
+    chunk_frame,
     error_response,
 )
 from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
@@ -436,7 +437,7 @@ class _Client(asyncio.BufferedProtocol):
         req = self.req
         assert req is not None
         if req.chunked:  # re-framed by the gate: the daemon reads exactly the chunks the gate parsed
-            self._to_upstream(b"".join((b"%x\r\n" % len(data), data, b"\r\n")))
+            self._to_upstream(b"".join(chunk_frame([memoryview(data)])))
         else:
             self._to_upstream(data)
 
@@ -595,9 +596,9 @@ class _Client(asyncio.BufferedProtocol):
         if self.tunnel:
             self._write(data)
             return
+        # Only the last event of a read can close the connection (an end, or an error), so unlike
+        # `_frame` this loop need not look for a close between events.
         for event in self.responses.feed(data):
-            if self.closed:
-                return
             if type(event) is bytes or type(event) is memoryview:
                 self._write(event)
             elif event is END:

@@ -553,7 +553,7 @@ def test_a_refusal_on_a_closing_connection_closes_it(serve: Callable[..., Setup]
     assert received.startswith(b"HTTP/1.1 403 ") and b"Connection: close" in received
 
 
-def test_a_client_gone_before_its_decision_ends_is_neither_answered_nor_forwarded(
+def test_a_client_gone_before_its_decision_ends_has_nothing_forwarded(
     serve: Callable[..., Setup],
 ) -> None:
     decider = FailingDecider()

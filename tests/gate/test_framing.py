@@ -600,3 +600,7 @@ def test_a_response_under_way_cannot_be_answered_with_an_error() -> None:
 
 def test_whole_response_limit_is_the_read_size_tried_at_once() -> None:
     assert 16 * 1024 <= WHOLE_RESPONSE_MAX <= 256 * 1024
+
+
+def test_the_marker_events_read_well_in_test_output() -> None:
+    assert (repr(END), repr(TUNNEL)) == ("END", "TUNNEL")
