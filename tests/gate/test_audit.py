@@ -233,3 +233,85 @@ def test_refusals_by_the_gate_limits_are_recorded(short_dir: Path, new_loop: Loo
         assert read_response(second)[0] == 503
     (entry,) = entries(path)
     assert (entry["status"], entry["rules"]) == (503, ["limit"])
+
+
+# --- where the audit trail cannot be written or read as usual ------------------------------------
+class _Transport:
+    def __init__(self, sock: object) -> None:
+        self.sock = sock
+
+    def get_extra_info(self, name: str) -> object:
+        return self.sock if name == "socket" else None
+
+
+def test_the_peer_is_the_process_at_the_other_end_of_the_unix_socket() -> None:
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        assert audit.peer_of(_Transport(ours)) == Peer(os.getpid(), os.getuid(), os.getgid())
+    finally:
+        ours.close()
+        theirs.close()
+    assert audit.peer_of(_Transport(None)) == audit.NO_PEER  # no socket to ask: not a failure
+
+
+def test_an_audit_file_that_cannot_be_written_is_retried_with_the_next_batch(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the audit directory should be")
+    log = Audit(blocker / "audit.log", "id-1", "alpha")
+    log.record(PEER, "GET", "/_ping", status=200)  # written at once outside a loop: fails quietly
+    log.flush()  # nothing pending: nothing to do
+    blocker.unlink()
+    blocker.mkdir()
+    log.record(PEER, "GET", "/version", status=200)
+    log.close()
+    assert [e["path"] for e in entries(blocker / "audit.log")] == ["/version"]
+
+
+def test_metrics_that_cannot_be_written_do_not_stop_the_gate(tmp_path: Path) -> None:
+    blocker = tmp_path / "metrics"
+    blocker.write_text("not a directory")
+    log = Audit(tmp_path / "audit.log", "id-1", "alpha", blocker / "gate.prom")
+    log.write_metrics(1, 1, 0)
+    assert not (blocker / "gate.prom").exists()
+
+
+def test_an_entry_without_a_readable_time_sorts_first() -> None:
+    assert audit.entry_time({}) == 0.0
+    assert audit.entry_time({"time": "yesterday"}) == 0.0
+
+
+def test_following_reads_the_rotated_files_then_waits_for_the_log_and_follows_it_across_a_rotation(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.log"
+    (tmp_path / "audit.log.1").write_text(json.dumps({"time": "2026-01-01T00:00:00+00:00", "n": 0}) + "\n")
+    seen: list[object] = []
+    stop = threading.Event()
+
+    def follow() -> None:
+        for entry in audit.follow_entries(path, poll=0.01, stop=stop.is_set):
+            seen.append(entry["n"])
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while seen != [0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.05)  # the log does not exist yet: the reader waits for it
+        path.write_text(json.dumps({"time": "2026-01-01T00:00:01+00:00", "n": 1}) + "\n")
+        while seen != [0, 1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        path.unlink()  # rotated away; a new file follows
+        time.sleep(0.05)
+        path.write_text(json.dumps({"time": "2026-01-01T00:00:02+00:00", "n": 2}) + "\n")
+        while seen != [0, 1, 2]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        reader.join(10)

@@ -231,3 +231,30 @@ def test_response_heads_that_differ_only_in_their_date_frame_alike() -> None:
     )
     chunked = head("HTTP/1.1 200 OK", "Date: x", "Content-Length-Extra: 1", "transfer-encoding: chunked")
     assert parse_response_head(chunked, "GET").body == BODY_CHUNKED
+
+
+def test_a_head_without_its_blank_line_is_refused() -> None:
+    with pytest.raises(FramingError, match="incomplete head"):
+        parse_request_head(b"GET /x HTTP/1.1\r\nHost: docker\r\n")
+
+
+def test_a_chunk_framing_line_that_never_ends_is_refused() -> None:
+    decoder = ChunkedDecoder(strict=False)
+    with pytest.raises(FramingError, match="line too long"):
+        for _ in range(100):
+            decoder.feed(b"f" * 100)
+
+
+def test_a_daemon_content_length_that_is_not_a_number_is_an_error() -> None:
+    with pytest.raises(ValueError, match="Content-Length"):
+        parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", "GET")
+
+
+def test_the_parsed_head_caches_stay_bounded() -> None:
+    from rediacc_core.gate import http
+
+    for n in range(http.HEAD_CACHE_SIZE + 10):
+        parse_request_head(head(f"GET /containers/{n}/json HTTP/1.1", "Host: docker"))
+        parse_response_head(head("HTTP/1.1 200 OK", f"X-Id: {n}", "Content-Length: 0"), "GET")
+    assert len(http._HEAD_CACHE) <= http.HEAD_CACHE_SIZE
+    assert len(http._RESPONSE_CACHE) <= http._RESPONSE_CACHE_SIZE

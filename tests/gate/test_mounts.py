@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rules_kit import files, rule_context
 
-from rediacc_core.gate import rules
+from rediacc_core.gate import mounts, rules
 from rediacc_core.gate.pins import Pins, open_no_symlinks, release_all
 from rediacc_core.testing.fakemachine import FakeMachine
 
@@ -109,6 +109,25 @@ class TestBindSources:
     def test_mount_kinds(self, fake_machine: FakeMachine, mount: dict[str, Any], rule: str) -> None:
         assert create(fake_machine, {"Mounts": [mount]})[0] == [rule]
 
+    def test_a_bind_mount_source_must_be_an_absolute_path(self, fake_machine: FakeMachine) -> None:
+        mount = {"Type": "bind", "Source": "relative/dir", "Target": "/x"}
+        assert create(fake_machine, {"Mounts": [mount]})[0] == ["bind-root"]
+
+    def test_a_source_is_admitted_again_as_read_only_as_its_root_says(
+        self, fake_machine: FakeMachine
+    ) -> None:
+        data = str(fake_machine.mkdir("/data/sets"))
+        policy = rule_context(fake_machine, roots=((data, True),)).binds
+        assert mounts.admits(policy, files(fake_machine)) is False
+        assert mounts.admits(policy, data) is True
+        assert mounts.admits(policy, "/etc") is None
+
+    def test_a_bind_with_too_many_parts_is_refused(self, fake_machine: FakeMachine) -> None:
+        assert create(fake_machine, {"Binds": [f"{files(fake_machine)}:/x:ro:extra"]})[0] == ["bind-root"]
+
+    def test_mounts_that_are_not_objects_are_left_to_the_daemon(self, fake_machine: FakeMachine) -> None:
+        assert create(fake_machine, {"Mounts": ["/src:/dst"]})[0] == []
+
 
 class TestVolumes:
     @pytest.mark.parametrize(
@@ -135,6 +154,20 @@ class TestVolumes:
         assert [f.refusal.rule for f in rules.check("volume-create", body, rule_context(fake_machine))] == [
             rule
         ]
+
+    def test_a_bind_volume_with_options_beyond_binding_is_refused(self, fake_machine: FakeMachine) -> None:
+        opts = {"type": "none", "o": "bind,exec", "device": "/x"}
+        body = {"Name": "v", "Driver": "local", "DriverOpts": opts}
+        assert [f.refusal.rule for f in rules.check("volume-create", body, rule_context(fake_machine))] == [
+            "volume-type"
+        ]
+
+    def test_a_bind_volume_of_a_read_only_root_is_made_read_only(self, fake_machine: FakeMachine) -> None:
+        data = str(fake_machine.mkdir("/data/sets"))
+        opts = {"type": "none", "o": "bind,rw", "device": data}
+        body = {"Name": "v", "Driver": "local", "DriverOpts": opts}
+        assert rules.check("volume-create", body, rule_context(fake_machine, roots=((data, True),))) == []
+        assert opts["o"] == "bind,ro"
 
     def test_admitted(self, fake_machine: FakeMachine) -> None:
         ctx = rule_context(fake_machine, volume_drivers=frozenset({"vendor-driver"}))

@@ -1,0 +1,89 @@
+"""Pins at their edges: stale staging entries, the per-repo bound, records that no longer make sense.
+
+`test_mounts.py` covers pinning as the rules use it; these are real bind mounts too (root only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rediacc_core.gate import pins as pins_module
+from rediacc_core.gate.pins import PinError, Pins, open_no_symlinks, release_all
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pinning mounts need root")
+
+
+@pytest.fixture
+def pins(tmp_path: Path) -> Iterator[Pins]:
+    found = Pins(tmp_path / "pins")
+    yield found
+    release_all(found.directory)
+
+
+def staging_name(source: Path, read_only: bool = False) -> str:
+    info = os.stat(source)
+    return f"{info.st_dev:x}-{info.st_ino:x}" + ("-ro" if read_only else "")
+
+
+def test_a_file_on_the_way_to_a_source_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(PinError, match="is not a directory"):
+        open_no_symlinks(str(tmp_path / "plain" / "below"))
+
+
+def test_a_missing_source_is_refused_unless_it_may_be_made(tmp_path: Path) -> None:
+    with pytest.raises(PinError, match="does not exist"):
+        open_no_symlinks(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_a_stale_staging_entry_left_by_an_earlier_gate_is_replaced(
+    pins: Pins, tmp_path: Path, kind: str
+) -> None:
+    source = tmp_path / "source"
+    if kind == "directory":
+        source.mkdir()
+        (source / "inside").write_text("the real content")
+    else:
+        source.write_text("the real content")
+    pins.directory.mkdir(mode=0o700)
+    stale = pins.directory / staging_name(source)
+    if kind == "directory":
+        stale.mkdir()  # same name, a different object: not a pin of the source
+    else:
+        stale.write_text("stale")
+    staged = Path(pins.pin(str(source), read_only=False))
+    assert staged == stale
+    shown = (staged / "inside") if kind == "directory" else staged
+    assert shown.read_text() == "the real content"
+    assert sorted(release_all(pins.directory)) == [str(staged)]
+    assert not pins.directory.exists()
+
+
+def test_a_repo_binds_at_most_max_pins_distinct_sources(
+    pins: Pins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pins_module, "MAX_PINS", 2)
+    for n in range(2):
+        (tmp_path / f"d{n}").mkdir()
+        pins.pin(str(tmp_path / f"d{n}"), read_only=False)
+    (tmp_path / "one-more").mkdir()
+    with pytest.raises(PinError, match="already binds 2 distinct host paths"):
+        pins.pin(str(tmp_path / "one-more"), read_only=False)
+
+
+def test_releasing_a_directory_never_made_releases_nothing(tmp_path: Path) -> None:
+    assert release_all(tmp_path / "never") == []
+
+
+def test_nothing_is_restored_without_a_record_or_from_a_record_that_makes_no_sense(tmp_path: Path) -> None:
+    assert Pins(tmp_path / "pins").restore(lambda source: False) == []  # pins not recorded
+    index = tmp_path / "pins.json"
+    for text in ("not json", json.dumps(["a", "list"]), json.dumps({"x": {"source": 5}})):
+        index.write_text(text)
+        assert Pins(tmp_path / "pins", index).restore(lambda source: False) == []
