@@ -383,6 +383,14 @@ def test_pipelined_requests_wait_their_turn_and_a_megabyte_behind_pauses_the_cli
     assert status == 200 and int(body) > big
 
 
+def test_a_thousand_pipelined_refusals_are_answered_in_order(serve: Callable[..., Setup]) -> None:
+    sock = serve(answer_each(OK)).connect()
+    sock.sendall(b"POST /swarm/init HTTP/1.1\r\nHost: d\r\n\r\n" * 1000 + PING)
+    for _ in range(1000):
+        assert read_response(sock)[0] == 403
+    assert read_response(sock) == (200, b"OK")
+
+
 # --- answers the gate cannot relay safely ----------------------------------------------------------
 def test_a_daemon_body_longer_than_its_content_length_is_cut_and_the_connection_closed(
     serve: Callable[..., Setup],
