@@ -142,3 +142,19 @@ def test_the_host_network_cannot_be_joined_as_an_extra_endpoint(fake_machine: Fa
     body = {"Image": "bb", "NetworkingConfig": {"EndpointsConfig": {"host": {}, "app_default": {}}}}
     findings = rules.check("container-create", body, rule_context(fake_machine))
     assert [f.refusal.rule for f in findings] == ["namespace"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        {"CapAdd": [7, None], "SecurityOpt": [1]},  # not strings: left to the daemon's decoder to refuse
+        {"SecurityOpt": ["apparmor=docker-default"]},  # the daemon's own profile, named
+    ],
+)
+def test_admitted_at_the_edges(fake_machine: FakeMachine, host: dict[str, Any]) -> None:
+    assert refused(fake_machine, host) == []
+
+
+def test_a_network_scoped_beyond_this_machine_is_refused(fake_machine: FakeMachine) -> None:
+    findings = rules.check("network-create", {"Name": "n", "Scope": "swarm"}, rule_context(fake_machine))
+    assert [f.refusal.rule for f in findings] == ["network-driver"]

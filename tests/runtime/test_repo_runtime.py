@@ -171,3 +171,7 @@ def test_image_ids_are_cached_names_are_not(images: _Images, tmp_path: Path) -> 
 
 def test_image_config_is_none_when_the_daemon_is_down(tmp_path: Path) -> None:
     assert ImageConfigs(tmp_path / "nothing.sock", timeout=0.5)("bb:latest") is None
+
+
+def test_an_empty_image_reference_is_not_looked_up(tmp_path: Path) -> None:
+    assert ImageConfigs(tmp_path / "nothing.sock", timeout=0.5)("") is None
