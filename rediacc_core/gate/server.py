@@ -10,11 +10,17 @@ Small bodies are decided on the event loop (cheaper than a thread hop); big ones
 that would wait for I/O (an image lookup on the daemon, see `images.may_block`), run in a worker
 thread, so a slow decision never stalls other clients.
 
+Where each message starts and ends is not decided here: `framing.py` holds the two sans-IO framers
+(requests from the client, responses from the daemon) and their transition tables. `_Client` is the
+asyncio glue: it feeds each read to a framer and acts on the events that come back (ask the
+decider, write, pause or resume reading, close), and keeps the limits and the audit calls.
+
 Built on asyncio buffered protocols rather than streams: the data path is a few method calls per
 read, every read lands in one shared 256 KiB buffer (nothing is allocated per read, nothing held per
 idle connection), and flow control is transport pause/resume in both directions. uvloop's loop is
-used when it is installed. A `101` answer (attach, exec start, BuildKit's h2c) turns the connection into a raw
-tunnel that forwards each half-close to the other side.
+used when it is installed. A `101` answer (attach, exec start, BuildKit's h2c), or an answer whose
+body runs until the daemon closes (a hijacked stream), turns the connection into a raw tunnel that
+forwards each half-close to the other side.
 
 Limits (`GateLimits`, defaults below), so that one tenant cannot exhaust the gate's memory: at most
 `max_connections` client connections (one more is answered 503 and closed); a request head must be
@@ -177,7 +183,7 @@ class _Client(asyncio.BufferedProtocol):
         self.client_eof = False
         self.upstream_eof_seen = False
         self.framing = False  # inside `_frame`: a finished exchange lets it frame the next request
-        self.next_due = False
+        self.next_due = False  # an exchange ended inside `_frame`: it frames the next request
         self.deadline = 0.0  # monotonic time by which the head or inspected body must be in (0: none)
         self.held = 0  # bytes of unfinished request this connection counts in `gate.buffered`
         self.peer = NO_PEER  # the client process (SO_PEERCRED), read once when auditing
