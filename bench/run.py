@@ -87,7 +87,20 @@ def _run_text(argv: list[str]) -> str:
 
 def commit_measured() -> str:
     head = _run_text(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"]) or "unknown"
-    dirty = _run_text(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
+    # What a run writes (bench/results) is output, not what was measured: a second run is not "dirty".
+    dirty = _run_text(
+        [
+            "git",
+            "-C",
+            str(REPO_ROOT),
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!bench/results",
+        ]
+    )
     untracked_core = _run_text(
         [
             "git",
