@@ -278,13 +278,6 @@ def is_empty(value: Any) -> bool:
 Reader = Callable[[Any, Where, int], Any]
 
 
-def _integer_range(kind: FieldType) -> tuple[int, int]:
-    """The integers `kind` admits unchanged: its range for an integer field, none (1, 0) otherwise."""
-    if isinstance(kind, Scalar) and kind.kind in ("int", "uint"):
-        return INT_RANGE[(kind.kind, kind.bits)]
-    return 1, 0
-
-
 class Readers:
     """Turns parsed JSON into the canonical value of a field type, or raises BadRequest.
 
@@ -319,8 +312,10 @@ class Readers:
             return self._struct(kind.name)
         return self.any  # which returns null as it is
 
-    def _check_string(self, value: str, where: Where) -> None:
-        if self.escapes and _SURROGATE.search(value):
+    @staticmethod
+    def _check_string(value: str, where: Where) -> None:
+        """An unpaired surrogate in `value` is refused (readers call this only when `escapes` is set)."""
+        if _SURROGATE.search(value):
             raise BadRequest(f"{place(where)}: invalid \\u escape (unpaired surrogate)")
 
     def _scalar(self, kind: Scalar) -> Reader:
@@ -416,9 +411,8 @@ class Readers:
         # is registered, so that a struct may contain itself.
         fields: dict[str, tuple[str, Reader]] = {}
         # The same for keys spelled exactly as the field is: (field, its folded name, its reader,
-        # the one type of value its reader returns unchanged if any, the range of integers it
-        # returns unchanged (empty for fields that are not integers)).
-        as_spelled: dict[str, tuple[str, str, Reader, type | None, int, int]] = {}
+        # the one type of value its reader returns unchanged, if any).
+        as_spelled: dict[str, tuple[str, str, Reader, type | None]] = {}
         check, escapes, read_any = self._check_string, self.escapes, self.any
 
         def read_struct(value: Any, where: Where, depth: int) -> Any:
@@ -434,14 +428,12 @@ class Readers:
             for key, item in value:
                 spelled = as_spelled.get(key)
                 if spelled is not None:  # the field's own spelling, as every client sends it
-                    field, folded, read, passes, low, high = spelled
+                    field, folded, read, passes = spelled
                     if folded in seen:
                         raise BadRequest(_duplicate(place(where), seen[folded], key))
                     seen[folded] = key
                     if item is None or type(item) is passes:
                         out[field] = item
-                    elif type(item) is int and low <= item <= high:
-                        out[field] = item  # an integer field's value in range
                     else:
                         out[field] = read(item, (where, field, _FIELD), below)
                     continue
@@ -473,8 +465,7 @@ class Readers:
         for field_name, kind in struct.fields.items():
             read = self.reader(kind)
             fields[go_fold(field_name)] = (field_name, read)
-            low, high = _integer_range(kind)
-            as_spelled[field_name] = (field_name, fold(field_name), read, self._passes(kind), low, high)
+            as_spelled[field_name] = (field_name, fold(field_name), read, self._passes(kind))
         return read_struct
 
     def _passes(self, kind: FieldType) -> type | None:
