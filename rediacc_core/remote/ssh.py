@@ -65,11 +65,12 @@ class SshMachine:
         known_hosts: Path | None = None,
         strict: str = "yes",
         master: bool = True,
-        own_control: bool = False,
+        control_path: Path | None = None,
     ) -> list[str]:
         """ssh's options for this machine: through the shared master connection, or without one, or
-        (`own_control`) with no Control* option at all, for a caller that names its own; ssh keeps
-        the first value it is given for an option, so such a caller's must not come after ours."""
+        with the control socket `control_path` of a master of its own (a tunnel's; the call that
+        opens it adds `ControlMaster=yes`). ssh keeps the first value it is given for an option, so
+        no option set here may be given again after these."""
         opts = {
             "BatchMode": "yes",
             "HostKeyAlias": self.alias,
@@ -88,7 +89,9 @@ class SshMachine:
                 "ControlPath": str(self.control_path()),
                 "ControlPersist": str(PERSIST_SECONDS),
             }
-        elif not own_control:
+        elif control_path is not None:
+            opts["ControlPath"] = str(control_path)
+        else:
             opts["ControlMaster"] = "no"
             opts["ControlPath"] = "none"
         argv: list[str] = []

@@ -49,14 +49,7 @@ def remote_gate_socket(config: Config, machine: Machine, ref: str) -> str:
 
 def is_open(config: Config, machine: Machine, socket: Path) -> bool:
     ssh = ssh_machine(config, machine)
-    argv = [
-        "ssh",
-        *ssh.options(master=False, own_control=True),
-        "-o",
-        f"ControlPath={_control(socket)}",
-        "-O",
-        "check",
-    ]
+    argv = ["ssh", *ssh.options(master=False, control_path=_control(socket)), "-O", "check"]
     proc = subprocess.run([*argv, "--", ssh.address.host], capture_output=True, timeout=10, check=False)
     return proc.returncode == 0 and socket.exists()
 
@@ -70,12 +63,10 @@ def open_tunnel(config: Config, machine: Machine, ref: str) -> Path:
     if not ssh.trusted_keys():
         raise key_unknown(ssh)
     remote = remote_gate_socket(config, machine, ref)
-    argv = ["ssh", "-f", "-N", *ssh.options(master=False, own_control=True)]
+    argv = ["ssh", "-f", "-N", *ssh.options(master=False, control_path=_control(socket))]
     argv += [
         "-o",
         "ControlMaster=yes",
-        "-o",
-        f"ControlPath={_control(socket)}",
         "-o",
         "ControlPersist=yes",
         "-o",
@@ -119,9 +110,7 @@ def _close(config: Config, machine: Machine, socket: Path) -> bool:
     ssh = ssh_machine(config, machine)
     argv = [
         "ssh",
-        *ssh.options(master=False, own_control=True),
-        "-o",
-        f"ControlPath={_control(socket)}",
+        *ssh.options(master=False, control_path=_control(socket)),
         "-O",
         "exit",
     ]
