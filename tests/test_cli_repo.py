@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import pty
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -88,6 +89,36 @@ def test_delete_asks_first_and_refuses_without_a_terminal(box: Machine) -> None:
     refused = rdc("repo", "delete", "alpha@box")
     assert refused.exit_code == EXIT_REFUSED and "--yes" in refused.stderr
     assert [r.label for r in RepoStore(box).list()] == ["alpha"]
+
+
+def _answering(answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`rdc ARGS` in a process whose stdin is a terminal, answering its prompt with `answer`."""
+    main, child = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rediacc_core.cli", *args],
+            stdin=child,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(main, answer.encode() + b"\n")
+        out, err = process.communicate(timeout=60)
+    finally:
+        os.close(child)
+        os.close(main)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_delete_on_a_terminal_asks_and_keeps_the_repo_unless_told_yes(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    kept = _answering("n", "repo", "delete", "alpha@box")
+    assert kept.returncode == 1, kept.stderr
+    assert "Delete repo alpha@box and its GPU grants?" in kept.stderr and "Aborted." in kept.stderr
+    assert [r.label for r in RepoStore(box).list()] == ["alpha"]
+    deleted = _answering("y", "repo", "delete", "alpha@box")
+    assert deleted.returncode == 0, deleted.stderr
+    assert RepoStore(box).list() == []
 
 
 def test_delete_refuses_a_running_repo(box: Machine) -> None:

@@ -129,6 +129,12 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
         note(f"No repos on {machine.name}; create one with `rdc repo create <name>@{machine.name}`.")
 
 
+def confirm_delete(ref: str) -> bool:
+    """Ask on this terminal before `ref` is deleted (for an SSH machine, the client asks: see
+    `remote.dispatch`, as the machine side has no terminal)."""
+    return click.confirm(f"Delete repo {ref} and its GPU grants?", err=True)
+
+
 @repo.command("delete")
 @click.argument("ref", metavar="REPO")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -153,7 +159,8 @@ def delete(ref: str, yes: bool) -> None:
                 f"not deleting {found.ref} without confirmation",
                 f"pass --yes to delete it: rdc repo delete {found.ref} --yes",
             )
-        click.confirm(f"Delete repo {found.ref} and its GPU grants?", abort=True, err=True)
+        if not confirm_delete(found.ref):
+            raise click.Abort()
     dropped = RepoStore(machine).delete(found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from rediacc_core.config import Config
-from rediacc_core.errors import EXIT_TOOL, AmbiguousError, RdcError, StateError
+from rediacc_core.errors import (
+    EXIT_GENERAL,
+    EXIT_INTERRUPTED,
+    EXIT_TOOL,
+    AmbiguousError,
+    RdcError,
+    StateError,
+)
 from rediacc_core.machine import Machine
 from rediacc_core.remote import protocol
 from rediacc_core.remote.address import DEFAULT_PREFIX
@@ -198,10 +205,18 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
         # The machine side has no terminal to ask on: ask here, as the local command does.
         import click
 
+        from rediacc_core.cli.repo import confirm_delete
+
         ref = next((a for a in argv if a.endswith(f"@{name}")), name)
-        if not click.confirm(f"Delete repo {ref} and its GPU grants?", err=True):
-            Stream(sys.stderr).write("Aborted!\n")
-            return 1
+        try:
+            agreed = confirm_delete(ref)
+        except click.Abort as exc:  # Ctrl-C or the end of input at the prompt
+            interrupted = isinstance(exc.__cause__, KeyboardInterrupt)
+            Stream(sys.stderr).write("Interrupted.\n" if interrupted else "Aborted.\n")
+            return EXIT_INTERRUPTED if interrupted else EXIT_GENERAL
+        if not agreed:
+            Stream(sys.stderr).write("Aborted.\n")  # as the local command says it
+            return EXIT_GENERAL
         argv = [*argv, "--yes"]
     return run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
 

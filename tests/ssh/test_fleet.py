@@ -370,7 +370,10 @@ def test_repo_delete_over_ssh_asks_on_the_clients_terminal(fleet: Fleet) -> None
     ok(rdc("repo", "create", "asked@m1"))
     kept = _answering(fleet.client, "n", "repo", "delete", "asked@m1")
     assert kept.returncode == 1 and "Delete repo asked@m1 and its GPU grants?" in kept.stderr
-    assert "Aborted!" in kept.stderr
+    assert "Aborted." in kept.stderr  # as the local command says it
+    ended = _answering(fleet.client, "\x04", "repo", "delete", "asked@m1")  # end of input at the prompt
+    assert ended.returncode == 1 and "Aborted." in ended.stderr
+    assert ended.stderr.count("Delete repo asked@m1") == 1  # asked once, not again by the local CLI
     assert "asked" in ok(rdc("repo", "list", "m1"))
     deleted = _answering(fleet.client, "y", "repo", "delete", "asked@m1")
     assert deleted.returncode == 0, deleted.stderr
