@@ -327,7 +327,7 @@ class Context:
 
     binary: Path
     socks: dict[str, str]
-    pids: dict[str, int]  # the proxies' processes, for their CPU time
+    pids: dict[str, int]  # each proxy's first process; its CPU and memory include its descendants
     body_file: Path
     api: str
     docker_sock: str

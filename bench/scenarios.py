@@ -84,7 +84,9 @@ def rotated(paths: Sequence[str], cycle: int) -> list[str]:
 def with_proxy_cpu(pid: int | None, run: Callable[[], Record]) -> Record:
     """Runs one load and adds the proxy's CPU time per request served (None for the direct path).
 
-    CPU per request hardly moves when other work shares the machine, unlike requests per second.
+    The CPU time is that of the process `pid` and its descendants (a proxy's forked workers), and
+    `proxy_processes` says how many there were when the load ended. CPU per request hardly moves
+    when other work shares the machine, unlike requests per second.
     """
     if pid is None:
         return {**run(), "proxy_cpu_us_per_req": None}
@@ -92,7 +94,12 @@ def with_proxy_cpu(pid: int | None, run: Callable[[], Record]) -> Record:
     result = run()
     spent = stack.cpu_seconds(pid) - before
     served = result.get("completed_total") or result.get("requests") or 0
-    return {**result, "proxy_cpu_s": spent, "proxy_cpu_us_per_req": spent / served * 1e6 if served else None}
+    return {
+        **result,
+        "proxy_cpu_s": spent,
+        "proxy_cpu_us_per_req": spent / served * 1e6 if served else None,
+        "proxy_processes": len(stack.process_tree(pid)),
+    }
 
 
 def _loadgen(
@@ -316,7 +323,8 @@ def bulk(
 
 # --- memory ----------------------------------------------------------------------------------------
 def settle_rss(pid: int) -> int:
-    """RSS once it stops moving (the process may still be finishing replies when we look)."""
+    """RSS of the process and its descendants once it stops moving (they may still be finishing
+    replies when we look); see `stack.rss_kib`."""
     last = stack.rss_kib(pid)
     for _ in range(20):
         time.sleep(0.1)
@@ -347,6 +355,7 @@ def idle_connections(name: str, sock: str, pid: int, count: int) -> Record:
             if conn.request("GET", "/_ping").status != 200:
                 failed += 1
         held = settle_rss(pid)
+        processes = len(stack.process_tree(pid))
     finally:
         for conn in conns:
             conn.close()
@@ -360,6 +369,7 @@ def idle_connections(name: str, sock: str, pid: int, count: int) -> Record:
         "rss_before_kib": before,
         "rss_held_kib": held,
         "rss_after_close_kib": after_close,
+        "processes": processes,
         "kib_per_item": (held - before) / count,
     }
 
@@ -416,6 +426,7 @@ def attached_streams(name: str, sock: str, pid: int, api: str, ids: Sequence[str
             except (OSError, uds.HttpError):
                 pass
         held = settle_rss(pid)
+        processes = len(stack.process_tree(pid))
     finally:
         for conn in conns:
             conn.close()
@@ -429,6 +440,7 @@ def attached_streams(name: str, sock: str, pid: int, api: str, ids: Sequence[str
         "rss_before_kib": before,
         "rss_held_kib": held,
         "rss_after_close_kib": after_close,
+        "processes": processes,
         "kib_per_item": (held - before) / max(1, len(ids)),
     }
 

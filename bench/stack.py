@@ -81,27 +81,76 @@ def spawn(name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None 
     return Proc(name, popen, log)
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it (found by parent pid in /proc/*/stat), `pid` first.
+
+    A proxy may fork workers that serve requests beside (or instead of) the process the benchmark
+    started; every fact read about "the proxy" (CPU, memory) covers all of them. Processes that end
+    while /proc is walked are left out; `pid` itself must exist (ProcessLookupError if not).
+    """
+    if not Path(f"/proc/{pid}").is_dir():
+        raise ProcessLookupError(f"no process {pid}")
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # ended since the listing
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    tree = [pid]
+    for parent in tree:  # grows as it goes: breadth first
+        tree += children.get(parent, [])
+    return tree
+
+
 def rss_kib(pid: int) -> int:
-    """Resident memory of a process, from /proc/<pid>/status (VmRSS, KiB)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """Resident memory of a process and its descendants: the sum of their VmRSS (/proc/<pid>/status, KiB).
+
+    Pages that forked workers share with each other (copy-on-write after fork, the interpreter and
+    its libraries) are counted once per process, so for a forking proxy this overstates what it
+    costs the machine; it never understates it. For one process it is that process's VmRSS.
+    """
+    total = 0
+    for member in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{member}/status").read_text().splitlines()
+        except OSError:
+            if member == pid:
+                raise
+            continue  # a descendant that ended since the walk
+        # A zombie has no VmRSS line: it holds no memory.
+        total += next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), 0)
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time a process's threads have used, in nanosecond resolution (/proc/<pid>/task/*/schedstat).
+    """CPU time used by a process, its descendants and all their threads, in nanosecond resolution.
 
-    /proc/<pid>/stat counts in clock ticks (10 ms), too coarse for a few hundred requests.
-    A thread that ended between two readings takes its time with it; the proxies measured here keep
-    theirs (HAProxy's threads, the gate's loop and its worker pool).
+    Sums the first field of /proc/<p>/task/*/schedstat over every process in `process_tree(pid)`:
+    a proxy that forks workers is charged for all of them, one that does not is charged for its own
+    threads as before. /proc/<pid>/stat counts in clock ticks (10 ms), too coarse for a few hundred
+    requests. A thread or process that ended between two readings takes its time with it (a reaped
+    child's time goes to its parent's cutime, in ticks, which is not read here); the proxies measured
+    here keep theirs (HAProxy's threads, the gate's loop, its worker pool and its worker processes).
     """
     total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for member in process_tree(pid):
         try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
+            tasks = list(Path(f"/proc/{member}/task").iterdir())
+        except OSError:
+            if member == pid:
+                raise
+            continue  # a descendant that ended since the walk
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
     return total / 1e9
 
 
