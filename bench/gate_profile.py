@@ -5,6 +5,10 @@ while a thread holds the GIL (`--gil`), that is while Python runs on a CPU: with
 machine whose cores are oversubscribed, the samples mostly show where the gate waited or was
 preempted (inside a send() that woke the peer, in epoll), not where it spent CPU. Time in system
 calls is therefore not in these samples; the gate's CPU per request is reported beside them.
+
+`--subprocesses` samples every process descended from the gate too (a gate that forks workers
+serves requests in them); the summary counts samples per process and then merges the processes'
+stacks, so a function's share is over all of them.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def record(
     driver.start()
     result = subprocess.run(
         [spy, "record", "--pid", str(gate_pid), "--duration", str(int(seconds)), "--rate", "250",
-         "--format", "raw", "--threads", "--gil", "--output", str(stacks)],
+         "--format", "raw", "--threads", "--gil", "--subprocesses", "--output", str(stacks)],
         capture_output=True, text=True, timeout=seconds + 60,
     )  # fmt: skip
     driver.join(seconds + 30)
@@ -78,28 +82,52 @@ def record(
 
 
 _LINE = re.compile(r":\d+\)$")
+# With --subprocesses each stack starts with its process and that process's ancestors up to the one
+# sampled, outermost first: `process 123:"<command line>";process 456:"<command line>";`.
+_PROCESSES = re.compile(r'^(?:process (\d+):".*?";)+')
+# With --threads the next frame is the thread: `thread (<native id>): <name>`; the id differs in
+# every process, the name (MainThread, a pool's thread) is what is comparable between them.
+_THREAD = re.compile(r"^thread \(\w+\)")
+
+
+def _split_process(frames_text: str) -> tuple[str, str]:
+    """The sampled process's pid ("" when py-spy wrote no process frames) and the rest of the stack."""
+    match = _PROCESSES.match(frames_text)
+    if match is None:
+        return "", frames_text
+    return match.group(1), frames_text[match.end() :]
 
 
 def summarise(stacks: Path, top: int = 30) -> str:
     """Self and inclusive sample shares per function, from py-spy's collapsed (raw) output."""
     self_counts: collections.Counter[str] = collections.Counter()
     incl_counts: collections.Counter[str] = collections.Counter()
+    per_process: collections.Counter[str] = collections.Counter()
     total = 0
     for line in stacks.read_text().splitlines():
         frames_text, _, count_text = line.rpartition(" ")
         if not count_text.isdigit():
             continue
         count = int(count_text)
+        process, frames_text = _split_process(frames_text)
         frames = [f for f in frames_text.split(";") if f]
         if not frames:
             continue
+        frames[0] = _THREAD.sub("thread", frames[0])
         total += count
+        per_process[process] += count
         self_counts[frames[-1]] += count
         for frame in {_LINE.sub(")", f) for f in frames}:
             incl_counts[frame] += count
     lines = [
-        f"{total} samples while the gate held the GIL (Python on a CPU; system calls and waits excluded)",
+        f"{total} samples while one of the gate's processes held its GIL (Python on a CPU; system calls "
+        "and waits excluded)",
         "",
+    ]
+    if len(per_process) > 1:
+        shares = ", ".join(f"pid {pid}: {n / total * 100:.0f}%" for pid, n in per_process.most_common())
+        lines += [f"Samples by process ({len(per_process)} processes, merged below): {shares}", ""]
+    lines += [
         "### Self (where the sample landed)",
         "",
         "| share | function |",
