@@ -49,6 +49,23 @@ def median_of(records: list[Record], scenario: str, endpoint: str, path: str, ke
     return statistics.median(values) if values else None
 
 
+def _process_counts(records: list[Record], key: str) -> list[str]:
+    """One line saying how many processes each proxy's numbers were summed over (none if unrecorded)."""
+    counts: dict[str, set[int]] = {}
+    for r in records:
+        if r.get(key) is not None:
+            counts.setdefault(r["path"], set()).add(r[key])
+    if not counts:
+        return []
+    names = {"gate": "the gate", "haproxy": "HAProxy"}
+    parts = [
+        f"{names.get(path, path)} {'–'.join(str(n) for n in sorted({min(c), max(c)}))}"
+        for path in PATHS
+        if (c := counts.get(path))
+    ]
+    return [f"Processes summed: {', '.join(parts)}.", ""]
+
+
 def _pairs(
     records: list[Record], scenario: str, endpoint: str, a: str, b: str, key: Key
 ) -> list[tuple[float, float]]:
@@ -205,11 +222,13 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
         "",
         "## Proxy CPU per request",
         "",
-        "CPU time the proxy process spent (all threads, from /proc/<pid>/task/*/schedstat) divided by the",
-        "requests it served. Unlike requests per second it hardly moves when other work shares the",
-        "machine. On a machine whose cores are all busy (load generator, daemon and proxy here), a proxy",
-        "matches HAProxy's rate only by spending no more CPU per request than HAProxy does.",
+        "CPU time the proxy's processes spent (the process started and every process descended from it,",
+        "all threads, from /proc/<pid>/task/*/schedstat) divided by the requests it served. Unlike",
+        "requests per second it hardly moves when other work shares the machine. On a machine whose",
+        "cores are all busy (load generator, daemon and proxy here), a proxy matches HAProxy's rate",
+        "only by spending no more CPU per request than HAProxy does.",
         "",
+        *_process_counts(records, "proxy_processes"),
         "| request | gate µs | HAProxy µs | gate/HAProxy |",
         "|---|---|---|---|",
     ]
@@ -316,10 +335,13 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 )
     lines += [
         "",
-        "## Resident memory (VmRSS of the proxy process)",
+        "## Resident memory (VmRSS of the proxy's processes)",
         "",
         "The gate is restarted first, so freed memory left by the load above does not hide the cost.",
+        "RSS is summed over the proxy's processes (the one started and its descendants); pages that",
+        "forked workers share are counted once in each, which overstates a forking proxy's memory.",
         "",
+        *_process_counts(records, "processes"),
         "| held open | path | count | RSS before KiB | RSS held KiB | per item KiB | RSS after closing KiB |",
         "|---|---|---|---|---|---|---|",
     ]
