@@ -77,6 +77,12 @@ def _check_capabilities(value: str) -> str | None:
     return None
 
 
+def _check_workers(value: str) -> str | None:
+    from rediacc_core.runtime.workers import check_worker_setting
+
+    return check_worker_setting(value)
+
+
 def _check_names(value: str) -> str | None:
     for item in split_list(value):
         if not all(c.isalnum() or c in "-_./:" for c in item):
@@ -115,6 +121,14 @@ SETTINGS: dict[str, Setting] = {
             "",
             "volume drivers besides 'local' that repos may use, comma-separated",
             _check_names,
+        ),
+        Setting(
+            "gate-workers",
+            (),
+            "auto",
+            "processes each repo's gate runs (auto: one per CPU, at most 2; 1 to 64); a busy repo's API "
+            "calls go faster with more, each costs its own memory; taken at the gate's next start",
+            _check_workers,
         ),
     ]
 }

@@ -115,7 +115,12 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "source": "default",
         "choices": ["refuse", "translate"],
     }
-    assert [s["setting"] for s in shown[1:]] == ["bind-roots", "extra-capabilities", "volume-drivers"]
+    assert [s["setting"] for s in shown[1:]] == [
+        "bind-roots",
+        "extra-capabilities",
+        "volume-drivers",
+        "gate-workers",
+    ]
     assert not fm.machine.settings_path.exists()
 
     changed = rdc("machine", "config", "box", "--set", "legacy-visible-devices=translate")

@@ -22,7 +22,7 @@ from rediacc_core.settings import (
 from rediacc_core.statelock import state_lock
 
 LEGACY = "legacy-visible-devices"
-LIST_DEFAULTS = {"bind-roots": "", "extra-capabilities": "", "volume-drivers": ""}
+OTHER_DEFAULTS = {"bind-roots": "", "extra-capabilities": "", "volume-drivers": "", "gate-workers": "auto"}
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def test_the_settings_file_is_under_the_machine_root(machine: Machine) -> None:
 
 def test_without_a_file_no_setting_is_set_and_every_one_has_its_default(machine: Machine) -> None:
     assert read_settings(machine) == {}
-    assert effective({}) == {LEGACY: "refuse", **LIST_DEFAULTS}
+    assert effective({}) == {LEGACY: "refuse", **OTHER_DEFAULTS}
     assert SETTINGS[LEGACY].choices == ("refuse", "translate")
 
 
@@ -46,7 +46,7 @@ def test_set_and_unset_are_written_to_the_file_and_read_back(machine: Machine) -
     assert set_setting(machine, LEGACY, "translate") == {LEGACY: "translate"}
 
     assert read_settings(machine) == {LEGACY: "translate"}
-    assert effective(read_settings(machine)) == {LEGACY: "translate", **LIST_DEFAULTS}
+    assert effective(read_settings(machine)) == {LEGACY: "translate", **OTHER_DEFAULTS}
     assert json.loads(machine.settings_path.read_text()) == {
         "schemaVersion": 1,
         "settings": {LEGACY: "translate"},
@@ -70,7 +70,8 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "colour",
             "blue",
             "unknown machine setting 'colour'",
-            "use one of: bind-roots, extra-capabilities, legacy-visible-devices, volume-drivers",
+            "use one of: bind-roots, extra-capabilities, gate-workers, legacy-visible-devices, "
+            "volume-drivers",
         ),
         (
             LEGACY,
@@ -221,6 +222,10 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
         ("extra-capabilities", "SYS_ADMIN", "cannot be allowed"),
         ("extra-capabilities", "NET_ADMIN,SYS_PTRACE", "cannot be allowed"),
         ("volume-drivers", "bad driver!", "not a volume driver name"),
+        ("gate-workers", "0", "from 1 to 64"),
+        ("gate-workers", "65", "from 1 to 64"),
+        ("gate-workers", "two", "use auto or a whole number"),
+        ("gate-workers", "\u0662", "use auto or a whole number"),
     ],
 )
 def test_list_settings_are_checked_before_anything_is_written(

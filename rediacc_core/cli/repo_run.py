@@ -56,16 +56,18 @@ def up(ref: str, foreground: bool, fmt: str) -> None:
 
 
 def _up_foreground(machine: Machine, found: Repo) -> None:
-    from rediacc_core.runtime.serve import build_gate, run_gate
+    from rediacc_core.runtime.serve import serve_repo
 
     runtime = lifecycle.runtime_for(machine, found)
     started = lifecycle.start_daemon(machine, runtime, detach=False)
     try:
-        gate = build_gate(machine, found, runtime.gate_socket, runtime.upstream_socket)
-        run_gate(gate, runtime.gate_pidfile)
+        sockets = (runtime.gate_socket, runtime.upstream_socket)
+        status = serve_repo(machine, found, *sockets, runtime.gate_pidfile)
     finally:
         if started is not None:
             started.stop()
+    if status:
+        raise SystemExit(status)
 
 
 @repo.command("down")
@@ -134,11 +136,13 @@ def gate_run(ref: str) -> None:
       rdc repo gate gpu-a
       rdc repo gate run gpu-a
     """
-    from rediacc_core.runtime.serve import build_gate, run_gate
+    from rediacc_core.runtime.serve import serve_repo
 
     machine, found = _resolve(ref)
     runtime = lifecycle.runtime_for(machine, found)
-    run_gate(build_gate(machine, found, runtime.gate_socket, runtime.upstream_socket), runtime.gate_pidfile)
+    status = serve_repo(machine, found, runtime.gate_socket, runtime.upstream_socket, runtime.gate_pidfile)
+    if status:
+        raise SystemExit(status)
 
 
 @gate.command("log")

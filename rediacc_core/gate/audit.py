@@ -16,17 +16,23 @@ logged one by one: they are most of the traffic and carry nothing to decide.
 
 Each line is at most `MAX_LINE` bytes (long fields are cut) and the file is rotated by size
 (`audit.log` -> `audit.log.1` ... `.KEEP`), so a tenant cannot fill the disk through it. Lines are
-gathered and written together at most `FLUSH_DELAY` later, one write for many decisions.
+gathered and written together at most `FLUSH_DELAY` later, one write for many decisions. A gate may
+run as several worker processes (`rediacc_core.runtime.workers`) that share the file: each batch
+is one `write()` made under a lock on `.audit.lock` beside it, after checking that the file is still
+the one to append to and whether it is full, so lines never interleave and only one worker rotates.
 
 The counters are written every `METRICS_INTERVAL` seconds, atomically (write, then rename), as a
 node_exporter textfile-collector file: `<machine root>/run/rediacc/metrics/<repo id>.prom`, one
 directory for every repo of the machine, so one `--collector.textfile.directory` collects them all.
+A worker process hands its `Counters` to its supervisor instead, which adds them up and writes the
+file (`publish`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -36,10 +42,10 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 
 MAX_LINE = 4096  # bytes of one audit line
 MAX_FIELD = 512  # characters of one free-text field (path, message) before it is cut
@@ -89,9 +95,132 @@ def _stamp(now: float) -> str:
     return f"{_SECOND[1]}.{int(now * 1000) % 1000:03d}Z"
 
 
+@dataclass
+class Counters:
+    """What the metrics file reports: counters only grow; the gauges are what holds now.
+
+    Worker processes of one gate each count their own, and their supervisor adds them up (`plus`);
+    they travel between the two as JSON (`to_json`, `from_json`).
+    """
+
+    requests: int = 0  # request heads read
+    open_connections: int = 0  # gauge
+    buffered: int = 0  # gauge: bytes of unfinished requests held
+    decisions: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (endpoint, rule, result)
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    latency_sum: float = 0.0
+
+    def plus(self, other: Counters) -> Counters:
+        decisions = dict(self.decisions)
+        for key, count in other.decisions.items():
+            decisions[key] = decisions.get(key, 0) + count
+        return Counters(
+            requests=self.requests + other.requests,
+            open_connections=self.open_connections + other.open_connections,
+            buffered=self.buffered + other.buffered,
+            decisions=decisions,
+            latency_counts=[a + b for a, b in zip(self.latency_counts, other.latency_counts, strict=True)],
+            latency_sum=self.latency_sum + other.latency_sum,
+        )
+
+    def without_gauges(self) -> Counters:
+        """These counters as a worker that has stopped leaves them: its connections are gone."""
+        return Counters(
+            self.requests, 0, 0, dict(self.decisions), list(self.latency_counts), self.latency_sum
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "requests": self.requests,
+                "open_connections": self.open_connections,
+                "buffered": self.buffered,
+                "decisions": [[*key, count] for key, count in self.decisions.items()],
+                "latency_counts": self.latency_counts,
+                "latency_sum": self.latency_sum,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Counters:
+        """Raises ValueError (or KeyError, TypeError) when `text` is not what `to_json` wrote."""
+        document = json.loads(text)
+        counts = [int(n) for n in document["latency_counts"]]
+        if len(counts) != len(LATENCY_BUCKETS) + 1:
+            raise ValueError("latency_counts has the wrong number of buckets")
+        return cls(
+            requests=int(document["requests"]),
+            open_connections=int(document["open_connections"]),
+            buffered=int(document["buffered"]),
+            decisions={(str(e), str(r), str(d)): int(n) for e, r, d, n in document["decisions"]},
+            latency_counts=counts,
+            latency_sum=float(document["latency_sum"]),
+        )
+
+
+def metrics_text(labels: str, counters: Counters) -> str:
+    """`counters` in Prometheus' text format (version 0.0.4); `labels` name the repo."""
+    out = [
+        "# HELP rediacc_gate_requests_total Requests whose head the gate read.",
+        "# TYPE rediacc_gate_requests_total counter",
+        f"rediacc_gate_requests_total{{{labels}}} {counters.requests}",
+        "# HELP rediacc_gate_decisions_total Decisions by endpoint, refusing rule and result.",
+        "# TYPE rediacc_gate_decisions_total counter",
+    ]
+    for (endpoint, rule, result), count in sorted(counters.decisions.items()):
+        out.append(
+            f'rediacc_gate_decisions_total{{{labels},endpoint="{_label(endpoint)}",'
+            f'rule="{_label(rule)}",result="{result}"}} {count}'
+        )
+    out += [
+        "# HELP rediacc_gate_decision_seconds Time from a decided request's head to its decision.",
+        "# TYPE rediacc_gate_decision_seconds histogram",
+    ]
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counters.latency_counts, strict=True):
+        running += count
+        le = "+Inf" if bound == float("inf") else repr(bound)
+        out.append(f'rediacc_gate_decision_seconds_bucket{{{labels},le="{le}"}} {running}')
+    out += [
+        f"rediacc_gate_decision_seconds_sum{{{labels}}} {counters.latency_sum:.6f}",
+        f"rediacc_gate_decision_seconds_count{{{labels}}} {running}",
+        "# HELP rediacc_gate_open_connections Client connections open now.",
+        "# TYPE rediacc_gate_open_connections gauge",
+        f"rediacc_gate_open_connections{{{labels}}} {counters.open_connections}",
+        "# HELP rediacc_gate_buffered_bytes Bytes of unfinished requests held now.",
+        "# TYPE rediacc_gate_buffered_bytes gauge",
+        f"rediacc_gate_buffered_bytes{{{labels}}} {counters.buffered}",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def repo_labels(repo_id: str, repo_name: str) -> str:
+    return f'repo_id="{_label(repo_id)}",repo="{_label(repo_name)}"'
+
+
+def write_metrics_file(path: Path, text: str) -> None:
+    """Replace the metrics file atomically: node_exporter never reads half a file. Best effort:
+    metrics never stop the gate (the audit log is the record)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.chmod(tmp, 0o644)  # node_exporter often runs as its own user
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def lock_path(path: Path) -> Path:
+    """The lock that the writers of audit file `path` take around each batch and rotation."""
+    return path.with_name(f".{path.name.split('.')[0]}.lock")
+
+
 class Audit:
     """Audit lines and counters of one repo's gate. Called on the event loop (and from decision
-    threads only through the loop), so the counters need no lock; the file writes take one."""
+    threads only through the loop), so the counters need no lock; the file writes take one, which
+    other worker processes of the same gate take too (see the module docstring)."""
 
     def __init__(
         self,
@@ -108,17 +237,20 @@ class Audit:
         self.repo = {"id": repo_id, "name": repo_name}
         self.max_bytes = max_bytes
         self.keep = keep
+        # Where the counters go every METRICS_INTERVAL; None: rendered into `metrics_path`. A worker
+        # process of a gate sets it to hand them to its supervisor.
+        self.publish: Callable[[Counters], None] | None = None
         self._pending: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._lock = threading.Lock()
-        self._file: IO[str] | None = None
-        self._size = 0
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
         self._metrics_timer: asyncio.TimerHandle | None = None
         # counters
         self.decisions: dict[tuple[str, str, str], int] = {}  # (endpoint, rule, result) -> count
         self.latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
         self.latency_sum = 0.0
-        self._labels = f'repo_id="{_label(repo_id)}",repo="{_label(repo_name)}"'
+        self.labels = repo_labels(repo_id, repo_name)
 
     # --- recording --------------------------------------------------------------------------------
     def record(
@@ -185,100 +317,89 @@ class Audit:
             self._write_pending()
 
     def _write_pending(self) -> None:
-        """Write what is gathered (the lock is held), rotating first when the file is full."""
+        """Write what is gathered in one `write()` (the thread lock is held), under the file lock
+        that other processes writing this file take too, rotating first when the file is full."""
         if not self._pending:
             return
-        text = "".join(self._pending)
+        data = "".join(self._pending).encode()
         self._pending.clear()
         try:
-            if self._file is None:
-                self._open()
-            if self._size and self._size + len(text) > self.max_bytes:
-                self._rotate()
-            assert self._file is not None
-            self._file.write(text)
-            self._file.flush()
-            self._size += len(text.encode())
+            if self._lock_fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._lock_fd = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                fd = self._current()
+                size = os.fstat(fd).st_size
+                if size and size + len(data) > self.max_bytes:
+                    fd = self._rotate()
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         except OSError:
-            self._file = None  # retried with the next batch; the gate never stops for its audit log
+            self._close_files()  # retried with the next batch; the gate never stops for its audit log
 
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
-        self._size = os.fstat(fd).st_size
+    def _current(self) -> int:
+        """The descriptor to append to: `path` as it is now (another process may have rotated it)."""
+        if self._fd is not None:
+            try:
+                now = os.stat(self.path)
+            except FileNotFoundError:
+                now = None
+            held = os.fstat(self._fd)
+            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return self._fd
+            os.close(self._fd)
+            self._fd = None
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        return self._fd
 
-    def _rotate(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    def _rotate(self) -> int:
         for n in range(self.keep - 1, 0, -1):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{self.path}.{n}", f"{self.path}.{n + 1}")
         os.replace(self.path, f"{self.path}.1")
-        self._open()
+        return self._current()
+
+    def _close_files(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._lock_fd = None
 
     def close(self) -> None:
         self.flush()
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._close_files()
 
     # --- metrics ----------------------------------------------------------------------------------
+    def counters(self, requests: int, open_connections: int, buffered: int) -> Counters:
+        """This gate's counters now, with the gauges the server reports beside them."""
+        return Counters(
+            requests=requests,
+            open_connections=open_connections,
+            buffered=buffered,
+            decisions=dict(self.decisions),
+            latency_counts=list(self.latency_counts),
+            latency_sum=self.latency_sum,
+        )
+
     def metrics_text(self, requests: int, open_connections: int, buffered: int) -> str:
         """The counters in Prometheus' text format (version 0.0.4)."""
-        labels = self._labels
-        out = [
-            "# HELP rediacc_gate_requests_total Requests whose head the gate read.",
-            "# TYPE rediacc_gate_requests_total counter",
-            f"rediacc_gate_requests_total{{{labels}}} {requests}",
-            "# HELP rediacc_gate_decisions_total Decisions by endpoint, refusing rule and result.",
-            "# TYPE rediacc_gate_decisions_total counter",
-        ]
-        for (endpoint, rule, result), count in sorted(self.decisions.items()):
-            out.append(
-                f'rediacc_gate_decisions_total{{{labels},endpoint="{_label(endpoint)}",'
-                f'rule="{_label(rule)}",result="{result}"}} {count}'
-            )
-        out += [
-            "# HELP rediacc_gate_decision_seconds Time from a decided request's head to its decision.",
-            "# TYPE rediacc_gate_decision_seconds histogram",
-        ]
-        running = 0
-        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.latency_counts, strict=True):
-            running += count
-            le = "+Inf" if bound == float("inf") else repr(bound)
-            out.append(f'rediacc_gate_decision_seconds_bucket{{{labels},le="{le}"}} {running}')
-        out += [
-            f"rediacc_gate_decision_seconds_sum{{{labels}}} {self.latency_sum:.6f}",
-            f"rediacc_gate_decision_seconds_count{{{labels}}} {running}",
-            "# HELP rediacc_gate_open_connections Client connections open now.",
-            "# TYPE rediacc_gate_open_connections gauge",
-            f"rediacc_gate_open_connections{{{labels}}} {open_connections}",
-            "# HELP rediacc_gate_buffered_bytes Bytes of unfinished requests held now.",
-            "# TYPE rediacc_gate_buffered_bytes gauge",
-            f"rediacc_gate_buffered_bytes{{{labels}}} {buffered}",
-        ]
-        return "\n".join(out) + "\n"
+        return metrics_text(self.labels, self.counters(requests, open_connections, buffered))
 
     def write_metrics(self, requests: int, open_connections: int, buffered: int) -> None:
-        """Replace the metrics file atomically: node_exporter never reads half a file."""
-        if self.metrics_path is None:
-            return
-        text = self.metrics_text(requests, open_connections, buffered)
-        tmp = self.metrics_path.with_name(f".{self.metrics_path.name}.tmp")
-        try:
-            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(text, encoding="utf-8")
-            os.chmod(tmp, 0o644)  # node_exporter often runs as its own user
-            os.replace(tmp, self.metrics_path)
-        except OSError:
-            pass  # metrics are best effort; the audit log is the record
+        """Hand the counters to `publish`, or replace the metrics file with them."""
+        if self.publish is not None:
+            self.publish(self.counters(requests, open_connections, buffered))
+        elif self.metrics_path is not None:
+            write_metrics_file(self.metrics_path, self.metrics_text(requests, open_connections, buffered))
 
     def start_metrics(self, gauges: Callable[[], tuple[int, int, int]]) -> None:
-        """Write the metrics file now and every METRICS_INTERVAL seconds (on the running loop)."""
-        if self.metrics_path is None:
+        """Write the metrics now and every METRICS_INTERVAL seconds (on the running loop)."""
+        if self.metrics_path is None and self.publish is None:
             return
         loop = asyncio.get_running_loop()
 

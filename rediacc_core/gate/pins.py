@@ -8,7 +8,9 @@ bind-mounts the opened object onto a staging path in a root-only directory, and 
 to that staging path. The staging mount holds the checked inode whatever happens to the path later.
 
 Pins are keyed by the object they hold (device, inode, read-only), so binding the same directory
-again reuses its pin; `release_all` unmounts a repo's pins when the repo goes down. Each pin is also
+again reuses its pin; `release_all` unmounts a repo's pins when the repo goes down. The worker
+processes of one gate pin into the same directory, so pinning holds a lock on `<directory>.lock`:
+one process at a time checks, mounts and records. Each pin is also
 recorded (staging name -> source) in an index kept with the repo's state, so that a gate starting
 after `rdc repo down` or a reboot can pin the same sources again (`restore`), each re-checked first:
 a stopped container and a bind-backed volume keep working, and one whose source is no longer allowed
@@ -20,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MAX_PINS = 512  # distinct bind sources per repo while it runs; a bound on mounts one tenant can add
@@ -104,9 +107,22 @@ class Pins:
         self.index = index  # where pins are recorded for `restore`; None: not recorded
         self._lock = threading.Lock()
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This process's threads, then every process pinning for this repo, one at a time."""
+        with self._lock:
+            lock = lock_path(self.directory)
+            lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the lock
+
     def pin(self, path: str, *, read_only: bool, create_dirs: bool = False) -> str:
         """Pin `path` (already checked by its resolved form) and return the staging path to hand out."""
-        with self._lock:
+        with self._locked():
             fd = open_no_symlinks(path, create_dirs=create_dirs)
             try:
                 info = os.fstat(fd)
@@ -187,9 +203,16 @@ class Pins:
             target.touch(mode=0o600)
 
 
+def lock_path(directory: Path) -> Path:
+    """The lock the processes pinning into `directory` take (beside it: `release_all` removes it)."""
+    return directory.with_name(directory.name + ".lock")
+
+
 def release_all(directory: Path) -> list[str]:
     """Unmount and remove every pin under `directory`; returns the staging paths released."""
     released: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        lock_path(directory).unlink()  # the gate is down: nobody pins
     if not directory.is_dir():
         return released
     for entry in sorted(directory.iterdir()):

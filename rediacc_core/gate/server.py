@@ -40,7 +40,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -76,6 +76,7 @@ READ_SIZE = 256 * 1024
 INLINE_DECISION_MAX = 64 * 1024  # inspected bodies up to this are decided on the event loop
 _JOIN_MAX = 64 * 1024  # head and body go out in one write up to this size
 _ROUTES_CACHE = 4096
+LISTEN_BACKLOG = 1024
 
 MAX_CONNECTIONS = 4096  # client connections per gate (an idle one costs a few KiB and two descriptors)
 HEAD_TIMEOUT = 30.0  # seconds from a head's first byte to its blank line
@@ -96,6 +97,15 @@ class GateLimits:
     def sweep_interval(self) -> float:
         """How often deadlines are checked: a fraction of the shortest, at most a second."""
         return min(1.0, self.head_timeout / 4, self.body_timeout / 4)
+
+    def share(self, workers: int) -> GateLimits:
+        """What each of `workers` processes of one gate may hold, so that together they hold no
+        more than the gate's limits."""
+        return replace(
+            self,
+            max_connections=max(1, self.max_connections // workers),
+            max_buffered=max(1, self.max_buffered // workers),
+        )
 
 
 class DecisionLike(Protocol):
@@ -722,6 +732,7 @@ class GateServer:
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gate-decide")
         self._routes: dict[tuple[str, str], tuple[DecisionLike | None, bool]] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._owns_socket = False  # bound by `start` itself, so removed by `close`
 
     def after_write(self, transport: asyncio.Transport, data: bytes | bytearray | memoryview) -> None:
         """Keep the shared read buffer safe from writes that are still queued.
@@ -753,17 +764,14 @@ class GateServer:
         self._tasks.add(task)  # keep a reference: the loop holds tasks only weakly
         task.add_done_callback(self._tasks.discard)
 
-    async def start(self) -> None:
-        """Bind the socket (replacing a stale one, never a live one) and start accepting."""
-        path = self.listen_path
-        if path.exists() or path.is_symlink():
-            if _answers(path):
-                raise OSError(f"another process is already serving {path}")
-            path.unlink()
-        path.parent.mkdir(parents=True, exist_ok=True)
+    async def start(self, listener: socket.socket | None = None) -> None:
+        """Start accepting: on `listener` when given (a socket bound by `bind_listener`, shared with
+        other worker processes, which its binder removes), else on a socket bound here."""
+        if listener is None:
+            listener = bind_listener(self.listen_path, self.socket_mode)
+            self._owns_socket = True
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(lambda: _Client(self), str(path), backlog=1024)
-        os.chmod(path, self.socket_mode)
+        self._server = await loop.create_unix_server(lambda: _Client(self), sock=listener)
         self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
         if self.audit is not None:
             self.audit.start_metrics(self.gauges)
@@ -798,12 +806,32 @@ class GateServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
-        with contextlib.suppress(FileNotFoundError):
-            self.listen_path.unlink()
+        if self._owns_socket:
+            with contextlib.suppress(FileNotFoundError):
+                self.listen_path.unlink()
         self.executor.shutdown(wait=False, cancel_futures=True)
         if self.audit is not None:
             self.audit.stop_metrics(self.gauges)
             self.audit.close()
+
+
+def bind_listener(path: Path, mode: int = 0o660) -> socket.socket:
+    """The gate's listening socket at `path` (replacing a stale socket, never a live one)."""
+    if path.exists() or path.is_symlink():
+        if _answers(path):
+            raise OSError(f"another process is already serving {path}")
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, mode)
+        listener.listen(LISTEN_BACKLOG)
+        listener.setblocking(False)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def _answers(path: Path) -> bool:

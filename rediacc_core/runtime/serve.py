@@ -1,7 +1,9 @@
-"""Running one repo's gate in this process: `python -m rediacc_core.runtime.serve ...`.
+"""Running one repo's gate: `python -m rediacc_core.runtime.serve ...`.
 
 `rdc repo up` starts this in the background; `rdc repo gate` and `rdc repo up --foreground` run
 it in the foreground (for systemd). SIGTERM or SIGINT closes the socket and every connection.
+The gate runs in this process, or in as many worker processes as the machine's `gate-workers`
+setting asks for (`workers.py`); `--workers` overrides the setting.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import os
 import resource
 import signal
+import socket
 import sys
 import threading
 import time
@@ -23,11 +26,12 @@ from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.gate.audit import Audit
 from rediacc_core.gate.images import ImageConfigs
-from rediacc_core.gate.server import GateServer, new_event_loop
+from rediacc_core.gate.server import GateServer, bind_listener, new_event_loop
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.logfiles import LogKeeper
+from rediacc_core.runtime.workers import MAX_WORKERS, Publish, Supervisor, worker_count
 
 
 def stderr_log(line: str) -> None:
@@ -77,6 +81,11 @@ class GateLog:
         self._tokens = float(burst)
         self._refilled = clock()
         self.dropped = 0  # lines over the rate not yet reported
+
+    def share(self, workers: int) -> None:
+        """Keep to this worker's share of the rate, so that `workers` processes together keep to it."""
+        self._burst = self._tokens = max(1.0, self._burst / workers)
+        self._rate /= workers
 
     @property
     def stream(self) -> TextIO:
@@ -175,23 +184,35 @@ def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogK
     return LogKeeper(paths, report=log)
 
 
-def run_gate(gate: GateServer, pidfile: Path | None = None, keeper: LogKeeper | None = None) -> None:
-    """Serve until SIGTERM/SIGINT. The pidfile (when given) exists exactly while serving."""
+def run_gate(
+    gate: GateServer,
+    pidfile: Path | None = None,
+    keeper: LogKeeper | None = None,
+    *,
+    listener: socket.socket | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT. The pidfile (when given) exists exactly while serving.
+
+    With `listener`, this process is one worker of a gate (`workers.Supervisor`): it accepts on the
+    socket its supervisor bound and leaves announcing the gate to it."""
     raise_open_files_limit()
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
+    worker = listener is not None
 
     async def main() -> None:
-        await gate.start()
+        await gate.start(listener)
         if pidfile is not None:
             atomic_write_text(pidfile, f"{os.getpid()}\n")
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        stderr_log(f"gate for {gate.repo_ref} on {gate.listen_path} -> {gate.upstream_path}")
+        if not worker:
+            stderr_log(f"gate for {gate.repo_ref} on {gate.listen_path} -> {gate.upstream_path}")
         await stop.wait()
         flush_log(gate)
-        stderr_log("stopping")
+        if not worker:
+            stderr_log("stopping")
         await gate.close()
 
     if keeper is not None:
@@ -209,6 +230,84 @@ def run_gate(gate: GateServer, pidfile: Path | None = None, keeper: LogKeeper | 
         loop.close()
 
 
+def run_workers(
+    gate: GateServer, workers: int, pidfile: Path | None = None, keeper: LogKeeper | None = None
+) -> int:
+    """Serve `gate` from `workers` processes until SIGTERM/SIGINT (see `workers.py`); returns the exit
+    status. The pidfile names the supervisor, which stops the workers when it is stopped."""
+    raise_open_files_limit()
+    gate.limits = gate.limits.share(workers)
+    if isinstance(gate.log, GateLog):
+        gate.log.share(workers)
+
+    def serve(listener: socket.socket, publish: Publish) -> int:
+        if gate.audit is not None:
+            gate.audit.publish = publish
+        run_gate(gate, listener=listener)
+        return 0
+
+    listener = bind_listener(gate.listen_path, gate.socket_mode)
+    try:
+        if pidfile is not None:
+            atomic_write_text(pidfile, f"{os.getpid()}\n")
+        where = f"{gate.listen_path} -> {gate.upstream_path}"
+        stderr_log(f"gate for {gate.repo_ref} on {where} ({workers} worker processes)")
+        audit = gate.audit
+        supervisor = Supervisor(
+            workers,
+            listener,
+            serve,
+            log=stderr_log,
+            metrics_path=None if audit is None else audit.metrics_path,
+            labels="" if audit is None else audit.labels,
+            keeper=keeper,
+        )
+        code = supervisor.run()
+        stderr_log("stopped")
+        return code
+    finally:
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            gate.listen_path.unlink()
+        if pidfile is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if int(pidfile.read_text().strip()) == os.getpid():
+                    pidfile.unlink()
+
+
+def configured_workers(machine: Machine) -> int:
+    """How many processes the machine's `gate-workers` setting asks for (its default when the
+    settings file cannot be read: the gate still starts, and its decisions report the file)."""
+    from rediacc_core.settings import effective, read_settings
+
+    try:
+        value = effective(read_settings(machine))["gate-workers"]
+    except RdcError:
+        value = "auto"
+    return worker_count(value)
+
+
+def serve_repo(
+    machine: Machine,
+    repo: Repo,
+    listen: Path,
+    upstream: Path,
+    pidfile: Path | None = None,
+    *,
+    workers: int | None = None,
+    keep_logs: bool = False,
+) -> int:
+    """Build and run `repo`'s gate in as many processes as asked (the machine's setting when
+    `workers` is None); with `keep_logs`, also keep its log files bounded. Returns the exit status."""
+    gate = build_gate(machine, repo, listen, upstream)
+    keeper = log_keeper(machine, repo, gate.log) if keep_logs else None
+    count = configured_workers(machine) if workers is None else workers
+    if count <= 1:
+        run_gate(gate, pidfile, keeper)
+        return 0
+    return run_workers(gate, count, pidfile, keeper)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rediacc_core.runtime.serve", description=__doc__)
     parser.add_argument("--machine", required=True, help="machine name (for messages)")
@@ -217,21 +316,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, type=Path, help="the gate's socket")
     parser.add_argument("--upstream", required=True, type=Path, help="the daemon's socket")
     parser.add_argument("--pidfile", type=Path)
+    parser.add_argument(
+        "--workers", type=int, help="worker processes (default: the machine's gate-workers setting)"
+    )
     args = parser.parse_args(argv)
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     try:
         # Everything the gate reads (repos, grants, settings, inventory) is under the machine's root,
         # so it needs no client config and works whoever's HOME it runs with.
         machine = Machine(name=args.machine, root=args.root)
         repo = RepoStore(machine).by_id(args.repo_id)
-        gate = build_gate(machine, repo, args.listen, args.upstream)
-        run_gate(gate, args.pidfile, log_keeper(machine, repo, gate.log))
+        return serve_repo(
+            machine, repo, args.listen, args.upstream, args.pidfile, workers=args.workers, keep_logs=True
+        )
     except RdcError as exc:
         stderr_log(f"error: {exc.what}" + (f" -- {exc.todo}" if exc.todo else ""))
         return exc.exit_code
     except OSError as exc:
         stderr_log(f"error: {exc}")
         return 1
-    return 0
 
 
 if __name__ == "__main__":

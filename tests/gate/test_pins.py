@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +89,34 @@ def test_nothing_is_restored_without_a_record_or_from_a_record_that_makes_no_sen
     for text in ("not json", json.dumps(["a", "list"]), json.dumps({"x": {"source": 5}})):
         index.write_text(text)
         assert Pins(tmp_path / "pins", index).restore(lambda source: False) == []
+
+
+_PINNER = """
+import sys
+from pathlib import Path
+from rediacc_core.gate.pins import Pins
+pins = Pins(Path(sys.argv[1]), Path(sys.argv[2]))
+for source in sys.argv[3:]:
+    pins.pin(source, read_only=False)
+"""
+
+
+def test_worker_processes_pinning_at_once_record_every_pin_and_share_each_one(tmp_path: Path) -> None:
+    directory, index = tmp_path / "pins", tmp_path / "pins.json"
+    sources = []
+    for n in range(40):
+        (tmp_path / f"src{n}").mkdir()
+        sources.append(str(tmp_path / f"src{n}"))
+    try:
+        # Two processes pin the same sources in opposite orders, as two gate workers may.
+        runs = [
+            subprocess.Popen([sys.executable, "-c", _PINNER, str(directory), str(index), *order])
+            for order in (sources, sources[::-1])
+        ]
+        assert [run.wait(60) for run in runs] == [0, 0]
+        recorded = json.loads(index.read_text())
+        assert sorted(entry["source"] for entry in recorded.values()) == sorted(sources)
+        assert sorted(os.listdir(directory)) == sorted(recorded)  # one staging mount per source
+    finally:
+        release_all(directory)
+    assert not pins_module.lock_path(directory).exists()  # released with the pins

@@ -1,0 +1,1 @@
+from proxy_kit import short_dir  # noqa: F401
