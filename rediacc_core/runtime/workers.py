@@ -44,6 +44,7 @@ MAX_WORKERS = 64
 MAX_RESTARTS = 5  # worker deaths tolerated within RESTART_WINDOW
 RESTART_WINDOW = 60.0  # seconds
 STOP_TIMEOUT = 10.0  # seconds the workers have to close their connections before SIGKILL
+FIRST_METRICS = 1.0  # seconds after the start to the first metrics file, then every METRICS_INTERVAL
 
 Publish = Callable[[Counters], None]
 # What a worker runs: serve on the listener, hand counters to `publish`; returns an exit status.
@@ -115,7 +116,7 @@ class Supervisor:
         try:
             for slot in range(self.count):
                 self._start(slot)
-            next_metrics = time.monotonic() + METRICS_INTERVAL
+            next_metrics = time.monotonic() + FIRST_METRICS  # the workers' first counters are in by then
             next_keep = time.monotonic() + CHECK_INTERVAL
             while not self.stopping:
                 timeout = max(0.0, min(next_metrics, next_keep) - time.monotonic())

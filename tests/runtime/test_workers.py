@@ -347,3 +347,11 @@ def test_workers_share_the_gates_limits_so_together_they_hold_no_more() -> None:
     share = limits.share(3)
     assert share.max_connections * 3 <= 4096 and share.max_buffered * 3 <= 64 * 1024 * 1024
     assert (share.head_timeout, share.body_timeout) == (limits.head_timeout, limits.body_timeout)
+
+
+def test_the_metrics_file_is_there_soon_after_the_start(start: Callable[[int | None], Gate]) -> None:
+    gate = start(2)
+    wait_for(
+        lambda: lifecycle.metrics_file(gate.machine, gate.repo).exists(), timeout=workers.FIRST_METRICS + 5
+    )
+    assert "rediacc_gate_requests_total" in gate.metrics()
