@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 Record = dict[str, Any]
-PATHS = ("direct", "haproxy", "gate")
+# "gate" is the gate as `rdc repo up` runs it (worker processes by default); "gate-1p" the same gate
+# in one process (`--workers 1`, bench/gate_launch.py), measured beside it in the rate scenarios only.
+ONE_PROCESS = "gate-1p"
+PATHS = ("direct", "haproxy", "gate", ONE_PROCESS)
 Key = Callable[[Record], float]
 
 
@@ -57,7 +60,7 @@ def _process_counts(records: list[Record], key: str) -> list[str]:
             counts.setdefault(r["path"], set()).add(r[key])
     if not counts:
         return []
-    names = {"gate": "the gate", "haproxy": "HAProxy"}
+    names = {"gate": "the gate", ONE_PROCESS: "the gate in one process", "haproxy": "HAProxy"}
     parts = [
         f"{names.get(path, path)} {'–'.join(str(n) for n in sorted({min(c), max(c)}))}"
         for path in PATHS
@@ -229,15 +232,20 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
         "only by spending no more CPU per request than HAProxy does.",
         "",
         *_process_counts(records, "proxy_processes"),
-        "| request | gate µs | HAProxy µs | gate/HAProxy |",
-        "|---|---|---|---|",
+        f"| request | gate µs | {ONE_PROCESS} µs | HAProxy µs | gate/HAProxy | {ONE_PROCESS}/HAProxy "
+        f"| gate/{ONE_PROCESS} |",
+        "|---|---|---|---|---|---|---|",
     ]
     for scenario, label in (("rate", "`GET {}`, 8 connections"), ("decision", "{}, one at a time")):
         for endpoint in endpoints(records, scenario):
-            gate, haproxy = (median_of(records, scenario, endpoint, p, _cpu) for p in ("gate", "haproxy"))
+            gate, one, haproxy = (
+                median_of(records, scenario, endpoint, p, _cpu) for p in ("gate", ONE_PROCESS, "haproxy")
+            )
             lines.append(
-                f"| {label.format(endpoint)} | {_fmt(gate, 1)} | {_fmt(haproxy, 1)} "
-                f"| {_st(ratio(records, scenario, endpoint, 'gate', 'haproxy', _cpu))} |"
+                f"| {label.format(endpoint)} | {_fmt(gate, 1)} | {_fmt(one, 1)} | {_fmt(haproxy, 1)} "
+                f"| {_st(ratio(records, scenario, endpoint, 'gate', 'haproxy', _cpu))} "
+                f"| {_st(ratio(records, scenario, endpoint, ONE_PROCESS, 'haproxy', _cpu))} "
+                f"| {_st(ratio(records, scenario, endpoint, 'gate', ONE_PROCESS, _cpu))} |"
             )
     lines += [
         "",
@@ -265,6 +273,7 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 f"| {_fmt(median_of(records, 'rate', endpoint, path, _cpu), 1)} "
                 f"| {_st(ratio(records, 'rate', endpoint, path, 'haproxy', _cpu))} |"
             )
+    lines += one_process_section(records, meta)
     lines += [
         "",
         "## Latency of a single request (one connection, one request at a time)",
@@ -367,6 +376,43 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def one_process_section(records: list[Record], meta: dict[str, Any]) -> list[str]:
+    """The default gate against the same gate in one process, both measured in the same cycles."""
+    if not endpoints(records, "rate"):
+        return []
+    head = ["", f"## The gate's worker processes: gate against {ONE_PROCESS}", ""]
+    if not any(r["path"] == ONE_PROCESS for r in records):
+        why = meta.get("one_process_missing") or "no record of it"
+        return [*head, f"{ONE_PROCESS}, the gate in one process, was not measured: {why}."]
+    lines = [
+        *head,
+        "`gate` runs as `rdc repo up` runs it (its worker processes as the machine's `gate-workers`",
+        f"setting asks); `{ONE_PROCESS}` is the same command line with `--workers 1`, on a socket of its",
+        "own, for the same repo. Both ran in every cycle, so their ratio shows what the worker processes",
+        "buy on this machine; ratios from two separate runs move by more than that here.",
+        "",
+        f"| endpoint | req/s gate/HAProxy | req/s {ONE_PROCESS}/HAProxy | req/s gate/{ONE_PROCESS} "
+        f"| p99 gate/{ONE_PROCESS} | CPU µs/req gate | {ONE_PROCESS} | HAProxy "
+        f"| CPU/req gate/{ONE_PROCESS} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for endpoint in endpoints(records, "rate"):
+        cpu = [median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", ONE_PROCESS, "haproxy")]
+        lines.append(
+            f"| `GET {endpoint}` "
+            f"| {_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _rate))} "
+            f"| {_st(ratio(records, 'rate', endpoint, ONE_PROCESS, 'haproxy', _rate))} "
+            f"| {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _rate))} "
+            f"| {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _ms('p99')))} "
+            f"| {' | '.join(_fmt(c, 1) for c in cpu)} "
+            f"| {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _cpu))} |"
+        )
+    return lines
+
+
+_LABEL = {"haproxy": "HAProxy"}  # how the printed lines name a path, where it differs
+
+
 def summary_lines(records: list[Record]) -> list[str]:
     """The ratios printed at the end of a run."""
     out = []
@@ -377,18 +423,33 @@ def summary_lines(records: list[Record]) -> list[str]:
             f"gate/direct {_st(ratio(records, 'rate', endpoint, 'gate', 'direct', _rate))}; p99 gate/HAProxy "
             f"{_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _ms('p99')))}"
         )
+        if any(r["path"] == ONE_PROCESS for r in _selected(records, "rate", endpoint)):
+            out.append(
+                f"rate GET {endpoint}: {ONE_PROCESS}/HAProxy "
+                f"{_st(ratio(records, 'rate', endpoint, ONE_PROCESS, 'haproxy', _rate))}, gate/{ONE_PROCESS} "
+                f"{_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _rate))}"
+            )
     for endpoint in endpoints(records, "rate"):
-        gate, haproxy = (median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", "haproxy"))
+        cpu = {p: median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", ONE_PROCESS, "haproxy")}
+        shown = ", ".join(f"{_LABEL.get(p, p)} {_fmt(v, 1)} µs" for p, v in cpu.items() if v is not None)
         out.append(
-            f"proxy CPU per request GET {endpoint}: gate {_fmt(gate, 1)} µs, HAProxy {_fmt(haproxy, 1)} µs, "
+            f"proxy CPU per request GET {endpoint}: {shown}; "
             f"gate/HAProxy {_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _cpu))}"
+            + (
+                f", gate/{ONE_PROCESS} {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _cpu))}"
+                if cpu[ONE_PROCESS] is not None
+                else ""
+            )
         )
     for endpoint in endpoints(records, "latency"):
-        out.append(
-            f"latency GET {endpoint} (1 connection), p50 added over direct: gate "
-            f"{_st(added(records, 'latency', endpoint, 'gate', 'direct', _ms('p50')), ' ms', 3)}, HAProxy "
-            f"{_st(added(records, 'latency', endpoint, 'haproxy', 'direct', _ms('p50')), ' ms', 3)}"
+        added_p50 = {
+            p: added(records, "latency", endpoint, p, "direct", _ms("p50"))
+            for p in ("gate", ONE_PROCESS, "haproxy")
+        }
+        shown = ", ".join(
+            f"{_LABEL.get(p, p)} {_st(v, ' ms', 3)}" for p, v in added_p50.items() if v is not None
         )
+        out.append(f"latency GET {endpoint} (1 connection), p50 added over direct: {shown}")
     for scenario in ("decision", "create"):
         for endpoint in endpoints(records, scenario):
             out.append(
@@ -424,7 +485,7 @@ def chart(records: list[Record], path: Path, title: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (tox -e bench installs it)"
-    colours = {"direct": "#8c8c8c", "haproxy": "#4c72b0", "gate": "#dd8452"}
+    colours = {"direct": "#8c8c8c", "haproxy": "#4c72b0", "gate": "#dd8452", ONE_PROCESS: "#e8c07d"}
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))
     fig.suptitle(title)
 
@@ -435,10 +496,12 @@ def chart(records: list[Record], path: Path, title: str) -> str | None:
         ylabel: str,
         limit: float | None = None,
     ) -> None:
-        width = 0.8 / len(PATHS)
-        for i, path in enumerate(PATHS):
+        # Only the paths measured here: gate-1p runs in the rate scenarios, not in bulk or memory.
+        paths = [p for p in PATHS if any(value(g, p) is not None for g in groups)] or list(PATHS)
+        width = 0.8 / len(paths)
+        for i, path in enumerate(paths):
             ys = [value(g, path) for g in groups]
-            xs = [j + (i - 1) * width for j in range(len(groups))]
+            xs = [j + (i - (len(paths) - 1) / 2) * width for j in range(len(groups))]
             ax.bar(xs, [y or 0 for y in ys], width, label=path, color=colours[path])
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([g.replace(" (", "\n(") for g in groups], fontsize=8)

@@ -1,13 +1,14 @@
 """The gate benchmark: dockerd direct, through HAProxy, and through the gate, side by side.
 
-    python bench/run.py [--rounds N] [--quick] [--out DIR] [--profile SECONDS]
+    python bench/run.py [--rounds N] [--quick] [--out DIR] [--profile SECONDS] [--no-one-process]
 
-Starts a private dockerd, HAProxy and the gate in a temporary directory, measures every path
+Starts a private dockerd, HAProxy and the gate in a temporary directory (and, for the request rate
+and latency, a second gate for the same repo in one process, `gate-1p`), measures every path
 interleaved, writes `results-<date>-<commit>.md` (kept), `latest.md` (a pointer to it), `latest.json`
-and `chart.png` (regenerated each run, not committed) to the output
-directory (bench/results, or bench/results/quick for --quick), prints the ratios gate/HAProxy and
-gate/direct, and stops everything it started. Needs root (dockerd), a C compiler, curl, HAProxy and
-Docker Engine; see bench/README.md.
+and `chart.png` (regenerated each run, not committed) to the output directory (bench/results, or
+bench/results/quick for --quick), prints the ratios gate/HAProxy, gate/direct and gate/gate-1p, and
+stops everything it started. Needs root (dockerd), a C compiler, curl, HAProxy and Docker Engine;
+see bench/README.md.
 """
 
 from __future__ import annotations
@@ -183,6 +184,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--keep-workdir", action="store_true", help="leave the temporary directory (logs) behind"
     )
+    parser.add_argument(
+        "--no-one-process",
+        action="store_true",
+        help=f"do not measure {gate_launch.ONE_PROCESS}, the gate in one process, beside the default gate",
+    )
     return parser.parse_args(argv)
 
 
@@ -229,12 +235,24 @@ def main(argv: list[str] | None = None) -> int:
         haproxy_sock = st.start_haproxy(docker_sock)
         gate_launch.write_machine(st.machine_root)
         socks = {"direct": docker_sock, "haproxy": haproxy_sock}
+        pids = {"haproxy": st.haproxy_proc.pid} if st.haproxy_proc else {}
         gate_missing = gate_launch.gate_available()
         if gate_missing is None:
             launch = gate_launch.launch(workdir, st.machine_root, docker_sock)
             socks["gate"] = st.start_gate(launch.argv, launch.sock, launch.env)
         else:
             log(f"bench: the gate is not measured: {gate_missing}")
+        # The rate and latency scenarios also measure the gate in one process, in the same cycles as
+        # the default gate: what its worker processes buy, free of the noise between separate runs.
+        rate_socks = dict(socks)
+        one_process_missing: str | None = None
+        if "rate" in only and gate_missing is None:
+            started_one = start_one_process(st, launch, workdir, args.no_one_process)
+            if isinstance(started_one, str):
+                one_process_missing = started_one
+                log(f"bench: {gate_launch.ONE_PROCESS} (the gate in one process) not measured: {started_one}")
+            else:
+                rate_socks[gate_launch.ONE_PROCESS], pids[gate_launch.ONE_PROCESS] = started_one
         binary = loadgen.build(workdir)
         api = "v" + api_version(docker_sock)
         body, body_source = cli_capture.capture_create_body(workdir, api[1:], stack.IMAGE, gate_launch.DEVICE)
@@ -257,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate_seconds": settings.rate_seconds,
             "bulk_mib": settings.bulk_mib,
             "gate_missing": gate_missing,
+            "one_process_missing": one_process_missing,
             "loadavg_before": loadavg(),
         }
         direct_create = uds.call(docker_sock, "POST", "/containers/create?name=bench-taken", json.loads(body))
@@ -274,13 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         if "bulk" in only:
             scenarios.write_bulk_tar(tar_path, settings.bulk_mib)
 
-        pids = {"haproxy": st.haproxy_proc.pid} if st.haproxy_proc else {}
         if st.gate_proc is not None:
             pids["gate"] = st.gate_proc.pid
         repo_id = launch.repo_id if gate_missing is None else ""
         ctx = Context(
-            binary, socks, pids, body_file, api, docker_sock, tar_path, settings, st.machine_root, repo_id
-        )
+            binary, socks, rate_socks, pids, body_file, api, docker_sock, tar_path, settings,
+            st.machine_root, repo_id,
+        )  # fmt: skip
         for round_no in range(settings.rounds):
             log(f"bench: round {round_no + 1} of {settings.rounds}")
             measure_round(ctx, round_no, only, records)
@@ -321,12 +340,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def start_one_process(
+    st: stack.Stack, launch: gate_launch.GateLaunch, workdir: Path, skip: bool
+) -> tuple[str, int] | str:
+    """Starts the gate in one process beside the default gate: its (socket, pid), or why not."""
+    if skip:
+        return "--no-one-process was given"
+    one = gate_launch.one_process(launch, workdir)
+    if isinstance(one, str):
+        return one
+    try:
+        proc = st.start_other_gate(gate_launch.ONE_PROCESS, one.argv, one.sock, one.env)
+    except RuntimeError as exc:  # e.g. a gate too old for --workers: the rest of the run stands
+        log(f"bench: {exc}")
+        return f"it did not start ({str(exc).splitlines()[0]})"
+    return one.sock, proc.pid
+
+
 @dataclass(frozen=True)
 class Context:
     """What every measurement needs: the load generator, the sockets, the request bodies."""
 
     binary: Path
     socks: dict[str, str]
+    rate_socks: dict[str, str]  # `socks` and, when measured, the gate in one process (rate, latency)
     pids: dict[str, int]  # each proxy's first process; its CPU and memory include its descendants
     body_file: Path
     api: str
@@ -357,8 +394,8 @@ def measure_round(ctx: Context, round_no: int, only: set[str], records: list[dic
             cycle = round_no * s.slices + slice_no
             if "rate" in only:
                 for endpoint in ("/_ping", f"/{ctx.api}/containers/json"):
-                    records += scenarios.rate(ctx.binary, ctx.socks, ctx.pids, endpoint, cycle, s)
-                records += scenarios.latency(ctx.binary, ctx.socks, ctx.pids, "/_ping", cycle, s)
+                    records += scenarios.rate(ctx.binary, ctx.rate_socks, ctx.pids, endpoint, cycle, s)
+                records += scenarios.latency(ctx.binary, ctx.rate_socks, ctx.pids, "/_ping", cycle, s)
             if "create" in only:
                 records += scenarios.decision(
                     ctx.binary, ctx.socks, ctx.pids, ctx.body_file, ctx.api, "bench-taken", cycle, s

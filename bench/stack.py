@@ -348,17 +348,33 @@ class Stack:
         return sock
 
     # --- the gate -------------------------------------------------------------------------------
-    def start_gate(self, argv: Sequence[str], sock: str, env: dict[str, str] | None = None) -> str:
-        self._gate_launch = (list(argv), sock, env)
-        proc = spawn("gate", argv, self.logs / "gate.log", env)
+    def _spawn_gate(self, name: str, argv: Sequence[str], sock: str, env: dict[str, str] | None) -> Proc:
+        proc = spawn(name, argv, self.logs / f"{name}.log", env)
         self.procs.append(proc)
         try:
-            uds.wait_until_answers(sock, 30, "the gate")
+            uds.wait_until_answers(sock, 30, "the gate" if name == "gate" else name)
         except RuntimeError as exc:
+            # Stopped here, so that a caller that goes on without this gate leaves nothing running;
+            # the error carries the log's tail.
+            proc.stop()
+            self.procs.remove(proc)
             raise RuntimeError(f"{exc}\ncommand: {' '.join(argv)}\n{proc.log_tail()}") from None
+        return proc
+
+    def start_gate(self, argv: Sequence[str], sock: str, env: dict[str, str] | None = None) -> str:
+        self._gate_launch = (list(argv), sock, env)
+        self.gate_proc = self._spawn_gate("gate", argv, sock, env)
         self.gate_sock = sock
-        self.gate_proc = proc
         return sock
+
+    def start_other_gate(
+        self, name: str, argv: Sequence[str], sock: str, env: dict[str, str] | None = None
+    ) -> Proc:
+        """Another gate beside the default one (the same gate run another way), logged as `name`.
+
+        It is stopped with the rest; memory, profiling and restarts concern the default gate only.
+        """
+        return self._spawn_gate(name, argv, sock, env)
 
     def restart_gate(self) -> str:
         """A fresh gate process (same command), so memory is measured from a clean start."""
