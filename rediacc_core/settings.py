@@ -125,9 +125,9 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "gate-workers",
             (),
-            "auto",
-            "processes each repo's gate runs (auto: one per CPU, at most 2; 1 to 64); a busy repo's API "
-            "calls go faster with more, each costs its own memory; taken at the gate's next start",
+            "1",
+            "processes each repo's gate serves from (1 to 64): more let a repo's API calls use more CPUs "
+            "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
             _check_workers,
         ),
     ]

@@ -22,7 +22,7 @@ from rediacc_core.settings import (
 from rediacc_core.statelock import state_lock
 
 LEGACY = "legacy-visible-devices"
-OTHER_DEFAULTS = {"bind-roots": "", "extra-capabilities": "", "volume-drivers": "", "gate-workers": "auto"}
+OTHER_DEFAULTS = {"bind-roots": "", "extra-capabilities": "", "volume-drivers": "", "gate-workers": "1"}
 
 
 @pytest.fixture
@@ -224,8 +224,8 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
         ("volume-drivers", "bad driver!", "not a volume driver name"),
         ("gate-workers", "0", "from 1 to 64"),
         ("gate-workers", "65", "from 1 to 64"),
-        ("gate-workers", "two", "use auto or a whole number"),
-        ("gate-workers", "\u0662", "use auto or a whole number"),
+        ("gate-workers", "two", "use a whole number"),
+        ("gate-workers", "\u0662", "use a whole number"),
     ],
 )
 def test_list_settings_are_checked_before_anything_is_written(

@@ -31,7 +31,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.logfiles import LogKeeper
-from rediacc_core.runtime.workers import MAX_WORKERS, Publish, Supervisor, worker_count
+from rediacc_core.runtime.workers import MAX_WORKERS, Publish, Supervisor
 
 
 def stderr_log(line: str) -> None:
@@ -281,10 +281,9 @@ def configured_workers(machine: Machine) -> int:
     from rediacc_core.settings import effective, read_settings
 
     try:
-        value = effective(read_settings(machine))["gate-workers"]
+        return int(effective(read_settings(machine))["gate-workers"])
     except RdcError:
-        value = "auto"
-    return worker_count(value)
+        return 1
 
 
 def serve_repo(

@@ -53,19 +53,11 @@ ServeWorker = Callable[[socket.socket, Publish], int]
 _PR_SET_PDEATHSIG = 1
 
 
-def worker_count(setting: str, cpus: int | None = None) -> int:
-    """The number of worker processes the `gate-workers` setting asks for (`auto`: one per CPU, at
-    most 2: most repos see little traffic, and each worker holds its own copy of the gate)."""
-    if setting == "auto":
-        return max(1, min(2, cpus if cpus is not None else (os.cpu_count() or 1)))
-    return int(setting)
-
-
 def check_worker_setting(value: str) -> str | None:
     """Why `value` is no valid `gate-workers` setting, or None."""
-    if value == "auto" or (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_WORKERS):
+    if value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_WORKERS:
         return None
-    return f"use auto or a whole number from 1 to {MAX_WORKERS}"
+    return f"use a whole number from 1 to {MAX_WORKERS}"
 
 
 @dataclass

@@ -20,6 +20,7 @@ from e2e_kit import E2E, IMAGE, RepoEnv, build_machine_root, skip_reason
 from rediacc_core.config import Config
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
+from rediacc_core.settings import set_setting
 from rediacc_core.testing.dockerenv import import_busybox
 
 
@@ -46,6 +47,10 @@ def e2e() -> Iterator[E2E]:
     config.add("m1", root)
     config.save()
     machine = Config.load(config_path).machine("m1")
+    # The repos' gates serve from two worker processes, so every attack and workload here also
+    # crosses workers (a bind checked by one, started through another); the in-process suites
+    # drive the default, one process.
+    set_setting(machine, "gate-workers", "2")
     store = RepoStore(machine)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

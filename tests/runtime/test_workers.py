@@ -30,7 +30,7 @@ from rediacc_core.gate.server import GateLimits, bind_listener
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle, workers
-from rediacc_core.runtime.workers import Supervisor, check_worker_setting, worker_count
+from rediacc_core.runtime.workers import Supervisor, check_worker_setting
 from rediacc_core.settings import set_setting
 from rediacc_core.testing import FakeMachine
 
@@ -184,6 +184,11 @@ def test_one_worker_is_the_gate_in_one_process(start: Callable[[int | None], Gat
     assert gate.workers == [] and exchange(gate.sock, PING) == 200
 
 
+def test_by_default_the_gate_runs_in_one_process(start: Callable[[int | None], Gate]) -> None:
+    gate = start(None)
+    assert gate.workers == [] and exchange(gate.sock, CREATE) == 403
+
+
 def test_the_machine_setting_chooses_how_many(
     start: Callable[[int | None], Gate], fake_machine: FakeMachine
 ) -> None:
@@ -330,14 +335,7 @@ def test_a_worker_hands_its_counters_to_the_supervisor_which_writes_the_metrics_
 
 
 # --- settings and limits -----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("setting", "cpus", "count"), [("auto", 1, 1), ("auto", 2, 2), ("auto", 96, 2), ("5", 2, 5)]
-)
-def test_the_setting_says_how_many_workers(setting: str, cpus: int, count: int) -> None:
-    assert worker_count(setting, cpus) == count
-
-
-@pytest.mark.parametrize("value", ["0", "65", "-1", "2.5", "two", "\u0662", ""])
+@pytest.mark.parametrize("value", ["0", "65", "-1", "2.5", "two", "auto", "\u0662", ""])
 def test_a_worker_count_outside_1_to_64_is_refused(value: str) -> None:
     assert check_worker_setting(value) is not None
 
