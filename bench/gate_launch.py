@@ -3,8 +3,8 @@
 The machine is a directory root (as in the tests): one CDI spec defining `vendor.example/gpu=0`
 backed by a real character device node, a repo named `bench` whose Docker host is the benchmark's
 own dockerd, and a grant of that device to it. The gate then runs as `rdc` runs it for such a repo;
-for the rate scenarios a second gate for the same repo runs beside it in one process (`--workers 1`),
-so that one run shows what the gate's worker processes buy.
+for the rate scenarios a second gate for the same repo runs beside it in two worker processes
+(`--workers 2`), so that one run shows what worker processes buy.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ REPO = "bench"
 # {upstream}, or the gate run differently (fields: {python} {machine} {root} {repo_id} {workdir}).
 OVERRIDE_ENV = "RDC_BENCH_GATE_CMD"
 
-# The path name of the second gate: the same command line with `--workers 1`.
-ONE_PROCESS = "gate-1p"
+# The path name of the second gate: the same command line with `--workers WORKER_COUNT`.
+WORKER_COUNT = 2
+WORKERS = "gate-w2"
 
 
 @dataclass(frozen=True)
@@ -105,21 +106,21 @@ def launch(workdir: Path, root: Path, docker_sock: str) -> GateLaunch:
     return GateLaunch(argv, sock, env, repo_id)
 
 
-def one_process(default: GateLaunch, workdir: Path) -> GateLaunch | str:
-    """The default gate's command line on a socket of its own, with `--workers 1`; else why not.
+def with_workers(default: GateLaunch, workdir: Path) -> GateLaunch | str:
+    """The default gate's command line on a socket of its own, with `--workers 2`; else why not.
 
     Same machine root and repo id: the two gates share the repo's files (audit log, pins), which the
     gate locks, so they can run side by side. With RDC_BENCH_GATE_CMD set, the command is not the
-    gate's own and `--workers` may mean nothing to it, so there is no one-process variant to run.
+    gate's own and `--workers` may mean nothing to it, so there is no variant with workers to run.
     """
     if os.environ.get(OVERRIDE_ENV):
         return f"{OVERRIDE_ENV} replaces the gate's command line"
-    sock = str(workdir / ONE_PROCESS / "gate.sock")
+    sock = str(workdir / WORKERS / "gate.sock")
     Path(sock).parent.mkdir(parents=True, exist_ok=True)
     argv = list(default.argv)
     argv[argv.index("--listen") + 1] = sock
     # The last --workers wins in argparse, should the default command line ever carry one.
-    return GateLaunch([*argv, "--workers", "1"], sock, default.env, default.repo_id)
+    return GateLaunch([*argv, "--workers", str(WORKER_COUNT)], sock, default.env, default.repo_id)
 
 
 def event_loop() -> str:

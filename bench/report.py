@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 Record = dict[str, Any]
-# "gate" is the gate as `rdc repo up` runs it (worker processes by default); "gate-1p" the same gate
-# in one process (`--workers 1`, bench/gate_launch.py), measured beside it in the rate scenarios only.
-ONE_PROCESS = "gate-1p"
-PATHS = ("direct", "haproxy", "gate", ONE_PROCESS)
+# "gate" is the gate as `rdc repo up` runs it (worker processes by default); "gate-w2" the same gate
+# in two worker processes (`--workers 2`, bench/gate_launch.py), measured beside it in the rate
+# scenarios only.
+WORKERS = "gate-w2"
+PATHS = ("direct", "haproxy", "gate", WORKERS)
 Key = Callable[[Record], float]
 
 
@@ -60,7 +61,7 @@ def _process_counts(records: list[Record], key: str) -> list[str]:
             counts.setdefault(r["path"], set()).add(r[key])
     if not counts:
         return []
-    names = {"gate": "the gate", ONE_PROCESS: "the gate in one process", "haproxy": "HAProxy"}
+    names = {"gate": "the gate", WORKERS: "the gate in two worker processes", "haproxy": "HAProxy"}
     parts = [
         f"{names.get(path, path)} {'–'.join(str(n) for n in sorted({min(c), max(c)}))}"
         for path in PATHS
@@ -232,20 +233,20 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
         "only by spending no more CPU per request than HAProxy does.",
         "",
         *_process_counts(records, "proxy_processes"),
-        f"| request | gate µs | {ONE_PROCESS} µs | HAProxy µs | gate/HAProxy | {ONE_PROCESS}/HAProxy "
-        f"| gate/{ONE_PROCESS} |",
+        f"| request | gate µs | {WORKERS} µs | HAProxy µs | gate/HAProxy | {WORKERS}/HAProxy "
+        f"| {WORKERS}/gate |",
         "|---|---|---|---|---|---|---|",
     ]
     for scenario, label in (("rate", "`GET {}`, 8 connections"), ("decision", "{}, one at a time")):
         for endpoint in endpoints(records, scenario):
             gate, one, haproxy = (
-                median_of(records, scenario, endpoint, p, _cpu) for p in ("gate", ONE_PROCESS, "haproxy")
+                median_of(records, scenario, endpoint, p, _cpu) for p in ("gate", WORKERS, "haproxy")
             )
             lines.append(
                 f"| {label.format(endpoint)} | {_fmt(gate, 1)} | {_fmt(one, 1)} | {_fmt(haproxy, 1)} "
                 f"| {_st(ratio(records, scenario, endpoint, 'gate', 'haproxy', _cpu))} "
-                f"| {_st(ratio(records, scenario, endpoint, ONE_PROCESS, 'haproxy', _cpu))} "
-                f"| {_st(ratio(records, scenario, endpoint, 'gate', ONE_PROCESS, _cpu))} |"
+                f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'haproxy', _cpu))} "
+                f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'gate', _cpu))} |"
             )
     lines += [
         "",
@@ -273,7 +274,7 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 f"| {_fmt(median_of(records, 'rate', endpoint, path, _cpu), 1)} "
                 f"| {_st(ratio(records, 'rate', endpoint, path, 'haproxy', _cpu))} |"
             )
-    lines += one_process_section(records, meta)
+    lines += workers_section(records, meta)
     lines += [
         "",
         "## Latency of a single request (one connection, one request at a time)",
@@ -376,37 +377,45 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def one_process_section(records: list[Record], meta: dict[str, Any]) -> list[str]:
-    """The default gate against the same gate in one process, both measured in the same cycles."""
+def workers_section(records: list[Record], meta: dict[str, Any]) -> list[str]:
+    """The same gate in two worker processes against the default gate, measured in the same cycles."""
     if not endpoints(records, "rate"):
         return []
-    head = ["", f"## The gate's worker processes: gate against {ONE_PROCESS}", ""]
-    if not any(r["path"] == ONE_PROCESS for r in records):
-        why = meta.get("one_process_missing") or "no record of it"
-        return [*head, f"{ONE_PROCESS}, the gate in one process, was not measured: {why}."]
+    head = ["", f"## Worker processes: {WORKERS} against gate", ""]
+    if not any(r["path"] == WORKERS for r in records):
+        why = meta.get("workers_missing") or "no record of it"
+        return [*head, f"{WORKERS}, the gate in two worker processes, was not measured: {why}."]
     lines = [
         *head,
-        "`gate` runs as `rdc repo up` runs it (its worker processes as the machine's `gate-workers`",
-        f"setting asks); `{ONE_PROCESS}` is the same command line with `--workers 1`, on a socket of its",
-        "own, for the same repo. Both ran in every cycle, so their ratio shows what the worker processes",
+        "`gate` runs as `rdc repo up` runs it by default (one process: the machine's `gate-workers`",
+        f"setting is 1); `{WORKERS}` is the same command line with `--workers 2`, on a socket of its",
+        "own, for the same repo. Both ran in every cycle, so their ratio shows what worker processes",
         "buy on this machine; ratios from two separate runs move by more than that here.",
         "",
-        f"| endpoint | req/s gate/HAProxy | req/s {ONE_PROCESS}/HAProxy | req/s gate/{ONE_PROCESS} "
-        f"| p99 gate/{ONE_PROCESS} | CPU µs/req gate | {ONE_PROCESS} | HAProxy "
-        f"| CPU/req gate/{ONE_PROCESS} |",
+        f"| endpoint | req/s gate/HAProxy | req/s {WORKERS}/HAProxy | req/s {WORKERS}/gate "
+        f"| p99 {WORKERS}/gate | CPU µs/req gate | {WORKERS} | HAProxy "
+        f"| CPU/req {WORKERS}/gate |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for endpoint in endpoints(records, "rate"):
-        cpu = [median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", ONE_PROCESS, "haproxy")]
-        lines.append(
-            f"| `GET {endpoint}` "
-            f"| {_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _rate))} "
-            f"| {_st(ratio(records, 'rate', endpoint, ONE_PROCESS, 'haproxy', _rate))} "
-            f"| {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _rate))} "
-            f"| {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _ms('p99')))} "
-            f"| {' | '.join(_fmt(c, 1) for c in cpu)} "
-            f"| {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _cpu))} |"
-        )
+    for scenario, method in (("rate", "GET"), ("parallel", "POST")):
+        for endpoint in endpoints(records, scenario):
+            cpu = [median_of(records, scenario, endpoint, p, _cpu) for p in ("gate", WORKERS, "haproxy")]
+            lines.append(
+                f"| `{method} {endpoint}` "
+                f"| {_st(ratio(records, scenario, endpoint, 'gate', 'haproxy', _rate))} "
+                f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'haproxy', _rate))} "
+                f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'gate', _rate))} "
+                f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'gate', _ms('p99')))} "
+                f"| {' | '.join(_fmt(c, 1) for c in cpu)} "
+                f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'gate', _cpu))} |"
+            )
+    if endpoints(records, "parallel"):
+        lines += [
+            "",
+            "The `POST` row is the create body with a taken name from as many connections as the rate",
+            "rows: the decision is most of the work on that path, so it is where one event loop limits",
+            "the gate and where its worker processes pay off first.",
+        ]
     return lines
 
 
@@ -423,28 +432,38 @@ def summary_lines(records: list[Record]) -> list[str]:
             f"gate/direct {_st(ratio(records, 'rate', endpoint, 'gate', 'direct', _rate))}; p99 gate/HAProxy "
             f"{_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _ms('p99')))}"
         )
-        if any(r["path"] == ONE_PROCESS for r in _selected(records, "rate", endpoint)):
+        if any(r["path"] == WORKERS for r in _selected(records, "rate", endpoint)):
             out.append(
-                f"rate GET {endpoint}: {ONE_PROCESS}/HAProxy "
-                f"{_st(ratio(records, 'rate', endpoint, ONE_PROCESS, 'haproxy', _rate))}, gate/{ONE_PROCESS} "
-                f"{_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _rate))}"
+                f"rate GET {endpoint}: {WORKERS}/HAProxy "
+                f"{_st(ratio(records, 'rate', endpoint, WORKERS, 'haproxy', _rate))}, {WORKERS}/gate "
+                f"{_st(ratio(records, 'rate', endpoint, WORKERS, 'gate', _rate))}"
             )
     for endpoint in endpoints(records, "rate"):
-        cpu = {p: median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", ONE_PROCESS, "haproxy")}
+        cpu = {p: median_of(records, "rate", endpoint, p, _cpu) for p in ("gate", WORKERS, "haproxy")}
         shown = ", ".join(f"{_LABEL.get(p, p)} {_fmt(v, 1)} µs" for p, v in cpu.items() if v is not None)
         out.append(
             f"proxy CPU per request GET {endpoint}: {shown}; "
             f"gate/HAProxy {_st(ratio(records, 'rate', endpoint, 'gate', 'haproxy', _cpu))}"
             + (
-                f", gate/{ONE_PROCESS} {_st(ratio(records, 'rate', endpoint, 'gate', ONE_PROCESS, _cpu))}"
-                if cpu[ONE_PROCESS] is not None
+                f", {WORKERS}/gate {_st(ratio(records, 'rate', endpoint, WORKERS, 'gate', _cpu))}"
+                if cpu[WORKERS] is not None
                 else ""
             )
+        )
+    for endpoint in endpoints(records, "parallel"):
+        cpu = {p: median_of(records, "parallel", endpoint, p, _cpu) for p in ("gate", WORKERS, "haproxy")}
+        shown = ", ".join(f"{_LABEL.get(p, p)} {_fmt(v, 1)} µs" for p, v in cpu.items() if v is not None)
+        out.append(
+            f"rate POST {endpoint} (decided): gate/HAProxy "
+            f"{_st(ratio(records, 'parallel', endpoint, 'gate', 'haproxy', _rate))}, {WORKERS}/HAProxy "
+            f"{_st(ratio(records, 'parallel', endpoint, WORKERS, 'haproxy', _rate))}, {WORKERS}/gate "
+            f"{_st(ratio(records, 'parallel', endpoint, WORKERS, 'gate', _rate))}; "
+            f"CPU per request: {shown}"
         )
     for endpoint in endpoints(records, "latency"):
         added_p50 = {
             p: added(records, "latency", endpoint, p, "direct", _ms("p50"))
-            for p in ("gate", ONE_PROCESS, "haproxy")
+            for p in ("gate", WORKERS, "haproxy")
         }
         shown = ", ".join(
             f"{_LABEL.get(p, p)} {_st(v, ' ms', 3)}" for p, v in added_p50.items() if v is not None
@@ -485,7 +504,7 @@ def chart(records: list[Record], path: Path, title: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (tox -e bench installs it)"
-    colours = {"direct": "#8c8c8c", "haproxy": "#4c72b0", "gate": "#dd8452", ONE_PROCESS: "#e8c07d"}
+    colours = {"direct": "#8c8c8c", "haproxy": "#4c72b0", "gate": "#dd8452", WORKERS: "#e8c07d"}
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))
     fig.suptitle(title)
 
@@ -496,7 +515,7 @@ def chart(records: list[Record], path: Path, title: str) -> str | None:
         ylabel: str,
         limit: float | None = None,
     ) -> None:
-        # Only the paths measured here: gate-1p runs in the rate scenarios, not in bulk or memory.
+        # Only the paths measured here: gate-w2 runs in the rate scenarios, not in bulk or memory.
         paths = [p for p in PATHS if any(value(g, p) is not None for g in groups)] or list(PATHS)
         width = 0.8 / len(paths)
         for i, path in enumerate(paths):

@@ -1,12 +1,12 @@
 """The gate benchmark: dockerd direct, through HAProxy, and through the gate, side by side.
 
-    python bench/run.py [--rounds N] [--quick] [--out DIR] [--profile SECONDS] [--no-one-process]
+    python bench/run.py [--rounds N] [--quick] [--out DIR] [--profile SECONDS] [--no-workers]
 
 Starts a private dockerd, HAProxy and the gate in a temporary directory (and, for the request rate
-and latency, a second gate for the same repo in one process, `gate-1p`), measures every path
+and latency, a second gate for the same repo in two worker processes, `gate-w2`), measures every path
 interleaved, writes `results-<date>-<commit>.md` (kept), `latest.md` (a pointer to it), `latest.json`
 and `chart.png` (regenerated each run, not committed) to the output directory (bench/results, or
-bench/results/quick for --quick), prints the ratios gate/HAProxy, gate/direct and gate/gate-1p, and
+bench/results/quick for --quick), prints the ratios gate/HAProxy, gate/direct and gate-w2/gate, and
 stops everything it started. Needs root (dockerd), a C compiler, curl, HAProxy and Docker Engine;
 see bench/README.md.
 """
@@ -185,9 +185,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--keep-workdir", action="store_true", help="leave the temporary directory (logs) behind"
     )
     parser.add_argument(
-        "--no-one-process",
+        "--no-workers",
         action="store_true",
-        help=f"do not measure {gate_launch.ONE_PROCESS}, the gate in one process, beside the default gate",
+        help=f"do not measure {gate_launch.WORKERS}, the gate in two worker processes, beside the default",
     )
     return parser.parse_args(argv)
 
@@ -242,17 +242,17 @@ def main(argv: list[str] | None = None) -> int:
             socks["gate"] = st.start_gate(launch.argv, launch.sock, launch.env)
         else:
             log(f"bench: the gate is not measured: {gate_missing}")
-        # The rate and latency scenarios also measure the gate in one process, in the same cycles as
-        # the default gate: what its worker processes buy, free of the noise between separate runs.
+        # The rate scenarios also measure the gate in two worker processes, in the same cycles as the
+        # default gate: what worker processes buy, free of the noise between separate runs.
         rate_socks = dict(socks)
-        one_process_missing: str | None = None
+        workers_missing: str | None = None
         if "rate" in only and gate_missing is None:
-            started_one = start_one_process(st, launch, workdir, args.no_one_process)
-            if isinstance(started_one, str):
-                one_process_missing = started_one
-                log(f"bench: {gate_launch.ONE_PROCESS} (the gate in one process) not measured: {started_one}")
+            started_w = start_with_workers(st, launch, workdir, args.no_workers)
+            if isinstance(started_w, str):
+                workers_missing = started_w
+                log(f"bench: {gate_launch.WORKERS} (the gate with workers) not measured: {started_w}")
             else:
-                rate_socks[gate_launch.ONE_PROCESS], pids[gate_launch.ONE_PROCESS] = started_one
+                rate_socks[gate_launch.WORKERS], pids[gate_launch.WORKERS] = started_w
         binary = loadgen.build(workdir)
         api = "v" + api_version(docker_sock)
         body, body_source = cli_capture.capture_create_body(workdir, api[1:], stack.IMAGE, gate_launch.DEVICE)
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate_seconds": settings.rate_seconds,
             "bulk_mib": settings.bulk_mib,
             "gate_missing": gate_missing,
-            "one_process_missing": one_process_missing,
+            "workers_missing": workers_missing,
             "loadavg_before": loadavg(),
         }
         direct_create = uds.call(docker_sock, "POST", "/containers/create?name=bench-taken", json.loads(body))
@@ -340,17 +340,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def start_one_process(
+def start_with_workers(
     st: stack.Stack, launch: gate_launch.GateLaunch, workdir: Path, skip: bool
 ) -> tuple[str, int] | str:
-    """Starts the gate in one process beside the default gate: its (socket, pid), or why not."""
+    """Starts the gate in two worker processes beside the default gate: its (socket, pid), or why not."""
     if skip:
-        return "--no-one-process was given"
-    one = gate_launch.one_process(launch, workdir)
+        return "--no-workers was given"
+    one = gate_launch.with_workers(launch, workdir)
     if isinstance(one, str):
         return one
     try:
-        proc = st.start_other_gate(gate_launch.ONE_PROCESS, one.argv, one.sock, one.env)
+        proc = st.start_other_gate(gate_launch.WORKERS, one.argv, one.sock, one.env)
     except RuntimeError as exc:  # e.g. a gate too old for --workers: the rest of the run stands
         log(f"bench: {exc}")
         return f"it did not start ({str(exc).splitlines()[0]})"
@@ -363,7 +363,7 @@ class Context:
 
     binary: Path
     socks: dict[str, str]
-    rate_socks: dict[str, str]  # `socks` and, when measured, the gate in one process (rate, latency)
+    rate_socks: dict[str, str]  # `socks` and, when measured, the gate with workers (rate, latency)
     pids: dict[str, int]  # each proxy's first process; its CPU and memory include its descendants
     body_file: Path
     api: str
@@ -396,6 +396,9 @@ def measure_round(ctx: Context, round_no: int, only: set[str], records: list[dic
                 for endpoint in ("/_ping", f"/{ctx.api}/containers/json"):
                     records += scenarios.rate(ctx.binary, ctx.rate_socks, ctx.pids, endpoint, cycle, s)
                 records += scenarios.latency(ctx.binary, ctx.rate_socks, ctx.pids, "/_ping", cycle, s)
+                records += scenarios.parallel_decisions(
+                    ctx.binary, ctx.rate_socks, ctx.pids, ctx.body_file, ctx.api, "bench-taken", cycle, s
+                )
             if "create" in only:
                 records += scenarios.decision(
                     ctx.binary, ctx.socks, ctx.pids, ctx.body_file, ctx.api, "bench-taken", cycle, s

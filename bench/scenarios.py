@@ -113,8 +113,10 @@ def _loadgen(
     conns: int,
     duration_s: float,
     warmup_s: float,
+    **request: Any,
 ) -> list[Record]:
-    """One load-generator run per path, in this cycle's rotated order, with each proxy's CPU."""
+    """One load-generator run per path, in this cycle's rotated order, with each proxy's CPU
+    (`request`: loadgen.run's method, body_file and headers, for other requests than GETs)."""
     records = []
     for name in rotated(list(socks), cycle):
         result = with_proxy_cpu(
@@ -127,6 +129,7 @@ def _loadgen(
                 conns=conns,
                 duration_s=duration_s,
                 warmup_s=warmup_s,
+                **request,
             ),
         )
         records.append({"scenario": scenario, "endpoint": endpoint, "path": name, "cycle": cycle, **result})
@@ -147,6 +150,35 @@ def rate(
         conns=settings.rate_conns,
         duration_s=settings.rate_seconds,
         warmup_s=0.25,
+    )
+
+
+def parallel_decisions(
+    binary: Path,
+    socks: dict[str, str],
+    pids: dict[str, int],
+    body_file: Path,
+    api: str,
+    taken: str,
+    cycle: int,
+    settings: Settings,
+) -> list[Record]:
+    """The create body with a name already taken (the daemon answers 409) from several connections
+    at once, as fast as each path answers. Here the decision is most of the work on the path, and
+    the gate is what limits the rate: what its worker processes buy shows most plainly."""
+    return _loadgen(
+        "parallel",
+        binary,
+        socks,
+        pids,
+        f"/{api}/containers/create?name={taken}",
+        cycle,
+        conns=settings.rate_conns,
+        duration_s=settings.rate_seconds,
+        warmup_s=0.25,
+        method="POST",
+        body_file=body_file,
+        headers=("Content-Type: application/json",),
     )
 
 
