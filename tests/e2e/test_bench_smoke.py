@@ -39,7 +39,9 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_quick_run_measures_direct_haproxy_and_gate_then_cleans_up(tmp_path: Path) -> None:
+def test_quick_run_measures_direct_haproxy_the_gate_and_the_gate_with_workers_then_cleans_up(
+    tmp_path: Path,
+) -> None:
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(tmp_path)],
         capture_output=True,
@@ -51,9 +53,12 @@ def test_quick_run_measures_direct_haproxy_and_gate_then_cleans_up(tmp_path: Pat
 
     results = json.loads((tmp_path / "latest.json").read_text())
     records = results["records"]
-    assert {r["path"] for r in records} == {"direct", "haproxy", "gate"}
+    assert {r["path"] for r in records} == {"direct", "haproxy", "gate", "gate-w2"}
+    # The gate with two worker processes runs beside the default gate in the keep-alive scenarios only.
+    assert {r["scenario"] for r in records if r["path"] == "gate-w2"} == {"rate", "latency", "parallel"}
+    assert any(r["path"] == "gate-w2" and r["proxy_processes"] == 3 for r in records)  # supervisor + 2
     scenarios = {r["scenario"] for r in records}
-    assert scenarios == {"rate", "latency", "decision", "create", "engine", "bulk", "memory"}
+    assert scenarios == {"rate", "latency", "parallel", "decision", "create", "engine", "bulk", "memory"}
     assert results["meta"]["commit"].split()[0] != "unknown"
 
     # One dated table per run, and latest.md pointing at it.
@@ -61,7 +66,7 @@ def test_quick_run_measures_direct_haproxy_and_gate_then_cleans_up(tmp_path: Pat
     assert dated.name in (tmp_path / "latest.md").read_text()
     table = dated.read_text()
     assert "Every request got the expected status; no errors." in table, table
-    assert "gate/HAProxy" in run.stdout and "gate/direct" in run.stdout
+    assert "gate/HAProxy" in run.stdout and "gate/direct" in run.stdout and "gate-w2/gate" in run.stdout
 
     workdir = next(line.split()[-1] for line in run.stdout.splitlines() if "work directory" in line)
     assert not Path(workdir).exists(), f"{workdir} was left behind"
