@@ -47,6 +47,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import orjson
+
 MAX_LINE = 4096  # bytes of one audit line
 MAX_FIELD = 512  # characters of one free-text field (path, message) before it is cut
 MAX_NAMES = 32  # CDI names listed in one line
@@ -291,7 +293,7 @@ class Audit:
             self.latency_sum += seconds
         if message:
             entry["message"] = _cut(message)
-        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+        line = _json_line(entry)
         if len(line) > MAX_LINE // 4:  # characters can take up to 4 bytes: check the real size
             line = _bounded(entry, line)
         for rule in rule_ids or [""]:
@@ -420,6 +422,15 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _json_line(entry: dict[str, Any]) -> str:
+    """`entry` as compact JSON: orjson takes a tenth of the standard library's time per decision;
+    whatever it refuses (a lone surrogate in a message) goes to the standard library."""
+    try:
+        return orjson.dumps(entry).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+
+
 def _bounded(entry: dict[str, Any], line: str) -> str:
     """`line` cut to MAX_LINE bytes by shortening its free-text fields, never by breaking the JSON."""
     while len(line.encode()) > MAX_LINE:
@@ -429,7 +440,7 @@ def _bounded(entry: dict[str, Any], line: str) -> str:
             entry["cdi_asked"], entry["cdi_admitted"] = entry["cdi_asked"][:4], entry["cdi_admitted"][:4]
             entry["rules"] = entry["rules"][:4]
         entry[longest] = text[: len(text) // 2] + "..."
-        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+        line = _json_line(entry)
     return line
 
 

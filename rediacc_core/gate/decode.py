@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+import orjson
+
 from rediacc_core.gate.decode_fields import (
     STRUCTS,
     AnyValue,
@@ -540,8 +542,17 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 
 def encode(value: Any) -> bytes:
-    """Compact JSON that Go decodes to exactly `value`."""
-    return _ENCODER.encode(value).encode("utf-8")
+    """Compact JSON that Go decodes to exactly `value`.
+
+    orjson writes it in a tenth of the standard library's time; what orjson refuses (an integer
+    beyond 64 bits, which only an untyped field can hold) goes to the standard library's encoder.
+    orjson would write NaN and infinities as null, but a canonical tree holds none: the parser
+    refuses them.
+    """
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _ENCODER.encode(value).encode("utf-8")
 
 
 def field_path(body: Mapping[str, Any] | None, *keys: str) -> Any:

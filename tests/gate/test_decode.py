@@ -259,6 +259,21 @@ class TestEncoding:
         assert json.loads(encode(body)) == {"X": 12345678901234567890123, "Y": 0.1, "Z": 0, "W": 100.0}
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=24,
+)
+
+
+@given(JSON_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_the_fast_encoding_reads_back_as_the_standard_librarys(value: Any) -> None:
+    """orjson writes the canonical body; Go must read from it what the standard library would have written
+    (integers of any size included: those orjson refuses go to the standard library)."""
+    assert json.loads(encode(value)) == json.loads(json.dumps(value, ensure_ascii=False))
+
+
 # --- properties ------------------------------------------------------------------------------
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=8))
