@@ -113,10 +113,12 @@ def _loadgen(
     conns: int,
     duration_s: float,
     warmup_s: float,
+    label: str | None = None,
     **request: Any,
 ) -> list[Record]:
     """One load-generator run per path, in this cycle's rotated order, with each proxy's CPU
-    (`request`: loadgen.run's method, body_file and headers, for other requests than GETs)."""
+    (`request`: loadgen.run's method, body_file, headers and requests, for other requests than
+    GETs; `label`: what the records call the endpoint, when not its path)."""
     records = []
     for name in rotated(list(socks), cycle):
         result = with_proxy_cpu(
@@ -132,7 +134,9 @@ def _loadgen(
                 **request,
             ),
         )
-        records.append({"scenario": scenario, "endpoint": endpoint, "path": name, "cycle": cycle, **result})
+        records.append(
+            {"scenario": scenario, "endpoint": label or endpoint, "path": name, "cycle": cycle, **result}
+        )
     return records
 
 
@@ -249,28 +253,22 @@ def decision(
     cost: reading the body, deciding, re-encoding and forwarding it. This is the create-decision
     target's measure; the real creates above show it against a whole create.
     """
-    records = []
-    for name in rotated(list(socks), cycle):
-        result = with_proxy_cpu(
-            pids.get(name),
-            functools.partial(
-                loadgen.run,
-                binary,
-                socks[name],
-                f"/{api}/containers/create?name={taken}",
-                conns=1,
-                duration_s=120,
-                warmup_s=0,
-                requests=settings.decisions,
-                method="POST",
-                body_file=body_file,
-                headers=("Content-Type: application/json",),
-            ),
-        )
-        records.append(
-            {"scenario": "decision", "endpoint": "create (409)", "path": name, "cycle": cycle, **result}
-        )
-    return records
+    return _loadgen(
+        "decision",
+        binary,
+        socks,
+        pids,
+        f"/{api}/containers/create?name={taken}",
+        cycle,
+        label="create (409)",
+        conns=1,
+        duration_s=120,
+        warmup_s=0,
+        requests=settings.decisions,
+        method="POST",
+        body_file=body_file,
+        headers=("Content-Type: application/json",),
+    )
 
 
 def remove_all_but(docker_sock: str, keep: set[str]) -> None:
