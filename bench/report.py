@@ -321,7 +321,15 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 "",
                 f"The decision engine alone (`Decider.decide` on the same body, in the benchmark's process, "
                 f"{r['calls']} calls): **{r['us_per_call']:.0f} µs** of CPU per decision "
-                f"(batches {r['us_min']:.0f}–{r['us_max']:.0f} µs).",
+                f"(batches {r['us_min']:.0f}–{r['us_max']:.0f} µs)"
+                + (
+                    f"; **{r['us_cold']:.0f} µs** when the CPU caches are filled with other data before "
+                    "each call, as the daemon and the load generator fill them between two creates sent "
+                    "one at a time: set beside the gate's CPU per create above, it says how much of "
+                    "that is the decision."
+                    if r.get("us_cold")
+                    else "."
+                ),
             ]
     lines += [
         "",
@@ -478,7 +486,8 @@ def summary_lines(records: list[Record]) -> list[str]:
             )
     for r in records:
         if r["scenario"] == "engine":
-            out.append(f"decision engine alone (in-process): {r['us_per_call']:.0f} µs per create decision")
+            cold = f", {r['us_cold']:.0f} µs with the CPU caches emptied first" if r.get("us_cold") else ""
+            out.append(f"decision engine alone (in-process): {r['us_per_call']:.0f} µs per decision{cold}")
     for endpoint in endpoints(records, "bulk"):
         out.append(
             f"bulk {endpoint}: gate/direct {_st(ratio(records, 'bulk', endpoint, 'gate', 'direct', _mbps))}, "
