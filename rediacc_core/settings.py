@@ -126,7 +126,7 @@ SETTINGS: dict[str, Setting] = {
             "gate-workers",
             (),
             "1",
-            "processes each repo's gate serves from (1 to 64): more let a repo's API calls use more CPUs "
+            "processes each repo's gate serves from (1 to 16): more let a repo's API calls use more CPUs "
             "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
             _check_workers,
         ),

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -771,7 +772,15 @@ class GateServer:
             listener = bind_listener(self.listen_path, self.socket_mode)
             self._owns_socket = True
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(lambda: _Client(self), sock=listener)
+        # From Python 3.13 (and in uvloop there) a server removes its socket file when it closes.
+        # `close` does that itself, and only for a socket it bound: a worker stopping must not
+        # remove the socket its siblings still accept on.
+        if sys.version_info >= (3, 13):
+            self._server = await loop.create_unix_server(
+                lambda: _Client(self), sock=listener, cleanup_socket=False
+            )
+        else:
+            self._server = await loop.create_unix_server(lambda: _Client(self), sock=listener)
         self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
         if self.audit is not None:
             self.audit.start_metrics(self.gauges)

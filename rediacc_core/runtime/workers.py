@@ -40,7 +40,10 @@ from pathlib import Path
 from rediacc_core.gate.audit import METRICS_INTERVAL, Counters, metrics_text, write_metrics_file
 from rediacc_core.runtime.logfiles import CHECK_INTERVAL, LogKeeper
 
-MAX_WORKERS = 64
+# Each worker holds 1/N of the gate's buffer budget (64 MiB), and that share must still fit the
+# largest body the gate reads and decides (4 MiB): so 16 at most. More event loops would not help
+# either: they all wait on the one daemon.
+MAX_WORKERS = 16
 MAX_RESTARTS = 5  # worker deaths tolerated within RESTART_WINDOW
 RESTART_WINDOW = 60.0  # seconds
 STOP_TIMEOUT = 10.0  # seconds the workers have to close their connections before SIGKILL
@@ -51,6 +54,7 @@ Publish = Callable[[Counters], None]
 ServeWorker = Callable[[socket.socket, Publish], int]
 
 _PR_SET_PDEATHSIG = 1
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 
 
 def check_worker_setting(value: str) -> str | None:
@@ -102,8 +106,9 @@ class Supervisor:
     # --- the supervisor's loop ----------------------------------------------------------------------
     def run(self) -> int:
         """Serve until told to stop; 0, or 1 when workers kept dying."""
-        previous = {sig: signal.signal(sig, _note) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
+        # The wakeup fd first: a signal that comes once a handler is in place must reach the loop.
         old_wakeup = signal.set_wakeup_fd(self._wake_w)
+        previous = {sig: signal.signal(sig, _note) for sig in _SIGNALS}
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         try:
             for slot in range(self.count):
@@ -124,6 +129,10 @@ class Supervisor:
                     next_keep = now + CHECK_INTERVAL
             self._stop_all()
         finally:
+            if self.workers:  # the loop failed (a fork refused, say): no worker may serve on alone
+                self.stopping = True
+                with contextlib.suppress(Exception):
+                    self._stop_all()
             signal.set_wakeup_fd(old_wakeup)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -248,10 +257,20 @@ class Supervisor:
     # --- starting a worker -----------------------------------------------------------------------
     def _start(self, slot: int) -> None:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
+        # Signals wait until the child has put its own handlers in place: until then they would run
+        # the supervisor's and wake the supervisor's loop.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+            os.close(read_end)
+            os.close(write_end)
+            raise
         if pid == 0:
             os.close(read_end)
             self._become_worker(write_end)  # never returns
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
         os.close(write_end)
         os.set_blocking(read_end, False)
         worker = _Worker(slot, pid, read_end)
@@ -261,10 +280,11 @@ class Supervisor:
     def _become_worker(self, pipe: int) -> None:
         code = 1
         try:
-            _die_with_parent()
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            for sig in _SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked by `_start` for the fork
+            _die_with_parent()
             self._selector.close()
             for fd in (self._wake_r, self._wake_w, *(w.pipe for w in self.workers.values())):
                 with contextlib.suppress(OSError):
@@ -282,11 +302,24 @@ class Supervisor:
 
 
 def _publisher(pipe: int) -> Publish:
+    """Counters onto the pipe without ever blocking the worker's event loop: when the pipe is full
+    (the supervisor is not reading), this update is dropped, and a cut line is ended so that the
+    next one reads whole. Each line carries the totals, so the next one makes up for it."""
+    os.set_blocking(pipe, False)
+    cut = False
+
     def publish(counters: Counters) -> None:
-        data = (counters.to_json() + "\n").encode()
-        with contextlib.suppress(OSError):  # the supervisor is gone: SIGTERM is on its way
-            while data:
-                data = data[os.write(pipe, data) :]
+        nonlocal cut
+        data = ("\n" if cut else "") + counters.to_json() + "\n"
+        encoded = data.encode()
+        try:
+            while encoded:
+                encoded = encoded[os.write(pipe, encoded) :]
+            cut = False
+        except BlockingIOError:
+            cut = True
+        except OSError:  # the supervisor is gone: SIGTERM is on its way
+            pass
 
     return publish
 

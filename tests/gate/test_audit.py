@@ -86,6 +86,15 @@ def test_a_line_never_exceeds_its_bound_whatever_the_request_holds(tmp_path: Pat
     assert json.loads(line)["status"] == 400
 
 
+def test_a_message_with_an_undecodable_byte_is_written_and_so_is_everything_after_it(tmp_path: Path) -> None:
+    # A query value's byte 0xff reaches refusal messages as a lone surrogate (surrogateescape).
+    log = Audit(tmp_path / "audit.log", "id-1", "alpha")
+    log.record(PEER, "POST", "/v1.45/build?networkmode=%ff", status=403, message="build networkmode=\udcff")
+    log.record(PEER, "GET", "/v1.45/containers/json", status=200)
+    first, second = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
+    assert first["message"] == "build networkmode=\udcff" and second["path"] == "/v1.45/containers/json"
+
+
 def test_the_file_is_rotated_by_size_and_read_back_oldest_first(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     log = Audit(path, "id-1", "alpha", max_bytes=2000, keep=2)

@@ -26,6 +26,7 @@ from proxy_kit import Handler, Upstream, read_response
 
 from rediacc_core.gate import audit
 from rediacc_core.gate.audit import Audit, Counters, Peer
+from rediacc_core.gate.decode import MAX_INSPECTED_BODY
 from rediacc_core.gate.server import GateLimits, bind_listener
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
@@ -105,7 +106,20 @@ class Gate:
 
     @property
     def workers(self) -> list[int]:
-        return children(self.proc.pid)
+        """The supervisor's live children (a worker that died and is not reaped yet is not one)."""
+        return [pid for pid in children(self.proc.pid) if alive(pid)]
+
+    def wait_workers(self, count: int, gone: int | None = None) -> list[int]:
+        """The workers, once there are `count` of them and `gone` is not among them: one reading of
+        /proc, so that a worker dying or starting between two readings cannot mislead the test."""
+        found: list[int] = []
+
+        def ready() -> bool:
+            found[:] = self.workers
+            return len(found) == count and gone not in found
+
+        wait_for(ready)
+        return found
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -171,8 +185,8 @@ def test_every_worker_accepts_on_the_one_socket_and_decides_alike(
     start: Callable[[int | None], Gate],
 ) -> None:
     gate = start(2)
-    pids = gate.workers
-    assert len(pids) == 2 and gate.pidfile.read_text().strip() == str(gate.proc.pid)
+    pids = gate.wait_workers(2)
+    assert gate.pidfile.read_text().strip() == str(gate.proc.pid)
     for pid in pids:
         with only(pid, pids):
             assert exchange(gate.sock, PING) == 200
@@ -194,14 +208,14 @@ def test_the_machine_setting_chooses_how_many(
 ) -> None:
     set_setting(fake_machine.machine, "gate-workers", "3")
     gate = start(None)
-    assert len(gate.workers) == 3
+    gate.wait_workers(3)
 
 
 def test_stopping_the_supervisor_stops_every_worker_and_removes_the_socket_and_pidfile(
     start: Callable[[int | None], Gate],
 ) -> None:
     gate = start(2)
-    pids = gate.workers
+    pids = gate.wait_workers(2)
     assert gate.stop() == 0
     assert not any(alive(pid) for pid in pids)
     assert not gate.sock.exists() and not gate.pidfile.exists()
@@ -210,7 +224,7 @@ def test_stopping_the_supervisor_stops_every_worker_and_removes_the_socket_and_p
 
 def test_workers_end_when_the_supervisor_is_killed(start: Callable[[int | None], Gate]) -> None:
     gate = start(2)
-    pids = gate.workers
+    pids = gate.wait_workers(2)
     gate.proc.kill()
     gate.proc.wait()
     wait_for(lambda: not any(alive(pid) for pid in pids))
@@ -220,27 +234,28 @@ def test_a_worker_that_dies_is_replaced_and_the_gate_keeps_serving(
     start: Callable[[int | None], Gate],
 ) -> None:
     gate = start(2)
-    first, second = gate.workers
+    first, second = gate.wait_workers(2)
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: len(gate.workers) == 2 and first not in gate.workers)
-    replacement = next(pid for pid in gate.workers if pid != second)
-    with only(replacement, gate.workers):
+    now = gate.wait_workers(2, gone=first)
+    replacement = next(pid for pid in now if pid != second)
+    with only(replacement, now):
         assert exchange(gate.sock, PING) == 200
     assert "was killed by SIGKILL; starting another" in gate.log.read_text()
 
 
 # --- what the workers share -------------------------------------------------------------------
-def test_the_metrics_file_adds_up_every_workers_counters_also_of_a_worker_that_died(
+def test_the_metrics_file_adds_up_every_workers_counters_also_of_a_worker_that_stopped(
     start: Callable[[int | None], Gate],
 ) -> None:
     gate = start(2)
-    first, second = gate.workers
+    first, second = gate.wait_workers(2)
     for pid, creates in ((first, 3), (second, 4)):
         with only(pid, [first, second]):
             for _ in range(creates):
                 assert exchange(gate.sock, CREATE) == 403
     os.kill(first, signal.SIGTERM)  # a worker's counters reach the supervisor as it stops
-    wait_for(lambda: len(gate.workers) == 2 and first not in gate.workers)
+    gate.wait_workers(2, gone=first)
+    assert exchange(gate.sock, PING) == 200  # a worker stopping leaves its siblings' socket in place
     assert gate.stop() == 0
     text = gate.metrics()
     refused = [
@@ -335,8 +350,8 @@ def test_a_worker_hands_its_counters_to_the_supervisor_which_writes_the_metrics_
 
 
 # --- settings and limits -----------------------------------------------------------------------
-@pytest.mark.parametrize("value", ["0", "65", "-1", "2.5", "two", "auto", "\u0662", ""])
-def test_a_worker_count_outside_1_to_64_is_refused(value: str) -> None:
+@pytest.mark.parametrize("value", ["0", "17", "-1", "2.5", "two", "auto", "\u0662", ""])
+def test_a_worker_count_outside_1_to_16_is_refused(value: str) -> None:
     assert check_worker_setting(value) is not None
 
 
@@ -345,6 +360,64 @@ def test_workers_share_the_gates_limits_so_together_they_hold_no_more() -> None:
     share = limits.share(3)
     assert share.max_connections * 3 <= 4096 and share.max_buffered * 3 <= 64 * 1024 * 1024
     assert (share.head_timeout, share.body_timeout) == (limits.head_timeout, limits.body_timeout)
+
+
+def test_even_the_most_workers_each_hold_room_for_the_largest_body_the_gate_decides() -> None:
+    assert GateLimits().share(workers.MAX_WORKERS).max_buffered >= MAX_INSPECTED_BODY
+
+
+def test_a_worker_never_waits_on_a_supervisor_that_does_not_read_its_counters() -> None:
+    read_end, write_end = os.pipe()
+    publish = workers._publisher(write_end)
+    big = Counters(requests=1, decisions={(f"endpoint-{n}", "rule", "refused"): n for n in range(40)})
+
+    def flood() -> None:
+        for n in range(2000):  # far more than the pipe holds
+            big.requests = n
+            publish(big)
+
+    flooding = threading.Thread(target=flood, daemon=True)
+    flooding.start()
+    flooding.join(10)
+    assert not flooding.is_alive(), "publishing blocked on a full pipe"
+    with contextlib.suppress(BlockingIOError):
+        os.set_blocking(read_end, False)
+        while os.read(read_end, 65536):
+            pass
+    big.requests = 4242
+    publish(big)  # once the supervisor reads again, the next line arrives whole
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read_end, 65536):
+            data += chunk
+    assert Counters.from_json(data.split(b"\n")[-2]).requests == 4242
+    os.close(read_end)
+    os.close(write_end)
+
+
+def test_a_worker_that_cannot_be_started_stops_the_others(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listener = bind_listener(short_dir / "s.sock")
+    real_fork = os.fork
+    forked: list[int] = []
+
+    def fork() -> int:
+        if len(forked) == 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        pid = real_fork()
+        forked.append(pid)
+        return pid
+
+    def serve(sock: socket.socket, publish: workers.Publish) -> int:
+        time.sleep(60)
+        return 0
+
+    monkeypatch.setattr(os, "fork", fork)
+    supervisor = Supervisor(2, listener, serve, log=print)
+    with listener, pytest.raises(BlockingIOError):
+        supervisor.run()
+    assert not supervisor.workers and not alive(forked[0])
 
 
 def test_the_metrics_file_is_there_soon_after_the_start(start: Callable[[int | None], Gate]) -> None:
