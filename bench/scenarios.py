@@ -102,6 +102,11 @@ def with_proxy_cpu(pid: int | None, run: Callable[[], Record]) -> Record:
     }
 
 
+def _posting(body_file: Path) -> dict[str, Any]:
+    """loadgen.run's arguments that send the captured create body, as the docker CLI does."""
+    return {"method": "POST", "body_file": body_file, "headers": ("Content-Type: application/json",)}
+
+
 def _loadgen(
     scenario: str,
     binary: Path,
@@ -180,9 +185,7 @@ def parallel_decisions(
         conns=settings.rate_conns,
         duration_s=settings.rate_seconds,
         warmup_s=0.25,
-        method="POST",
-        body_file=body_file,
-        headers=("Content-Type: application/json",),
+        **_posting(body_file),
     )
 
 
@@ -228,9 +231,7 @@ def create(
             duration_s=120,
             warmup_s=0,
             requests=settings.creates,
-            method="POST",
-            body_file=body_file,
-            headers=("Content-Type: application/json",),
+            **_posting(body_file),
         )
         records.append({"scenario": "create", "endpoint": "create", "path": name, "cycle": cycle, **result})
         remove_all_but(docker_sock, keep)
@@ -265,9 +266,7 @@ def decision(
         duration_s=120,
         warmup_s=0,
         requests=settings.decisions,
-        method="POST",
-        body_file=body_file,
-        headers=("Content-Type: application/json",),
+        **_posting(body_file),
     )
 
 
