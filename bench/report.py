@@ -218,6 +218,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
         "cycles; ratios and added latencies are medians of per-cycle ratios (range in brackets).",
         "",
     ]
+    if meta.get("gate_override"):
+        lines += [
+            f"**In the gate's place (RDC_BENCH_GATE_CMD): `{meta['gate_override']}`.** The rows named",
+            "gate measure that command, not the gate of the commit above.",
+            "",
+        ]
     if meta.get("gate_missing"):
         lines += [f"**The gate was not measured: {meta['gate_missing']}.**", ""]
     lines += ["## Targets (issues 7 and 13)", "", "| target | limit | measured (range over cycles) | met |"]

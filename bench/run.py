@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate_seconds": settings.rate_seconds,
             "bulk_mib": settings.bulk_mib,
             "gate_missing": gate_missing,
+            "gate_override": os.environ.get(gate_launch.OVERRIDE_ENV),
             "workers_missing": workers_missing,
             "loadavg_before": loadavg(),
         }
