@@ -453,7 +453,7 @@ class Readers:
                     out[found[0]] = found[1](item, (where, found[0], _FIELD), below)
                     continue
                 inner = (where, key, _FIELD)
-                if exact in forbidden and not is_empty(item):
+                if exact in forbidden and (type(item) is list or type(item) is _Pairs or not is_empty(item)):
                     raise BadRequest(f"{place(inner)}: belongs inside HostConfig, not at the top level")
                 if strict and not is_empty(item):
                     raise BadRequest(

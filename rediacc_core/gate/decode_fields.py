@@ -181,9 +181,11 @@ _CONFIG: dict[str, FieldType] = {
     "Shell": STRS,
 }
 
-# Before API 1.44 daemons read HostConfig fields from the top level of a create body too (a
-# deprecated embedded struct). A top-level key naming a HostConfig field is refused when non-empty,
-# so no daemon version can take hardware settings from a place the gate does not check.
+# Daemons read HostConfig fields from the top level of a create body too (a deprecated embedded
+# struct; dockerd 26.1 still does, for every API version, when the body has no HostConfig). A
+# top-level key naming a HostConfig field is refused when it is a list or an object, even an empty
+# one (`"MaskedPaths": []` switches /proc masking off), or a non-empty scalar, so no daemon version
+# can take settings from a place the gate does not check.
 _LEGACY_TOP_LEVEL = frozenset(_HOST_CONFIG) | {"Cpuset"}
 
 STRUCTS: dict[str, Struct] = {}

@@ -30,6 +30,11 @@ SWARM_REFUSED = "swarm mode is refused: a repo's daemon is a single node with no
 SWARM_INSTEAD = "containers (docker run, docker compose) in this repo"
 PLUGIN_REFUSED = "installing, configuring or enabling daemon plugins is the machine operator's job"
 PLUGIN_INSTEAD = "ask the machine's operator; containers get GPUs through CDI grants"
+BUILDKIT_REFUSED = (
+    "BuildKit's gRPC API (buildx) is refused: its build steps can carry settings the gate refuses "
+    "on /build (a cgroup parent), inside requests it cannot read"
+)
+BUILDKIT_INSTEAD = "the classic builder (DOCKER_BUILDKIT=0 docker build), whose options the gate checks"
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,13 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/build", "query", "build"),
     _fwd("POST", "/build/prune"),
     _fwd("POST", "/build/cancel"),  # undocumented; the CLI cancels BuildKit builds with it
-    _fwd("POST", "/session"),  # BuildKit's session (h2c upgrade)
-    _fwd("POST", "/grpc"),  # BuildKit's gRPC (h2c upgrade); entitlements are off in daemon.json
+    # BuildKit's session (h2c upgrade): the daemon calls the client's file, secret and auth
+    # services over it; no build option travels on it (a `/build?version=2` build uses it).
+    _fwd("POST", "/session"),
+    # BuildKit's control API (gRPC over h2c), which buildx drives: a solve request carries its own
+    # build graph, whose steps may name a cgroup parent (no entitlement governs that) inside
+    # protobuf the gate does not decode.
+    Route("POST", "/grpc", "refuse", why=BUILDKIT_REFUSED, instead=BUILDKIT_INSTEAD),
     _fwd("POST", "/images/create"),
     _fwd("GET", "/images/get"),
     _fwd("GET", "/images/json"),

@@ -197,7 +197,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "Options": "network-option",
         "Labels": FREE,
     },
-    "IPAM": {"Driver": "network-driver", "Config": FREE, "Options": FREE},
+    "IPAM": {"Driver": "network-driver", "Config": "network-subnet", "Options": FREE},
 }
 
 # Fields the swagger documents that the daemon's Go struct does not have (the daemon ignores them;

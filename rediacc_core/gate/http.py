@@ -136,8 +136,8 @@ def parse_request_head(head: bytes) -> RequestHead:
 
     Raises FramingError for anything llhttp rejects (bare LF, obs-fold, bad tokens, bad or
     duplicate Content-Length, Content-Length together with Transfer-Encoding) and for what the
-    gate additionally refuses: any Transfer-Encoding but one `chunked`, repeated Content-Type,
-    HTTP versions other than 1.0 and 1.1.
+    gate additionally refuses: any Transfer-Encoding but one `chunked`, repeated Content-Type, a
+    form Content-Type (its body would override the query), HTTP versions other than 1.0 and 1.1.
     """
     known = _HEAD_CACHE.get(head)
     if known is not None:
@@ -205,6 +205,8 @@ def _parse_request_head(head: bytes) -> RequestHead:
             raise _refuse(f"Transfer-Encoding {shown!r}: only a single 'chunked' is accepted")
     if len(content_types) > 1:
         raise _refuse("repeated Content-Type headers")
+    if content_types:
+        _refuse_form_body(content_types[0])
     req = RequestHead(
         method=parser.get_method().decode("latin-1"),
         target=collector.url.decode("latin-1"),
@@ -219,6 +221,29 @@ def _parse_request_head(head: bytes) -> RequestHead:
     )
     passthrough = req.encode(content_length=req.content_length, chunked=req.chunked)
     return replace(req, passthrough=passthrough)
+
+
+# Go's Request.ParseForm reads a POST, PUT or PATCH body of these types as form fields, and its
+# form lists them before the query's, so the daemon's `r.FormValue("networkmode")` would take the
+# body's value over the query the gate checked.
+_FORM_MEDIA_TYPES = (b"application/x-www-form-urlencoded", b"multipart/form-data")
+
+
+def _refuse_form_body(content_type: bytes) -> None:
+    """Refuses a body the daemon would read as form fields.
+
+    Matched loosely (Go trims Unicode spaces and lowercases before it compares; any media type
+    that contains one of these is refused), since no Docker client sends either type.
+    """
+    media = content_type.partition(b";")[0].lower()
+    for form in _FORM_MEDIA_TYPES:
+        if form in media:
+            raise FramingError(
+                f"refused: Content-Type {content_type.decode('latin-1')!r}: the daemon would read "
+                "the body as form fields that override the query string the gate checked; send "
+                "options in the query string and the body as the endpoint expects it (JSON, or a "
+                "tar archive for a build), as the docker CLI does"
+            )
 
 
 def _keeps_alive(version: str, connection_tokens: set[bytes]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rediacc_core.gate.decode import is_empty
 from rediacc_core.gate.findings import Finding, refuse
 
 # Docker's default capability set: adding one of these changes nothing.
@@ -286,6 +287,18 @@ def network_create(body: Mapping[str, Any]) -> Iterator[Finding]:
     ipam = body.get("IPAM") or {}
     if isinstance(ipam, dict) and (ipam.get("Driver") or "default") != "default":
         yield refuse("network-driver", "IPAM.Driver", "IPAM drivers other than the default are refused", None)
+    config = ipam.get("Config") if isinstance(ipam, dict) else None
+    if any(not is_empty(entry) for entry in (config if isinstance(config, list) else [config])):
+        # Every repo's bridges live in the host's one routing table: a subnet of the tenant's
+        # choosing, narrower than another repo's or the host's own network, takes their traffic.
+        yield refuse(
+            "network-subnet",
+            "IPAM.Config",
+            "network IPAM.Config (a subnet, IP range, gateway or auxiliary address of your choosing) is "
+            "refused: the repo's bridges share the host's routing table with the host and other repos",
+            "let the daemon choose the subnet (docker network create without --subnet, --ip-range or "
+            "--gateway; no ipam.config in Compose)",
+        )
 
 
 def build_query(query: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:

@@ -8,13 +8,21 @@ checks the mark is absent and that the daemon holds no container with host acces
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
+import json
+import subprocess
+import tarfile
 import textwrap
+import threading
+import urllib.parse
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, RepoEnv, refused
+from e2e_kit import E2E, IMAGE, RepoEnv, post, raw_exchange, refused
 
 from rediacc_core.repos import RepoStore, files_dir
 from rediacc_core.runtime import lifecycle
@@ -162,6 +170,72 @@ def test_a_classic_build_on_the_host_network_is_refused(e2e: E2E, tmp_short: Pat
     )
     refused(result, "networkmode=host")
     assert e2e.alpha.docker("image", "inspect", "evil:1").returncode != 0
+
+
+@pytest.fixture
+def served_context(tmp_short: Path) -> Iterator[str]:
+    """A build context (a tar whose one step records the network interfaces it sees) served over
+    HTTP on the host, where the daemon fetches a `remote` context from."""
+    context = tmp_short / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN cat /proc/net/dev > /netdev\n")
+    with tarfile.open(tmp_short / "ctx.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        tar.add(context / "Dockerfile", arcname="Dockerfile")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_short))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/ctx.tar"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_build_options_in_a_form_body_never_reach_the_daemon(e2e: E2E, served_context: str) -> None:
+    """Go's ParseForm lets a form body's fields override the query: the gate checks
+    `networkmode=none` in the query, the daemon would build with `networkmode=host` from the body
+    (padded past the 4 KiB the daemon reads ahead) and see the host's interfaces."""
+    remote = urllib.parse.quote(served_context, safe="")
+    escaped = f"rdc-escaped-{uuid.uuid4().hex[:8]}"
+    attack = b"&" * 8192 + f"&networkmode=host&cgroupparent=/{escaped}".encode()
+    target = f"/v1.45/build?remote={remote}&networkmode=none&t=formhost:1"
+    form = "application/x-www-form-urlencoded"
+    status, said = raw_exchange(e2e.alpha.gate, post(target, attack, content_type=form))
+    assert status == 400 and b"form fields that override the query string" in said, said
+    assert e2e.alpha.docker("image", "inspect", "formhost:1").returncode != 0
+    # Had the daemon built it, its step would have left a cgroup outside the daemon's.
+    cgroups = Path("/sys/fs/cgroup")
+    assert not (cgroups / escaped).exists() and not list(cgroups.glob(f"*/{escaped}"))
+
+    # The same remote build as the docker CLI sends it: built, and its step saw only lo.
+    built = e2e.alpha.docker("build", "-t", "formnone:1", served_context, extra_env={"DOCKER_BUILDKIT": "0"})
+    assert built.returncode == 0, built.stderr
+    try:
+        seen = e2e.alpha.docker("run", "--rm", "formnone:1", "cat", "/netdev").stdout
+        interfaces = {line.split(":")[0].strip() for line in seen.splitlines()[2:]}
+        assert interfaces == {"lo"}
+    finally:
+        e2e.alpha.docker("rmi", "-f", "formnone:1")
+
+
+def test_an_empty_masked_paths_list_at_the_top_level_never_unmasks_proc(e2e: E2E) -> None:
+    """dockerd 26.1 still reads HostConfig fields at the top level of a create body that has no
+    HostConfig, and `"MaskedPaths": []` there would leave /proc/sys writable in the container."""
+    body = {"Image": IMAGE, "Cmd": ["sleep", "30"], "MaskedPaths": [], "ReadonlyPaths": []}
+    request = post("/v1.45/containers/create?name=unmasked", json.dumps(body).encode())
+    status, said = raw_exchange(e2e.alpha.gate, request)
+    assert status == 400 and b"belongs inside HostConfig" in said, said
+    assert e2e.alpha.docker("container", "inspect", "unmasked").returncode != 0
+
+
+def test_a_network_with_a_subnet_of_the_tenants_choosing_is_refused(e2e: E2E) -> None:
+    """Repos' bridges share the host's routing table: a narrower subnet would take another repo's
+    (or the host's own) traffic."""
+    result = e2e.alpha.docker("network", "create", "--subnet", "172.31.0.0/25", "narrow")
+    refused(result, "IPAM.Config")
+    assert e2e.alpha.docker("network", "inspect", "narrow").returncode != 0
+    assert "172.31.0.0/25" not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
 
 
 def test_a_symlink_swapped_in_after_create_mounts_nothing_outside_the_root(e2e: E2E) -> None:

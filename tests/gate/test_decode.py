@@ -241,12 +241,28 @@ class TestTypes:
         assert body == {"Image": "bb", "SomethingNew": {"x": [1, 2.5, "y"]}}
 
     def test_hostconfig_fields_at_the_top_level_are_refused(self) -> None:
-        # Daemons before API 1.44 read them there (a deprecated embedded HostConfig).
+        # Daemons read them there (a deprecated embedded HostConfig; dockerd 26.1 still does when
+        # the body has no HostConfig of its own).
         with pytest.raises(BadRequest, match="inside HostConfig"):
             canon('{"Image": "bb", "privileged": true}')
         with pytest.raises(BadRequest, match="inside HostConfig"):
             canon('{"Image": "bb", "Devices": [{"PathOnHost": "/dev/x"}]}')
         assert canon('{"Image": "bb", "Privileged": false}') == {"Image": "bb", "Privileged": False}
+        assert canon('{"Image": "bb", "MaskedPaths": null}') == {"Image": "bb", "MaskedPaths": None}
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            '{"Image": "bb", "MaskedPaths": [], "ReadonlyPaths": []}',
+            '{"Image": "bb", "maskedpaths": []}',
+            '{"Image": "bb", "HostConfig": null, "ReadonlyPaths": []}',
+            '{"Image": "bb", "Sysctls": {}}',
+        ],
+    )
+    def test_an_empty_list_or_object_at_the_top_level_is_refused_too(self, body: str) -> None:
+        # To the daemon `"MaskedPaths": []` is not "nothing": it unmasks /proc (systempaths=unconfined).
+        with pytest.raises(BadRequest, match="inside HostConfig"):
+            canon(body)
 
 
 class TestEncoding:

@@ -71,6 +71,35 @@ def test_ambiguous_framing_is_refused(lines: list[str], why: str) -> None:
     assert why.lower() in str(caught.value).lower()
 
 
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/x-www-form-urlencoded",
+        "Application/X-WWW-Form-Urlencoded; charset=utf-8",
+        "\xc2\xa0application/x-www-form-urlencoded",  # a UTF-8 no-break space: Go trims it
+        "application/x-www-form-urlencoded;;bad=",  # Go still reads the form when a parameter is bad
+        "multipart/form-data; boundary=x",
+        "MULTIPART/FORM-DATA",
+    ],
+)
+def test_a_body_the_daemon_would_read_as_form_fields_is_refused(content_type: str) -> None:
+    """Go's ParseForm reads such a body and lets its fields override the query: `POST /build?
+    networkmode=none` with `networkmode=host` in the body builds on the host's network."""
+    request = head("POST /v1.45/build?networkmode=none HTTP/1.1", f"Content-Type: {content_type}")
+    with pytest.raises(FramingError) as caught:
+        parse_request_head(request)
+    assert caught.value.status == 400
+    assert "form fields that override the query string" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "application/x-tar", "text/plain", "application/octet-stream"]
+)
+def test_the_types_docker_clients_send_pass(content_type: str) -> None:
+    lines = ["POST /v1.45/build HTTP/1.1", f"Content-Type: {content_type}", "Content-Length: 0"]
+    assert parse_request_head(head(*lines)).content_type == content_type
+
+
 def test_bare_lf_line_endings_are_refused() -> None:
     with pytest.raises(FramingError):
         parse_request_head(b"GET /x HTTP/1.1\nHost: docker\n\n")
