@@ -239,6 +239,12 @@ class Decider:
         if endpoint.name == "container-start":
             if body.strip() not in (b"", b"{}", b"null"):
                 raise BadRequest("container start takes no body (older APIs read one as HostConfig)")
+            if any(v for name in ("checkpoint", "checkpoint-dir") for v in target.query.get(name, ())):
+                # Refused on every checkpoint route; here it would restore from a directory of the
+                # caller's choosing (only experimental daemons act on it: defence in depth).
+                raise BadRequest(
+                    "starting from a checkpoint (checkpoint, checkpoint-dir) is refused; start without it"
+                )
             return Decision(True, body=body or None)
         check_content_type(content_type, body)
         if not body or endpoint.body is None:

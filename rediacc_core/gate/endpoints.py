@@ -198,6 +198,14 @@ EXTRA_REFUSED: tuple[Route, ...] = (
         why="checkpoints (CRIU, experimental) are refused: restoring one recreates a process from a file",
         instead="restart the container",
     ),
+    # Without this row the daemon's `{id}`, which matches slashes, would make it `DELETE /containers/{id}`.
+    Route(
+        "DELETE",
+        "/containers/{id}/checkpoints/{checkpoint}",
+        "refuse",
+        why="checkpoints (CRIU, experimental) are refused",
+        instead="remove the container",
+    ),
 )
 
 UNKNOWN_INSTEAD = "the documented Docker Engine API (docker CLI, Compose)"

@@ -322,6 +322,16 @@ def build_query(query: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:
     for value in query.get("cgroupparent", ()):
         if value:
             yield refuse("cgroup-parent", "cgroupparent", f"build cgroupparent={value} is refused", None)
+    for value in query.get("remote", ()):
+        if value.startswith("git@"):
+            # The daemon runs `git clone` itself, as root on the host: over SSH, with the host's keys.
+            yield refuse(
+                "build-option",
+                "remote",
+                f"build remote={value} is refused: the daemon would clone it over SSH with the host's "
+                "root keys",
+                "an https:// or git:// remote, or the context sent from your machine",
+            )
     for value in query.get("isolation", ()):
         if value not in ("", "default"):
             yield refuse("isolation", "isolation", f"build isolation={value} is refused", "the default")

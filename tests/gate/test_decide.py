@@ -282,6 +282,13 @@ class TestBadRequests:
         decision = gate.post("/v1.45/containers/abc/start", {"Privileged": True})
         assert decision.status == 400
 
+    @pytest.mark.parametrize(
+        "query", ["checkpoint=c", "checkpoint=c&checkpoint-dir=/etc", "checkpoint-dir=/etc"]
+    )
+    def test_start_from_a_checkpoint(self, gate: Any, query: str) -> None:
+        decision = gate.post(f"/v1.45/containers/abc/start?{query}", content_type=None)
+        assert decision.status == 400 and "checkpoint" in decision.message
+
 
 class TestPlugins:
     def test_plugin_sees_the_canonical_request(self, gate: Any) -> None:

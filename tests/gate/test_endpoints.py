@@ -43,6 +43,7 @@ class TestRouting:
             ("PUT", "/volumes/shared"),
             ("POST", "/containers/abc/checkpoints"),
             ("POST", "/grpc"),  # BuildKit's control API: build steps may name a cgroup parent
+            ("DELETE", "/containers/abc/checkpoints/c1"),  # not `DELETE /containers/{id}`
         ],
     )
     def test_routes_refused_whole(self, method: str, path: str) -> None:

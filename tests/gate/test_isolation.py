@@ -135,6 +135,8 @@ def test_network_create(fake_machine: FakeMachine, body: dict[str, Any], refused
         ({"networkmode": ("container:abc",)}, ["build-option"]),
         ({"cgroupparent": ("/system.slice",)}, ["cgroup-parent"]),
         ({"isolation": ("hyperv",)}, ["isolation"]),
+        ({"remote": ("git@internal.example:secrets.git",)}, ["build-option"]),  # the host's SSH keys
+        ({"remote": ("https://example.com/app.git#main",)}, []),
         ({"something": ("1",)}, ["build-option"]),
         ({"t": ("app:1",), "networkmode": ("default",), "cgroupparent": ("",), "version": ("1",)}, []),
     ],
