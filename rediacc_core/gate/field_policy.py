@@ -163,7 +163,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "ClusterOptions": "mount-type",
     },
     "BindOptions": {
-        "Propagation": FREE,  # without CAP_SYS_ADMIN nothing mounts inside, so nothing propagates out
+        "Propagation": "mount-propagation",
         "NonRecursive": FREE,
         "CreateMountpoint": FREE,  # sources must exist to be pinned
         "ReadOnlyNonRecursive": FREE,

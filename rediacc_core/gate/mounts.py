@@ -55,6 +55,19 @@ _BIND_MODES = frozenset(
     {"ro", "rw", "z", "Z", "nocopy", "shared", "rshared", "slave", "rslave", "private", "rprivate"}
 )
 ROOTS_HINT = "a path under the repo's files directory ({files}) or one of the machine's bind roots ({roots})"
+# runc makes a container's other mounts (tmpfs, volumes, nested binds) inside its binds, so with a
+# shared bind they propagate out to the host's copy of the source and outlive the container.
+_SHARED_PROPAGATION = frozenset({"shared", "rshared"})
+_PROPAGATION_INSTEAD = "the default propagation (rprivate), or slave/rslave to see host mounts appear inside"
+
+
+def _shared_propagation(subject: str, what: str) -> Finding:
+    return refuse(
+        "mount-propagation",
+        subject,
+        f"{what}: shared propagation is refused (the container's mounts would appear on the host)",
+        _PROPAGATION_INSTEAD,
+    )
 
 
 @dataclass(frozen=True)
@@ -185,6 +198,11 @@ def binds(host: dict[str, Any], policy: BindPolicy) -> Iterator[Finding]:
     rewritten: list[Any] = []
     for bind in values:
         try:
+            parts = split_bind(bind) if isinstance(bind, str) else None
+            if parts is not None and _SHARED_PROPAGATION & set(parts[2].split(",")):
+                yield _shared_propagation(bind.split(":", 1)[0], f"bind {bind!r}")
+                rewritten.append(bind)
+                continue
             rewritten.append(_bind(bind, policy) if isinstance(bind, str) else bind)
         except _Refusal as exc:
             yield _finding(exc.rule, bind.split(":", 1)[0], str(exc), policy)
@@ -228,6 +246,10 @@ def _mount(mount: dict[str, Any], policy: BindPolicy, where: str) -> Iterator[Fi
     kind = mount.get("Type") or ""
     source = mount.get("Source") or ""
     if kind == "bind":
+        propagation = (mount.get("BindOptions") or {}).get("Propagation") or ""
+        if propagation in _SHARED_PROPAGATION:
+            yield _shared_propagation(propagation, f"{where} bind of {source}")
+            return
         resolved, root = _resolve(policy, source, f"{where} bind of")
         mount["Source"] = _pin(policy, resolved, root, create=False)
         if root.read_only:

@@ -38,7 +38,7 @@ RULE_IDS = frozenset(
         "cdi-annotation", "cdi-name-split", "capability", "bind-root", "volume-driver", "volume-type",
         "volume-subpath", "mount-type", "tmpfs-option", "namespace", "security-opt", "masked-paths",
         "sysctl", "cgroup-parent", "oom", "isolation", "log-driver", "storage-opt", "network-driver",
-        "network-option", "network-subnet", "build-option", "swarm", "grant", "endpoint",
+        "network-option", "network-subnet", "mount-propagation", "build-option", "swarm", "grant", "endpoint",
     }
 )  # fmt: skip
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"

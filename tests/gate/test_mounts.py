@@ -94,6 +94,25 @@ class TestBindSources:
     def test_bad_bind_options_are_refused(self, fake_machine: FakeMachine) -> None:
         assert create(fake_machine, {"Binds": [f"{files(fake_machine)}:/x:rw,exec"]})[0] == ["bind-root"]
 
+    @pytest.mark.parametrize("mode", ["rshared", "shared", "ro,rshared"])
+    def test_shared_propagation_is_refused(self, fake_machine: FakeMachine, mode: str) -> None:
+        """runc mounts a container's tmpfs and volumes inside its binds: through a shared bind they
+        would appear on the host's copy of the source, and stay there after the container."""
+        source = files(fake_machine)
+        assert create(fake_machine, {"Binds": [f"{source}:/x:{mode}"]})[0] == ["mount-propagation"]
+        assert create(fake_machine, {"Binds": [f"named:/x:{mode}"]})[0] == ["mount-propagation"]
+        bind = {
+            "Type": "bind",
+            "Source": source,
+            "Target": "/x",
+            "BindOptions": {"Propagation": mode.split(",")[-1]},
+        }
+        assert create(fake_machine, {"Mounts": [bind]})[0] == ["mount-propagation"]
+
+    @pytest.mark.parametrize("mode", ["rslave", "slave", "private", "rprivate"])
+    def test_other_propagation_modes_pass(self, fake_machine: FakeMachine, mode: str) -> None:
+        assert create(fake_machine, {"Binds": [f"named:/x:{mode}"]})[0] == []
+
     @pytest.mark.parametrize(
         ("mount", "rule"),
         [
