@@ -322,6 +322,17 @@ def build_query(query: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:
     for value in query.get("cgroupparent", ()):
         if value:
             yield refuse("cgroup-parent", "cgroupparent", f"build cgroupparent={value} is refused", None)
+    for value in query.get("version", ()):
+        if value not in ("", "1"):
+            # version=2 is BuildKit behind /build: a `# syntax=` frontend image of the tenant's
+            # choosing then submits its own build steps, which may name a cgroup parent.
+            yield refuse(
+                "build-option",
+                "version",
+                f"build version={value} (BuildKit) is refused: a Dockerfile frontend image can give its "
+                "build steps settings the gate cannot see (a cgroup parent)",
+                "the classic builder (DOCKER_BUILDKIT=0 docker build), whose options the gate checks",
+            )
     for value in query.get("remote", ()):
         if value.startswith("git@"):
             # The daemon runs `git clone` itself, as root on the host: over SSH, with the host's keys.

@@ -136,6 +136,7 @@ def test_network_create(fake_machine: FakeMachine, body: dict[str, Any], refused
         ({"cgroupparent": ("/system.slice",)}, ["cgroup-parent"]),
         ({"isolation": ("hyperv",)}, ["isolation"]),
         ({"remote": ("git@internal.example:secrets.git",)}, ["build-option"]),  # the host's SSH keys
+        ({"version": ("2",)}, ["build-option"]),  # BuildKit: a `# syntax=` frontend sends its own steps
         ({"remote": ("https://example.com/app.git#main",)}, []),
         ({"something": ("1",)}, ["build-option"]),
         ({"t": ("app:1",), "networkmode": ("default",), "cgroupparent": ("",), "version": ("1",)}, []),
