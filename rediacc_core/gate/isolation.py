@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rediacc_core.gate.decode import is_empty
+from rediacc_core.gate.endpoints import BUILDKIT_INSTEAD
 from rediacc_core.gate.findings import Finding, refuse
 
 # Docker's default capability set: adding one of these changes nothing.
@@ -285,9 +286,11 @@ def network_create(body: Mapping[str, Any]) -> Iterator[Finding]:
             "network-driver", "Scope", f"network scope {body.get('Scope')!r} is refused", "scope local"
         )
     ipam = body.get("IPAM") or {}
-    if isinstance(ipam, dict) and (ipam.get("Driver") or "default") != "default":
+    if not isinstance(ipam, dict):
+        return
+    if (ipam.get("Driver") or "default") != "default":
         yield refuse("network-driver", "IPAM.Driver", "IPAM drivers other than the default are refused", None)
-    config = ipam.get("Config") if isinstance(ipam, dict) else None
+    config = ipam.get("Config")
     if any(not is_empty(entry) for entry in (config if isinstance(config, list) else [config])):
         # Every repo's bridges live in the host's one routing table: a subnet of the tenant's
         # choosing, narrower than another repo's or the host's own network, takes their traffic.
@@ -331,7 +334,7 @@ def build_query(query: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:
                 "version",
                 f"build version={value} (BuildKit) is refused: a Dockerfile frontend image can give its "
                 "build steps settings the gate cannot see (a cgroup parent)",
-                "the classic builder (DOCKER_BUILDKIT=0 docker build), whose options the gate checks",
+                BUILDKIT_INSTEAD,
             )
     for value in query.get("remote", ()):
         if value.startswith("git@"):

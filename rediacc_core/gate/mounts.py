@@ -58,16 +58,8 @@ ROOTS_HINT = "a path under the repo's files directory ({files}) or one of the ma
 # runc makes a container's other mounts (tmpfs, volumes, nested binds) inside its binds, so with a
 # shared bind they propagate out to the host's copy of the source and outlive the container.
 _SHARED_PROPAGATION = frozenset({"shared", "rshared"})
+_SHARED_REFUSED = "shared propagation is refused (the container's mounts would appear on the host)"
 _PROPAGATION_INSTEAD = "the default propagation (rprivate), or slave/rslave to see host mounts appear inside"
-
-
-def _shared_propagation(subject: str, what: str) -> Finding:
-    return refuse(
-        "mount-propagation",
-        subject,
-        f"{what}: shared propagation is refused (the container's mounts would appear on the host)",
-        _PROPAGATION_INSTEAD,
-    )
 
 
 @dataclass(frozen=True)
@@ -172,8 +164,12 @@ def _pin(policy: BindPolicy, resolved: str, root: Root, *, create: bool) -> str:
         raise _Refusal(f"bind source {resolved} cannot be pinned: {exc.strerror or exc}") from None
 
 
+# What to use instead, for the rules whose answer is not "a path under the allowed roots".
+_INSTEAD = {"dev-mount": CDI_INSTEAD, "mount-propagation": _PROPAGATION_INSTEAD}
+
+
 def _finding(rule: str, subject: str, message: str, policy: BindPolicy) -> Finding:
-    return refuse(rule, subject, message, CDI_INSTEAD if rule == "dev-mount" else policy.hint())
+    return refuse(rule, subject, message, _INSTEAD.get(rule) or policy.hint())
 
 
 # --- HostConfig.Binds ------------------------------------------------------------------------
@@ -198,11 +194,6 @@ def binds(host: dict[str, Any], policy: BindPolicy) -> Iterator[Finding]:
     rewritten: list[Any] = []
     for bind in values:
         try:
-            parts = split_bind(bind) if isinstance(bind, str) else None
-            if parts is not None and _SHARED_PROPAGATION & set(parts[2].split(",")):
-                yield _shared_propagation(bind.split(":", 1)[0], f"bind {bind!r}")
-                rewritten.append(bind)
-                continue
             rewritten.append(_bind(bind, policy) if isinstance(bind, str) else bind)
         except _Refusal as exc:
             yield _finding(exc.rule, bind.split(":", 1)[0], str(exc), policy)
@@ -219,6 +210,8 @@ def _bind(bind: str, policy: BindPolicy) -> str:
     unknown = [m for m in modes if m not in _BIND_MODES]
     if unknown:
         raise _Refusal(f"bind {bind!r}: unknown option {', '.join(unknown)}")
+    if _SHARED_PROPAGATION.intersection(modes):
+        raise _Refusal(f"bind {bind!r}: {_SHARED_REFUSED}", "mount-propagation")
     if not source.startswith("/"):
         return bind  # a named volume: its driver and options were checked when it was created
     resolved, root = _resolve(policy, source, "bind of")
@@ -246,10 +239,8 @@ def _mount(mount: dict[str, Any], policy: BindPolicy, where: str) -> Iterator[Fi
     kind = mount.get("Type") or ""
     source = mount.get("Source") or ""
     if kind == "bind":
-        propagation = (mount.get("BindOptions") or {}).get("Propagation") or ""
-        if propagation in _SHARED_PROPAGATION:
-            yield _shared_propagation(propagation, f"{where} bind of {source}")
-            return
+        if (mount.get("BindOptions") or {}).get("Propagation") in _SHARED_PROPAGATION:
+            raise _Refusal(f"{where} bind of {source}: {_SHARED_REFUSED}", "mount-propagation")
         resolved, root = _resolve(policy, source, f"{where} bind of")
         mount["Source"] = _pin(policy, resolved, root, create=False)
         if root.read_only:
