@@ -219,6 +219,37 @@ def test_build_options_in_a_form_body_never_reach_the_daemon(e2e: E2E, served_co
         e2e.alpha.docker("rmi", "-f", "formnone:1")
 
 
+def test_a_shared_bind_is_refused_so_no_container_mount_reaches_the_host(e2e: E2E) -> None:
+    files = files_dir(e2e.machine, e2e.alpha.repo.id)
+    files.mkdir(parents=True, exist_ok=True)
+    result = e2e.alpha.docker(
+        "run", "--name", "shared", "-v", f"{files}:/x:rshared", "--tmpfs", "/x/t", IMAGE, "true"
+    )
+    refused(result, "shared propagation is refused", "rslave")
+    assert e2e.alpha.docker("container", "inspect", "shared").returncode != 0
+    # Had it run on a host whose mounts are shared, its tmpfs would sit on the repo's pin of `files`.
+    with open("/proc/self/mountinfo") as info:
+        leaked = [
+            line for line in info if f"/pins/{e2e.alpha.repo.id}/" in line and line.split()[4].endswith("/t")
+        ]
+    assert leaked == []
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("version=2&t=bk:1", b"DOCKER_BUILDKIT=0"),  # a `# syntax=` frontend would send its own steps
+        ("remote=git%40internal.example%3Asecrets.git&t=bk:1", b"host's root keys"),
+    ],
+)
+def test_build_requests_the_gate_cannot_follow_are_refused(e2e: E2E, query: str, said: bytes) -> None:
+    status, answer = raw_exchange(
+        e2e.alpha.gate, post(f"/v1.45/build?{query}", b"", content_type="application/x-tar")
+    )
+    assert status == 403 and said in answer, answer
+    assert e2e.alpha.docker("image", "inspect", "bk:1").returncode != 0
+
+
 def test_an_empty_masked_paths_list_at_the_top_level_never_unmasks_proc(e2e: E2E) -> None:
     """dockerd 26.1 still reads HostConfig fields at the top level of a create body that has no
     HostConfig, and `"MaskedPaths": []` there would leave /proc/sys writable in the container."""
