@@ -17,6 +17,7 @@ from typing import Any
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime.guard import GUARD_RUNTIME
 from rediacc_core.testing.dockerenv import docker_api, docker_unavailable
 
 GPU0 = "vendor.example/gpu=0"
@@ -104,7 +105,7 @@ class RepoEnv:
                 problems.append(f"device requests {host['DeviceRequests']}")
             if host.get("DeviceCgroupRules"):
                 problems.append("device cgroup rules")
-            if (host.get("Runtime") or "runc") != "runc":
+            if (host.get("Runtime") or GUARD_RUNTIME) != GUARD_RUNTIME:
                 problems.append(f"runtime {host['Runtime']}")
             for bind in host.get("Binds") or []:
                 if bind.split(":")[0].startswith("/dev"):

@@ -59,7 +59,7 @@ def _up_foreground(machine: Machine, found: Repo) -> None:
     from rediacc_core.runtime.serve import serve_repo
 
     runtime = lifecycle.runtime_for(machine, found)
-    started = lifecycle.start_daemon(machine, runtime, detach=False)
+    started = lifecycle.start_daemon(machine, found, runtime, detach=False)
     try:
         sockets = (runtime.gate_socket, runtime.upstream_socket)
         status = serve_repo(machine, found, *sockets, runtime.gate_pidfile)

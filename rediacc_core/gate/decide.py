@@ -3,7 +3,8 @@
 Order matters and is fixed: route through the endpoint allow-list (`endpoints.py`: unknown and
 refused routes end here, from the head alone, and so do `/build`'s query parameters) -> decode into
 the canonical body (400 on anything ambiguous) -> fold Compose's legacy CDI `Devices` into the CDI
-device request -> check the requested CDI names against the repo's live grants -> core rules and
+device request -> check the requested CDI names against the repo's live grants (and, for a request
+that makes a container run, the names the container already holds) -> core rules and
 plugin rules (a plugin refusal with a core rule's id replaces the core's generic one) -> refuse with
 every problem and its replacement, or apply the plugins' rewrites, check the names they added
 against the grants, pin the admitted bind sources (`pins.py`) and forward the re-encoded body.
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
 from rediacc_core.gate import isolation, mounts, rules
+from rediacc_core.gate.containers import ContainerLookup, LookupFailed
 from rediacc_core.gate.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
@@ -30,7 +32,7 @@ from rediacc_core.gate.decode import (
     encode,
     parse_target,
 )
-from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route
+from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
 from rediacc_core.gate.findings import Finding
 from rediacc_core.gate.pins import Pins
 from rediacc_core.gate.pins import directory_for as pins_directory
@@ -49,6 +51,11 @@ SettingsReader = Callable[[], Mapping[str, str]]
 
 # Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
 _DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
+# Requests after which a container's processes run with its devices: the daemon injects its CDI
+# devices at every start, so what it holds is checked against the grants in force now.
+_RUNS_CONTAINER = frozenset(
+    {"container-start", "container-restart", "container-unpause", "exec-create", "exec-start"}
+)
 # Endpoints whose admitted bodies name host paths, pinned before they are forwarded.
 _PINNED = frozenset({"container-create", "volume-create"})
 
@@ -136,6 +143,12 @@ def merge_refusals(core: list[Finding], plugin: list[Refusal]) -> list[Refusal]:
     return kept + plugin
 
 
+def _sets_restart_policy(body: Any) -> bool:
+    policy = body.get("RestartPolicy") if isinstance(body, dict) else None
+    name = policy.get("Name") if isinstance(policy, dict) else None
+    return isinstance(name, str) and name not in ("", "no")
+
+
 class Decider:
     """Decides the requests of one repo's gate. Thread-safe for concurrent `decide` calls."""
 
@@ -151,6 +164,7 @@ class Decider:
         inventory: InventoryReader | None = None,
         settings: SettingsReader | None = None,
         pins: Pins | None = None,
+        containers: ContainerLookup | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -162,6 +176,8 @@ class Decider:
         self._inventory: InventoryReader = inventory or _LiveInventoryReader(machine, log)
         self._settings = settings
         self._settings_error: str | None = None
+        # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
+        self.containers = containers
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
         if pins is None:
             from rediacc_core.repos import repo_state_dir
@@ -236,6 +252,10 @@ class Decider:
             raise BadRequest(f"API version {target.version} is older than the gate supports (1.24)")
         if len(body) > MAX_INSPECTED_BODY:
             raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
+        if endpoint.name in _RUNS_CONTAINER:
+            held = self._held_check(where, target, endpoint)
+            if held is not None:
+                return held
         if endpoint.name == "container-start":
             if body.strip() not in (b"", b"{}", b"null"):
                 raise BadRequest("container start takes no body (older APIs read one as HostConfig)")
@@ -250,7 +270,51 @@ class Decider:
         if not body or endpoint.body is None:
             return Decision(True)  # nothing the daemon could read as settings
         canonical = canonicalise(body, endpoint.body)
+        if endpoint.name == "container-update" and _sets_restart_policy(canonical):
+            # A restart policy makes the daemon start the container on its own, unseen by the gate.
+            held = self._held_check(where, target, endpoint)
+            if held is not None:
+                return held
         return self._decide_body(method, target, endpoint.name, canonical)
+
+    def _held_check(self, where: str, target: Target, route: Route) -> Decision | None:
+        """The refusal of a request that would run a container holding CDI names the repo lacks now."""
+        if self.containers is None:
+            return None
+        ref = path_id(route, target.path)
+        try:
+            if route.name == "exec-start":
+                container = self.containers.exec_container(ref)
+                held = None if container is None else self.containers.held(container)
+            else:
+                held = self.containers.held(ref)
+        except LookupFailed as exc:
+            message = f"the gate could not check which devices container {ref} holds: {exc}; try again"
+            return Decision(
+                False, 503, message, log=(f"503 {where}: {message}",), endpoint=route.name, rules=("gate",)
+            )
+        if held is None or not held.cdi:
+            return None  # no such container (the daemon says so) or one without devices
+        grants, error = self._read_grants()
+        missing = [name for name in held.cdi if error is not None or name not in grants]
+        if not missing:
+            return None
+        why = f" (its grants cannot be read: {error})" if error is not None else ""
+        refusals = [
+            Refusal(
+                message=(
+                    f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
+                    f"now{why}, so it may not run"
+                ),
+                replacement=(
+                    f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or `docker rm "
+                    f"{held.name}` and create it again without the device"
+                ),
+                rule="grant",
+            )
+            for name in missing
+        ]
+        return self._refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
 
     def _read_grants(self) -> tuple[frozenset[str], str | None]:
         try:

@@ -74,8 +74,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/containers/create", "inspect", "container-create", StructRef("CreateRequest")),
     Route("POST", "/containers/{id}/update", "inspect", "container-update", StructRef("UpdateConfig")),
     Route("POST", "/containers/{id}/exec", "inspect", "exec-create", StructRef("ExecConfig")),
-    # Older APIs read a start body as a HostConfig: only an empty one passes (see decide.py).
+    # The routes that make a container's processes run: the gate checks what the container holds
+    # against the grants in force now (decide.py). Older APIs read a start body as a HostConfig:
+    # only an empty one passes.
     Route("POST", "/containers/{id}/start", "inspect", "container-start"),
+    Route("POST", "/containers/{id}/restart", "inspect", "container-restart"),
+    Route("POST", "/containers/{id}/unpause", "inspect", "container-unpause"),
     _fwd("GET", "/containers/json"),
     _fwd("POST", "/containers/prune"),
     _fwd("DELETE", "/containers/{id}"),
@@ -92,18 +96,17 @@ ROUTES: tuple[Route, ...] = (
     _fwd("POST", "/containers/{id}/pause"),
     _fwd("POST", "/containers/{id}/rename"),
     _fwd("POST", "/containers/{id}/resize"),
-    _fwd("POST", "/containers/{id}/restart"),
     _fwd("GET", "/containers/{id}/stats"),
     _fwd("POST", "/containers/{id}/stop"),
     _fwd("GET", "/containers/{id}/top"),
-    _fwd("POST", "/containers/{id}/unpause"),
     _fwd("POST", "/containers/{id}/wait"),
     # A commit body is an image config: no host settings can ride on it.
     _fwd("POST", "/commit"),
     # --- exec ---------------------------------------------------------------------------------
     _fwd("GET", "/exec/{id}/json"),
     _fwd("POST", "/exec/{id}/resize"),
-    _fwd("POST", "/exec/{id}/start"),
+    # The exec's process starts here, in a container that may have lost a grant since the exec was made.
+    Route("POST", "/exec/{id}/start", "inspect", "exec-start"),
     # --- images and builds --------------------------------------------------------------------
     Route("POST", "/build", "query", "build"),
     _fwd("POST", "/build/prune"),
@@ -231,6 +234,14 @@ for _route in (*ROUTES, *EXTRA_REFUSED):
     _INDEX.setdefault((_route.method, _first_segment(_route.pattern)), []).append(
         (_route, _regex(_route.pattern))
     )
+
+
+def path_id(route: Route, path: str) -> str:
+    """The `{id}` of a path `route` matched (`/containers/{id}/start` -> the id), "" when none."""
+    prefix, found, suffix = route.pattern.partition("{id}")
+    if not found or len(path) < len(prefix) + len(suffix):
+        return ""
+    return path[len(prefix) : len(path) - len(suffix)] if suffix else path[len(prefix) :]
 
 
 def match_route(method: str, path: str) -> Route | None:

@@ -26,12 +26,16 @@ from rediacc_core.cdi.names import is_qualified_name
 from rediacc_core.gate import isolation, mounts
 from rediacc_core.gate.findings import Finding, refuse
 from rediacc_core.gate.mounts import BindPolicy
+from rediacc_core.holdings import cdi_names
+from rediacc_core.runtime.guard import GUARD_RUNTIME
 
 CDI_DEVICE = "--device <vendor>/<class>=<name> (`rdc machine gpu list` shows the names)"
 COMPOSE_DEVICES = (
     "devices: [<vendor>/<class>=<name>] in Compose, --device <vendor>/<class>=<name> with docker run"
 )
-ALLOWED_RUNTIMES = frozenset({"", "runc"})
+# The daemon's default runtime (the repo daemon's is the runtime guard): naming any other, even
+# "runc", would run the container without the guard's check of its devices at every start.
+ALLOWED_RUNTIMES = frozenset({"", GUARD_RUNTIME})
 RULE_IDS = frozenset(
     {
         "privileged", "device-cgroup-rules", "raw-device", "device-request-driver", "runtime", "dev-mount",
@@ -102,12 +106,7 @@ def add_cdi_devices(holder: dict[str, Any], names: list[str] | tuple[str, ...]) 
 
 def cdi_devices(holder: Mapping[str, Any] | None) -> tuple[str, ...]:
     """Every device id in `holder`'s CDI device requests, in order, once each."""
-    names: list[str] = []
-    for request in _list(_dict(holder).get("DeviceRequests")):
-        request = _dict(request)
-        if request.get("Driver") == "cdi":
-            names.extend(i for i in _list(request.get("DeviceIDs")) if isinstance(i, str))
-    return tuple(dict.fromkeys(names))
+    return cdi_names(holder)
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -185,8 +184,9 @@ def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
         yield refuse(
             "runtime",
             runtime,
-            f"runtime {runtime!r} is refused: containers here run with runc",
-            COMPOSE_DEVICES,
+            f"runtime {runtime!r} is refused: containers here run under the daemon's default runtime "
+            "(runc behind rdc's device guard)",
+            "no --runtime (no runtime: in Compose); for devices, " + COMPOSE_DEVICES,
         )
     for key in _dict(host.get("Annotations")):
         if key.lower().startswith(CDI_ANNOTATION_PREFIX):

@@ -12,7 +12,8 @@ Public for tests and the benchmark:
 
 Layout under `workdir` (kept short: Unix socket paths are limited to 107 bytes):
 `daemon.json`, `docker.sock`, `dockerd.pid`, `exec/` (exec-root), `dockerd.log`, and `data/` unless
-`data_root` is given.
+`data_root` is given, and `runtime-guard` when the daemon runs its containers under the runtime
+guard (`runtime.guard`: a repo's own daemon always does).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import contextlib
 import http.client
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +35,8 @@ from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError, ToolError, ValidationError
-from rediacc_core.files import atomic_write_json
+from rediacc_core.files import atomic_write_json, atomic_write_text
+from rediacc_core.runtime import guard as runtime_guard
 
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 # The deepest socket dockerd creates below its exec-root (its managed containerd's ttrpc socket).
@@ -67,6 +72,10 @@ class DaemonPaths:
     def log(self) -> Path:
         return self.workdir / "dockerd.log"
 
+    @property
+    def guard_script(self) -> Path:
+        return self.workdir / "runtime-guard"
+
     def too_long(self) -> list[str]:
         """The sockets of this layout that would not fit in a Unix socket address."""
         problems = []
@@ -77,9 +86,63 @@ class DaemonPaths:
         return problems
 
 
-def daemon_config(root: Path, paths: DaemonPaths) -> dict[str, Any]:
-    """daemon.json for a repo daemon on the machine rooted at `root`."""
+@dataclass(frozen=True)
+class Guard:
+    """Whose grants the runtime guard checks a daemon's containers against, and where it logs."""
+
+    repo_id: str
+    repo_ref: str
+    log: Path
+    runc: str = ""  # the runc the guard runs; "" = the one on PATH
+
+
+def guard_script(root: Path, guard: Guard) -> str:
+    """The daemon's default runtime: a shell wrapper that calls the Python guard only for the runc
+    subcommands after which the container's processes run (the rest go straight to runc)."""
+    runc = guard.runc or shutil.which("runc") or "/usr/bin/runc"
+    import yaml  # where PyYAML lives, for the guard's interpreter started without site-packages
+
+    argv = [
+        sys.executable,
+        "-S",
+        "-I",
+        runtime_guard.__file__,
+        "--runc",
+        runc,
+        "--grants",
+        str(root / "etc/rediacc/gpu/grants.json"),
+        "--cdi-dir",
+        str(root / "etc" / "cdi"),
+        "--repo-id",
+        guard.repo_id,
+        "--repo-ref",
+        guard.repo_ref,
+        "--guard-log",
+        str(guard.log),
+        "--yaml-path",
+        str(Path(yaml.__file__).parent.parent),
+        "--",
+    ]
+    gated = "|".join(f'*" {name} "*' for name in sorted(runtime_guard.GATED))
+    return (
+        "#!/bin/sh\n"
+        f"# rdc's runtime guard for repo {guard.repo_ref}: see rediacc_core/runtime/guard.py\n"
+        f'case " $* " in\n  {gated}) exec {shlex.join(argv)} "$@" ;;\nesac\n'
+        f'exec {shlex.quote(runc)} "$@"\n'
+    )
+
+
+def daemon_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> dict[str, Any]:
+    """daemon.json for a repo daemon on the machine rooted at `root`; with `guard`, its containers
+    run under the runtime guard (a container created with another runtime is refused by the gate)."""
+    runtimes: dict[str, Any] = {}
+    if guard is not None:
+        runtimes = {
+            "runtimes": {runtime_guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}},
+            "default-runtime": runtime_guard.GUARD_RUNTIME,
+        }
     return {
+        **runtimes,
         "features": {"cdi": True},
         "cdi-spec-dirs": [str(root / "etc" / "cdi")],
         "bridge": "none",
@@ -121,8 +184,8 @@ def dockerd_argv(paths: DaemonPaths, dockerd: str = "dockerd") -> list[str]:
     return [dockerd, "--config-file", str(paths.config)]
 
 
-def prepare(root: Path, paths: DaemonPaths) -> None:
-    """Create the directories and write daemon.json (atomically)."""
+def prepare(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> None:
+    """Create the directories and write daemon.json and the guard's wrapper (atomically)."""
     problems = paths.too_long()
     if problems:
         raise ValidationError(
@@ -132,7 +195,9 @@ def prepare(root: Path, paths: DaemonPaths) -> None:
     paths.workdir.mkdir(parents=True, exist_ok=True)
     os.chmod(paths.workdir, 0o700)  # the daemon's socket is reachable by root only: users go through the gate
     paths.data_root.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(paths.config, daemon_config(root, paths))
+    if guard is not None:
+        atomic_write_text(paths.guard_script, guard_script(root, guard), mode=0o700)
+    atomic_write_json(paths.config, daemon_config(root, paths, guard))
 
 
 def ping(sock: Path, timeout: float = 2.0) -> bool:
@@ -236,6 +301,7 @@ def start_dockerd(
     timeout: float = START_TIMEOUT,
     detach: bool = False,
     extra_args: Sequence[str] = (),
+    guard: Guard | None = None,
 ) -> RunningDaemon:
     """Start a private dockerd for the machine rooted at `root`; return once it answers /_ping.
 
@@ -250,7 +316,7 @@ def start_dockerd(
             f"a dockerd (pid {running}) is already running from {workdir}",
             "stop it first, or use its socket " + str(paths.socket),
         )
-    prepare(root, paths)
+    prepare(root, paths, guard)
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
     log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
@@ -286,5 +352,5 @@ def attach_dockerd(workdir: Path, data_root: Path | None = None) -> RunningDaemo
     return RunningDaemon(paths.socket, pid, paths.log, paths)
 
 
-def dump_config(root: Path, paths: DaemonPaths) -> str:
-    return json.dumps(daemon_config(root, paths), indent=2)
+def dump_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> str:
+    return json.dumps(daemon_config(root, paths, guard), indent=2)

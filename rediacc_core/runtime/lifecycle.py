@@ -58,6 +58,11 @@ class RepoRuntime:
         return self.data_dir / "audit.log"
 
     @property
+    def guard_log(self) -> Path:
+        """The runtime guard's refusals (`runtime.guard`), one JSON line each."""
+        return self.data_dir / "guard.log"
+
+    @property
     def daemon_paths(self) -> daemon.DaemonPaths:
         return daemon.DaemonPaths(self.run_dir / "d", self.data_dir / "docker")
 
@@ -138,12 +143,21 @@ def gate_argv(machine: Machine, repo: Repo, runtime: RepoRuntime) -> list[str]:
     ]
 
 
-def start_daemon(machine: Machine, runtime: RepoRuntime, *, detach: bool) -> daemon.RunningDaemon | None:
-    """Start the repo's own dockerd unless it already answers; None when there was nothing to start."""
+def start_daemon(
+    machine: Machine, repo: Repo, runtime: RepoRuntime, *, detach: bool
+) -> daemon.RunningDaemon | None:
+    """Start the repo's own dockerd unless it already answers; None when there was nothing to start.
+
+    Its containers run under the runtime guard, so no container holding a device the repo lacks
+    starts, whoever starts it (the gate, a restart policy, the daemon's own start after a crash)."""
     if not runtime.owns_daemon or daemon.ping(runtime.upstream_socket):
         return None
     paths = runtime.daemon_paths
-    return daemon.start_dockerd(machine.root, paths.workdir, data_root=paths.data_root, detach=detach)
+    runtime.data_dir.mkdir(parents=True, exist_ok=True)
+    guard = daemon.Guard(repo.id, repo.ref, runtime.guard_log)
+    return daemon.start_dockerd(
+        machine.root, paths.workdir, data_root=paths.data_root, detach=detach, guard=guard
+    )
 
 
 def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT) -> RepoRuntime:
@@ -155,7 +169,7 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
             f"repo {repo.ref} uses the Docker daemon at {repo.docker_host}, which does not answer",
             "start that daemon first, then run rdc repo up again",
         )
-    start_daemon(machine, runtime, detach=True)
+    start_daemon(machine, repo, runtime, detach=True)
     if daemon.ping(runtime.gate_socket):
         return runtime  # already up
     runtime.run_dir.mkdir(parents=True, exist_ok=True)

@@ -153,11 +153,14 @@ def flush_log(gate: GateServer) -> None:
 
 def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> GateServer:
     """The gate for `repo`, deciding with the core's decider and the installed plugins."""
+    from rediacc_core.gate.containers import DaemonContainers
     from rediacc_core.gate.decide import Decider
     from rediacc_core.plugins import get_plugins
 
     log = GateLog()
-    decider = Decider(machine, repo, get_plugins(), ImageConfigs(upstream), log)
+    decider = Decider(
+        machine, repo, get_plugins(), ImageConfigs(upstream), log, containers=DaemonContainers(upstream)
+    )
     restored = decider.restore_pins()
     if restored:
         log(f"pinned again {len(restored)} bind source(s) recorded before this gate started")

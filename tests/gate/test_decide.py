@@ -73,7 +73,7 @@ class TestWhatIsInspected:
             ("GET", "/v1.45/containers/json"),
             ("POST", "/v1.45/build?t=x"),
             ("POST", "/v1.45/images/load"),
-            ("POST", "/v1.45/exec/abc/start"),
+            ("GET", "/v1.45/containers/abc/logs"),
         ],
     )
     def test_streamed(self, gate: Any, method: str, target: str) -> None:

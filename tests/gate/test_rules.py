@@ -85,6 +85,9 @@ class TestContainerCreate:
                 "device-request-driver",
             ),
             ({"Runtime": "vendor-runtime"}, "runtime"),
+            # runc by name would run the container without the runtime guard's device check.
+            ({"Runtime": "runc"}, "runtime"),
+            ({"Runtime": "io.containerd.runc.v2"}, "runtime"),
             ({"Binds": ["/dev/null:/dev/null"]}, "dev-mount"),
             ({"Binds": ["/:/host"]}, "bind-root"),
             ({"Mounts": [{"Type": "bind", "Source": "/sys", "Target": "/x"}]}, "dev-mount"),
@@ -103,7 +106,7 @@ class TestContainerCreate:
         [
             {},
             {"Privileged": False},
-            {"Runtime": "runc"},
+            {"Runtime": "rediacc"},  # the repo daemon's default, named
             {"Runtime": ""},
             {"GroupAdd": ["video", "render"]},
             {"CapAdd": ["NET_BIND_SERVICE", "MKNOD"]},

@@ -1,0 +1,92 @@
+"""What a container of the repo holds, asked of the repo's daemon when a request would make it run.
+
+The gate admits CDI names at create, but the daemon injects the devices again at every start, so a
+start, restart, unpause or exec of a container created while a grant was in force must be checked
+against the grants in force now. The daemon's own record of the container (its `HostConfig`, as the
+gate admitted it) says which CDI names it holds; an exec instance is first traced to its container.
+
+Asking waits on the daemon, so it happens only in a decision's worker thread (`may_block`).
+Nothing is cached: a name can be given to another container at any time, and one inspect costs far
+less than the start it guards.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from rediacc_core import unixhttp
+from rediacc_core.gate.images import may_block
+from rediacc_core.holdings import cdi_names
+
+LOOKUP_TIMEOUT = 5.0
+
+
+class LookupFailed(Exception):
+    """The daemon could not be asked (down, slow, or an answer the gate cannot read)."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """One container and the CDI names its daemon will inject when it runs."""
+
+    id: str
+    name: str
+    cdi: tuple[str, ...]
+
+
+class ContainerLookup(Protocol):
+    def held(self, ref: str) -> Held | None:
+        """The container `ref` (id, prefix or name) names, or None when the daemon has none."""
+
+    def exec_container(self, exec_id: str) -> str | None:
+        """The id of the container an exec instance belongs to, or None when there is no such exec."""
+
+
+def held_from_inspect(document: Mapping[str, Any]) -> Held:
+    """The `Held` of a container inspect document (`GET /containers/{id}/json`)."""
+    host = document.get("HostConfig")
+    name = document.get("Name")
+    return Held(
+        id=str(document.get("Id", "")),
+        name=name.lstrip("/") if isinstance(name, str) else "",
+        cdi=cdi_names(host if isinstance(host, dict) else None),
+    )
+
+
+class DaemonContainers:
+    """`ContainerLookup` over the repo daemon's own socket."""
+
+    def __init__(self, upstream: Path, timeout: float = LOOKUP_TIMEOUT) -> None:
+        self.upstream = upstream
+        self.timeout = timeout
+
+    def _get(self, target: str) -> dict[str, Any] | None:
+        may_block()
+        try:
+            status, body = unixhttp.request(self.upstream, "GET", target, timeout=self.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            raise LookupFailed(f"the repo's daemon did not answer ({exc})") from exc
+        if status == 404:
+            return None
+        try:
+            document = json.loads(body) if status == 200 else None
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            raise LookupFailed(f"the repo's daemon answered {status} to {target}")
+        return document
+
+    def held(self, ref: str) -> Held | None:
+        document = self._get(f"/containers/{urllib.parse.quote(ref, safe='')}/json")
+        return None if document is None else held_from_inspect(document)
+
+    def exec_container(self, exec_id: str) -> str | None:
+        document = self._get(f"/exec/{urllib.parse.quote(exec_id, safe='')}/json")
+        found = None if document is None else document.get("ContainerID")
+        return found if isinstance(found, str) and found else None

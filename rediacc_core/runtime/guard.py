@@ -1,0 +1,328 @@
+"""The repo daemon's OCI runtime: runc behind a check that the container's device nodes are granted now.
+
+The gate sees requests; it cannot see the daemon start a container on its own (a restart policy,
+the daemon's own start after a crash or a reboot). Every one of those starts ends in the same
+place: the daemon's shim runs the runtime binary to create the container, to exec into it and to
+resume it. So each repo daemon's default runtime is this guard (`GUARD_RUNTIME`, written into its
+daemon.json by `runtime.daemon`), and the guard lets runc create, exec or resume only a container
+whose device nodes all belong to CDI devices the repo holds at that moment (grants.json, read
+fresh each time; a lapsed lease counts as absent). Whoever starts the container, the window
+between a revoke and the refusal is zero.
+
+It runs for every `runc create` on the machine, so it is written for start-up time: it is started
+as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 ms), imports only
+the standard library, and `exec`s runc at once for a container without device nodes (moby omits
+`linux.devices` then). Only a container with devices pays for reading the grants and the CDI specs
+(PyYAML, from the directory the wrapper passes in `--yaml-path`).
+
+Its reading is deliberately narrower than the core's (`grants.py`, `cdi/`): any shape it does not
+expect is a refusal. A refusal is written to runc's `--log` in runc's own JSON form, which the
+daemon hands back to the client as the error ("OCI runtime create failed: rdc: ..."), and to the
+repo's guard log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+GUARD_RUNTIME = "rediacc"
+# The runc subcommands after which a process runs in the container with its devices.
+GATED = frozenset({"create", "run", "exec", "resume", "restore"})
+# runc's global options that take a value (`--root R` or `--root=R`).
+_VALUED = frozenset({"--root", "--log", "--log-format", "--criu", "--rootless"})
+_SPEC_SUFFIXES = (".yaml", ".json")
+
+Node = tuple[str, str, int, int]  # container path, type (c/b), major, minor
+
+
+class Refused(Exception):
+    """The container may not run: why, and the CDI names that would let it (for the advice)."""
+
+    def __init__(self, why: str, names: Sequence[str] = ()) -> None:
+        super().__init__(why)
+        self.names = tuple(names)
+
+
+# --- the command line runc gets ------------------------------------------------------------------
+
+
+def split_runc_args(args: Sequence[str]) -> tuple[dict[str, str], str, list[str]]:
+    """runc's global options, its subcommand ("" when none) and the subcommand's arguments."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-"):
+            return options, arg, list(args[i + 1 :])
+        name, eq, value = arg.partition("=")
+        if name in _VALUED and not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        options[name] = value
+        i += 1
+    return options, "", []
+
+
+def bundle_of(command: str, rest: Sequence[str], state_root: str, cwd: str) -> str:
+    """The bundle directory whose config.json describes the container the command acts on."""
+    if command in ("create", "run", "restore"):
+        for i, arg in enumerate(rest):
+            if arg in ("--bundle", "-b") and i + 1 < len(rest):
+                return rest[i + 1]
+            if arg.startswith("--bundle="):
+                return arg.partition("=")[2]
+        return cwd
+    # exec/resume name a container runc already created: its state records the bundle.
+    container = rest[-1] if rest else ""
+    if state_root and container and "/" not in container:
+        try:
+            with open(os.path.join(state_root, container, "state.json"), "rb") as f:
+                labels = json.load(f).get("config", {}).get("labels") or []
+        except (OSError, ValueError, AttributeError):
+            labels = []
+        for label in labels:
+            if isinstance(label, str) and label.startswith("bundle="):
+                return label.partition("=")[2]
+    return cwd
+
+
+def container_nodes(config: Mapping[str, Any]) -> list[Node]:
+    """The device nodes an OCI config asks runc to create; Refused when their shape is unexpected."""
+    linux = config.get("linux")
+    devices = linux.get("devices") if isinstance(linux, dict) else None
+    if devices is None:
+        return []
+    if not isinstance(devices, list):
+        raise Refused("the container's linux.devices is not a list")
+    nodes = []
+    for device in devices:
+        if not isinstance(device, dict) or not isinstance(device.get("path"), str):
+            raise Refused("the container has a device entry without a path")
+        major, minor = device.get("major", 0), device.get("minor", 0)
+        if not isinstance(major, int) or not isinstance(minor, int):
+            raise Refused(f"the container's device {device['path']} has no device numbers")
+        nodes.append((device["path"], str(device.get("type", "c")), major, minor))
+    return nodes
+
+
+# --- what the repo holds now -----------------------------------------------------------------------
+
+
+def held_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
+    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end is absent)."""
+    entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
+    if not isinstance(entries, list):
+        raise Refused("the machine's grants file has no list of grants")
+    held = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("device"), str):
+            raise Refused("the machine's grants file has an entry without a device")
+        if entry.get("repoId") != repo_id:
+            continue
+        expires = entry.get("expiresAt")
+        if expires is not None and (not isinstance(expires, str) or _epoch(expires) <= now):
+            continue
+        held.add(entry["device"])
+    return frozenset(held)
+
+
+def _epoch(stamp: str) -> float:
+    """Seconds since the epoch of an RFC 3339 UTC stamp as rdc writes them (`...Z`)."""
+    import calendar
+
+    try:
+        return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return 0.0  # unreadable: expired, so the grant is not used
+
+
+def _rdev(path: str) -> tuple[str, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    import stat as st_mod
+
+    kind = "c" if st_mod.S_ISCHR(st.st_mode) else "b" if st_mod.S_ISBLK(st.st_mode) else ""
+    return (kind, os.major(st.st_rdev), os.minor(st.st_rdev)) if kind else None
+
+
+def spec_nodes(spec: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], dict[str, list[Mapping[str, Any]]]]:
+    """A CDI spec's spec-level device nodes and each device's own, by qualified name."""
+    kind = spec.get("kind")
+    if not isinstance(kind, str):
+        return [], {}
+
+    def nodes_of(edits: Any) -> list[Mapping[str, Any]]:
+        found = edits.get("deviceNodes") if isinstance(edits, dict) else None
+        return [n for n in found if isinstance(n, dict)] if isinstance(found, list) else []
+
+    shared = nodes_of(spec.get("containerEdits"))
+    own: dict[str, list[Mapping[str, Any]]] = {}
+    for device in spec.get("devices") or []:
+        if isinstance(device, dict) and isinstance(device.get("name"), str):
+            own[f"{kind}={device['name']}"] = nodes_of(device.get("containerEdits"))
+    return shared, own
+
+
+def node_of(edit: Mapping[str, Any]) -> Node | None:
+    """The node a CDI deviceNode edit makes in the container (numbers from the spec, else the host)."""
+    path = edit.get("path")
+    if not isinstance(path, str):
+        return None
+    host_path = edit.get("hostPath")
+    host = host_path if isinstance(host_path, str) else path
+    kind = edit.get("type") if isinstance(edit.get("type"), str) else ""
+    major, minor = edit.get("major"), edit.get("minor")
+    if not (isinstance(major, int) and isinstance(minor, int)):
+        found = _rdev(host)
+        if found is None:
+            return None
+        kind = kind or found[0]
+        major, minor = found[1], found[2]
+    return (path, kind or "c", major, minor)
+
+
+def check(nodes: Iterable[Node], held: frozenset[str], specs: Iterable[Mapping[str, Any]]) -> None:
+    """Refused unless every node is one that a CDI device in `held` injects."""
+    allowed: set[Node] = set()
+    owners: dict[str, set[str]] = {}  # container path -> every name that injects it, for the message
+    for spec in specs:
+        shared, own = spec_nodes(spec)
+        for name, edits in own.items():
+            for edit in [*shared, *edits]:
+                if isinstance(edit.get("path"), str):
+                    owners.setdefault(edit["path"], set()).add(name)
+            if name in held:
+                allowed.update(n for n in map(node_of, [*shared, *edits]) if n is not None)
+    missing = [n for n in nodes if n not in allowed]
+    if missing:
+        path, kind, major, minor = missing[0]
+        names = sorted(owners.get(path, ()))
+        which = f" ({' or '.join(names)})" if names else ""
+        more = f" and {len(missing) - 1} more device node(s)" if len(missing) > 1 else ""
+        raise Refused(
+            f"the container holds {path} ({kind} {major}:{minor}){which}{more}, not granted now", names
+        )
+
+
+def load_specs(cdi_dir: str) -> list[Mapping[str, Any]]:
+    """Every spec document in the CDI spec directory (the only one repo daemons read)."""
+    try:
+        names = sorted(n for n in os.listdir(cdi_dir) if n.endswith(_SPEC_SUFFIXES))
+    except FileNotFoundError:
+        return []
+    documents: list[Mapping[str, Any]] = []
+    for name in names:
+        path = os.path.join(cdi_dir, name)
+        if os.path.isdir(path):
+            continue
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            if name.endswith(".json"):
+                document = json.loads(data)
+            else:
+                import yaml
+
+                document = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except Exception:  # a spec the daemon cannot read defines nothing for it either
+            continue
+        if isinstance(document, dict):
+            documents.append(document)
+    return documents
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
+    """Refused when the container runc is about to run holds a device node the repo lacks now."""
+    options, command, rest = split_runc_args(runc_args)
+    if command not in GATED:
+        return
+    bundle = bundle_of(command, rest, options.get("--root", ""), cwd)
+    try:
+        with open(os.path.join(bundle, "config.json"), "rb") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise Refused(f"cannot read the container's config in {bundle}: {exc}") from exc
+    nodes = container_nodes(config if isinstance(config, dict) else {})
+    if not nodes:
+        return
+    if opts.get("yaml_path"):
+        sys.path.append(opts["yaml_path"])
+    try:
+        with open(opts["grants"], "rb") as f:
+            document = json.load(f)
+    except FileNotFoundError:
+        document = {"grants": []}
+    except (OSError, ValueError) as exc:
+        raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
+    check(nodes, held_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
+
+
+def _report(opts: Mapping[str, str], runc_args: Sequence[str], message: str) -> None:
+    options, command, rest = split_runc_args(runc_args)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    log = options.get("--log")
+    if log:
+        try:
+            with open(log, "a") as f:
+                f.write(json.dumps({"level": "error", "msg": message, "time": stamp}) + "\n")
+        except OSError:
+            pass
+    if opts.get("guard_log"):
+        try:
+            with open(opts["guard_log"], "a") as f:
+                target = rest[-1] if rest else ""
+                f.write(json.dumps({"time": stamp, "runc": command, "container": target, "refused": message}))
+                f.write("\n")
+        except OSError:
+            pass
+    print(message, file=sys.stderr)
+
+
+def parse_own_args(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """The guard's own `--key value` options (before `--`) and runc's arguments (after it)."""
+    if "--" not in argv:
+        raise SystemExit(
+            "usage: guard.py --runc PATH --grants FILE --cdi-dir DIR --repo-id ID ... -- RUNC-ARGS"
+        )
+    split = list(argv).index("--")
+    own, runc_args = list(argv[:split]), list(argv[split + 1 :])
+    opts = {own[i].lstrip("-").replace("-", "_"): own[i + 1] for i in range(0, len(own) - 1, 2)}
+    return opts, runc_args
+
+
+def main(argv: Sequence[str]) -> int:
+    opts, runc_args = parse_own_args(argv)
+    try:
+        decide(opts, runc_args, os.getcwd())
+    except Refused as exc:
+        repo = opts.get("repo_ref", "this repo")
+        grant = f"rdc repo gpu grant {repo} --device {exc.names[0] if exc.names else '<name>'}"
+        _report(
+            opts,
+            runc_args,
+            f"rdc: repo {repo} may not run this container: {exc}; an operator can grant the device again "
+            f"({grant}), or remove the container and create it without the device",
+        )
+        return 1
+    except Exception as exc:  # the guard failing must not let a container through unchecked
+        _report(
+            opts, runc_args, f"rdc: the runtime guard of repo {opts.get('repo_ref', '?')} failed: {exc!r}"
+        )
+        return 1
+    runc = opts["runc"]
+    os.execv(runc, [runc, *runc_args])
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,240 @@
+"""The runtime guard: runc runs a container only while every device node it holds is granted now."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rediacc_core.runtime import guard
+from rediacc_core.runtime.daemon import DaemonPaths, Guard, daemon_config, guard_script
+
+REPO_ID = "6f1d0d6e-3a57-4d5c-9d59-0a4f2f2b8c11"
+NULL = os.stat("/dev/null")
+NULL_NODE = ("c", os.major(NULL.st_rdev), os.minor(NULL.st_rdev))
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "rest"),
+    [
+        (["--root", "/r", "--log", "/l", "--log-format", "json", "create", "--bundle", "/b", "id"], "create",
+         ["--bundle", "/b", "id"]),
+        (["--root=/r", "--systemd-cgroup", "exec", "--process", "/p", "id"], "exec",
+         ["--process", "/p", "id"]),
+        (["--debug", "resume", "id"], "resume", ["id"]),
+        (["--version"], "", []),
+        ([], "", []),
+    ],
+)  # fmt: skip
+def test_runc_command_lines(args: list[str], command: str, rest: list[str]) -> None:
+    _, found, after = guard.split_runc_args(args)
+    assert (found, after) == (command, rest)
+
+
+def test_the_bundle_of_each_command(tmp_path: Path) -> None:
+    state = tmp_path / "state" / "cid"
+    state.mkdir(parents=True)
+    (state / "state.json").write_text(json.dumps({"config": {"labels": ["x=y", "bundle=/the/bundle"]}}))
+    root = str(tmp_path / "state")
+    assert guard.bundle_of("create", ["--bundle", "/b", "cid"], root, "/cwd") == "/b"
+    assert guard.bundle_of("create", ["-b", "/b", "cid"], root, "/cwd") == "/b"
+    assert guard.bundle_of("run", ["--bundle=/b", "cid"], root, "/cwd") == "/b"
+    assert guard.bundle_of("create", ["cid"], root, "/cwd") == "/cwd"  # runc's default: the cwd
+    assert guard.bundle_of("exec", ["--process", "/p", "cid"], root, "/cwd") == "/the/bundle"
+    assert guard.bundle_of("resume", ["other"], root, "/cwd") == "/cwd"
+
+
+@pytest.mark.parametrize(
+    ("linux", "nodes"),
+    [
+        ({}, []),
+        ({"devices": []}, []),
+        ({"devices": [{"path": "/dev/x", "type": "c", "major": 1, "minor": 3}]}, [("/dev/x", "c", 1, 3)]),
+    ],
+)
+def test_the_nodes_a_config_asks_for(linux: dict[str, Any], nodes: list[guard.Node]) -> None:
+    assert guard.container_nodes({"linux": linux}) == nodes
+
+
+@pytest.mark.parametrize(
+    "linux", [{"devices": {}}, {"devices": [{"type": "c"}]}, {"devices": [{"path": "/x", "major": "1"}]}]
+)
+def test_an_unexpected_device_entry_is_refused(linux: dict[str, Any]) -> None:
+    with pytest.raises(guard.Refused):
+        guard.container_nodes({"linux": linux})
+
+
+def grants_doc(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"schemaVersion": 1, "grants": list(entries)}
+
+
+def test_held_names_are_this_repos_and_in_force() -> None:
+    document = grants_doc(
+        {"repoId": REPO_ID, "device": "v.example/gpu=0"},
+        {"repoId": "other", "device": "v.example/gpu=1"},
+        {"repoId": REPO_ID, "device": "v.example/gpu=2", "expiresAt": "2030-01-01T00:00:00Z"},
+        {"repoId": REPO_ID, "device": "v.example/gpu=3", "expiresAt": "2020-01-01T00:00:00Z"},
+        {"repoId": REPO_ID, "device": "v.example/gpu=4", "expiresAt": "garbage"},
+    )
+    now = 1893456000.0 - 1  # 2029-12-31T23:59:59Z
+    assert guard.held_names(document, REPO_ID, now) == {"v.example/gpu=0", "v.example/gpu=2"}
+    assert guard.held_names(document, REPO_ID, 1893456000.0) == {"v.example/gpu=0"}  # at the end: gone
+
+
+@pytest.mark.parametrize("document", [[], {"grants": {}}, {"grants": [{"repoId": REPO_ID}]}])
+def test_a_grants_file_of_another_shape_refuses(document: Any) -> None:
+    with pytest.raises(guard.Refused):
+        guard.held_names(document, REPO_ID, 0.0)
+
+
+SPEC = {
+    "cdiVersion": "0.6.0",
+    "kind": "v.example/gpu",
+    "containerEdits": {"deviceNodes": [{"path": "/dev/vctl", "hostPath": "/dev/null"}]},
+    "devices": [
+        {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/v0", "hostPath": "/dev/null"}]}},
+        {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/v1", "hostPath": "/dev/null"}]}},
+        {"name": "n", "containerEdits": {"deviceNodes": [{"path": "/dev/vn", "type": "c", "major": 9,
+                                                          "minor": 9}]}},
+    ],
+}  # fmt: skip
+
+
+def node(path: str) -> guard.Node:
+    return (path, *NULL_NODE)
+
+
+@pytest.mark.parametrize(
+    ("held", "nodes", "refused"),
+    [
+        ({"v.example/gpu=0"}, [node("/dev/v0"), node("/dev/vctl")], None),
+        ({"v.example/gpu=0"}, [node("/dev/v1")], "/dev/v1"),  # same numbers, another device's path
+        (set(), [node("/dev/vctl")], "/dev/vctl"),  # a spec's shared node needs one of its devices
+        ({"v.example/gpu=0"}, [("/dev/v0", "c", 4, 4)], "/dev/v0"),  # the path, other hardware
+        ({"v.example/gpu=n"}, [("/dev/vn", "c", 9, 9)], None),  # numbers from the spec itself
+        ({"v.example/gpu=0"}, [node("/dev/unknown")], "/dev/unknown"),
+    ],
+)
+def test_every_node_must_come_from_a_held_device(
+    held: set[str], nodes: list[guard.Node], refused: str | None
+) -> None:
+    if refused is None:
+        guard.check(nodes, frozenset(held), [SPEC])
+        return
+    with pytest.raises(guard.Refused, match=refused) as caught:
+        guard.check(nodes, frozenset(held), [SPEC])
+    if refused == "/dev/v1":
+        assert caught.value.names == ("v.example/gpu=1",)
+        assert "(v.example/gpu=1)" in str(caught.value)
+
+
+# --- the guard as the daemon runs it -------------------------------------------------------------
+
+
+@pytest.fixture
+def machine_root(tmp_path: Path) -> Path:
+    root = tmp_path / "m"
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/rediacc/gpu").mkdir(parents=True)
+    (root / "etc/cdi/v.yaml").write_text(json.dumps(SPEC))  # JSON is YAML
+    return root
+
+
+def run_guard(root: Path, tmp_path: Path, command: list[str], devices: list[dict[str, Any]]) -> Any:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir(exist_ok=True)
+    (bundle / "config.json").write_text(
+        json.dumps({"linux": {"devices": devices}} if devices else {"linux": {}})
+    )
+    runc = tmp_path / "runc"
+    runc.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/ran\n')
+    runc.chmod(0o755)
+    script = tmp_path / "runtime-guard"
+    script.write_text(guard_script(root, Guard(REPO_ID, "alpha@m1", tmp_path / "guard.log", str(runc))))
+    script.chmod(0o700)
+    log = tmp_path / "log.json"
+    argv = [
+        str(script),
+        "--root",
+        str(tmp_path / "state"),
+        "--log",
+        str(log),
+        "--log-format",
+        "json",
+        *command,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=bundle, env={"PATH": os.environ["PATH"]})
+
+
+DEV0 = {"path": "/dev/v0", "type": "c", "major": NULL_NODE[1], "minor": NULL_NODE[2]}
+
+
+def test_a_container_without_devices_goes_straight_to_runc(machine_root: Path, tmp_path: Path) -> None:
+    done = run_guard(machine_root, tmp_path, ["create", "--bundle", str(tmp_path / "bundle"), "cid"], [])
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ran").read_text().split()[-2:] == [str(tmp_path / "bundle"), "cid"]
+
+
+def test_other_runc_commands_do_not_start_python(machine_root: Path, tmp_path: Path) -> None:
+    script = guard_script(machine_root, Guard(REPO_ID, "alpha@m1", tmp_path / "g.log", "/usr/bin/runc"))
+    assert script.startswith("#!/bin/sh\n")
+    assert 'exec /usr/bin/runc "$@"' in script
+    for name in guard.GATED:
+        assert f'*" {name} "*' in script
+    done = run_guard(machine_root, tmp_path, ["kill", "cid", "9"], [DEV0])  # no grant, but not gated
+    assert done.returncode == 0 and (tmp_path / "ran").exists()
+
+
+def test_a_granted_device_runs(machine_root: Path, tmp_path: Path) -> None:
+    grants = grants_doc(
+        {"repoId": REPO_ID, "device": "v.example/gpu=0", "exclusive": False, "grantedAt": "x"}
+    )
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(json.dumps(grants))
+    done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "command", [["create", "cid"], ["exec", "--process", "/p", "cid"], ["resume", "cid"]]
+)
+def test_a_device_no_longer_granted_stops_runc(
+    machine_root: Path, tmp_path: Path, command: list[str]
+) -> None:
+    done = run_guard(machine_root, tmp_path, command, [DEV0])
+    assert done.returncode == 1
+    assert not (tmp_path / "ran").exists()
+    # In runc's own log format, which the daemon hands back to the client as the error.
+    entry = json.loads((tmp_path / "log.json").read_text().splitlines()[-1])
+    assert entry["level"] == "error"
+    assert entry["msg"].startswith(
+        "rdc: repo alpha@m1 may not run this container: the container holds /dev/v0"
+    )
+    assert "rdc repo gpu grant alpha@m1 --device v.example/gpu=0" in entry["msg"]
+    audit = json.loads((tmp_path / "guard.log").read_text())
+    assert audit["runc"] == command[0] and audit["container"] == "cid"
+
+
+def test_a_broken_grants_file_fails_closed(machine_root: Path, tmp_path: Path) -> None:
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text("{not json")
+    done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])
+    assert done.returncode == 1 and "grants file cannot be read" in done.stderr
+
+
+def test_the_repo_daemon_runs_its_containers_under_the_guard(tmp_path: Path) -> None:
+    paths = DaemonPaths(tmp_path / "w", tmp_path / "data")
+    config = daemon_config(tmp_path, paths, Guard(REPO_ID, "alpha@m1", tmp_path / "g.log"))
+    assert config["default-runtime"] == guard.GUARD_RUNTIME
+    assert config["runtimes"] == {guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}}
+    assert "runtimes" not in daemon_config(tmp_path, paths)  # a daemon started for tests, without a repo
+
+
+def test_the_guard_needs_nothing_but_the_standard_library() -> None:
+    """It starts with `python -S -I` (no site-packages) for every container create on the machine."""
+    done = subprocess.run([sys.executable, "-S", "-I", guard.__file__], capture_output=True, text=True)
+    assert "usage: guard.py" in done.stderr, done.stderr
