@@ -12,7 +12,7 @@ lock (`rediacc_core.statelock`), so two grants can never both pass a check the o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from rediacc_core.files import (
     replace_watched_json,
     restore_hint,
 )
+from rediacc_core.holdings import Holder, repo_holders, stop_command, stop_holder
 from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.model import Inventory
@@ -57,6 +58,11 @@ class GrantOutcome:
     grant: Grant
     changed: bool
     note: str = ""
+    stopped: tuple[Holder, ...] = ()  # containers of other repos stopped to make way (--stop-holders)
+
+
+# The CDI-holding containers of a repo (None when its daemon is not running): `holdings.repo_holders`.
+HolderLookup = Callable[[Repo], "list[Holder] | None"]
 
 
 # --- the file ------------------------------------------------------------------------------------
@@ -177,11 +183,19 @@ class GrantStore:
     """The grants of one machine: reading, and grant/revoke with every check under the state lock."""
 
     def __init__(
-        self, machine: Machine, plugins: Plugins | None = None, *, lock_timeout: float | None = None
+        self,
+        machine: Machine,
+        plugins: Plugins | None = None,
+        *,
+        lock_timeout: float | None = None,
+        holders: HolderLookup | None = None,
+        stop: Callable[[Holder], None] | None = None,
     ) -> None:
         self.machine = machine
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
+        self._holders: HolderLookup = holders or (lambda repo: repo_holders(machine, repo))
+        self._stop: Callable[[Holder], None] = stop or (lambda holder: stop_holder(machine, holder))
 
     def all(self) -> list[Grant]:
         return read_grants(self.machine)
@@ -190,18 +204,25 @@ class GrantStore:
         return sorted((g for g in self.all() if g.repo_id == repo_id), key=lambda g: g.device)
 
     # --- grant ---------------------------------------------------------------------------------
-    def grant(self, repo: Repo, devices: Sequence[str], exclusive: bool = False) -> list[GrantOutcome]:
+    def grant(
+        self, repo: Repo, devices: Sequence[str], exclusive: bool = False, *, stop_holders: bool = False
+    ) -> list[GrantOutcome]:
         """Grant every name in `devices` to `repo`, or none of them.
 
         ValidationError (exit 2) for a malformed or undefined name, RefusedError (exit 4) when an
-        exclusive grant is in the way, BusyError (exit 15) when the lock cannot be had.
+        exclusive grant is in the way, or when an exclusive grant would reserve hardware that a
+        running container of another repo holds (unless `stop_holders`: then those containers are
+        stopped first, under the same lock), BusyError (exit 15) when the lock cannot be had.
         """
         wanted = _unique(devices)
+        stopped: tuple[Holder, ...] = ()
         with state_lock(self.machine, self.lock_timeout):
             owners = self._owners(repo)
             self._check_names(wanted)
             current = read_grants(self.machine)
             self._check_exclusivity(repo, wanted, exclusive, current, owners)
+            if exclusive:
+                stopped = self._clear_holders(repo, wanted, owners, stop_holders)
             outcomes: list[GrantOutcome] = []
             result = list(current)
             stamp = now_iso()
@@ -210,11 +231,11 @@ class GrantStore:
                 if held is None:
                     new = Grant(repo.id, device, exclusive, stamp)
                     result.append(new)
-                    outcomes.append(GrantOutcome(new, True))
+                    outcomes.append(GrantOutcome(new, True, stopped=stopped))
                 elif exclusive and not held.exclusive:
                     new = Grant(repo.id, device, True, stamp)
                     result[result.index(held)] = new
-                    outcomes.append(GrantOutcome(new, True, "was shared, now exclusive"))
+                    outcomes.append(GrantOutcome(new, True, "was shared, now exclusive", stopped))
                 elif held.exclusive and not exclusive:
                     # Never loosen a reservation as a side effect of a plain grant.
                     outcomes.append(
@@ -313,6 +334,48 @@ class GrantStore:
                 + "; nothing was granted",
                 todo,
             )
+
+    def running_holders(
+        self, repo: Repo, devices: Sequence[str], owners: Mapping[str, Repo] | None = None
+    ) -> list[tuple[Holder, str]]:
+        """The running containers of repos other than `repo` that hold hardware `devices` reach,
+        each with the name it holds that overlaps."""
+        owners = owners if owners is not None else {r.id: r for r in RepoStore(self.machine).list()}
+        units = _Units(self.machine, self.plugins)
+        found: list[tuple[Holder, str]] = []
+        for other in owners.values():
+            if other.id == repo.id:
+                continue
+            for holder in self._holders(other) or ():
+                if not holder.running:
+                    continue  # a stopped holder cannot start again: it is refused without a grant
+                for held in holder.cdi:
+                    if any(held == d or overlapping_units(units(held), units(d)) for d in devices):
+                        found.append((holder, held))
+                        break
+        return found
+
+    def _clear_holders(
+        self, repo: Repo, devices: Sequence[str], owners: Mapping[str, Repo], stop: bool
+    ) -> tuple[Holder, ...]:
+        """Refuse an exclusive grant while another repo's container runs with the same hardware, or
+        (with `stop`) stop those containers; returns the ones stopped."""
+        in_the_way = self.running_holders(repo, devices, owners)
+        if not in_the_way:
+            return ()
+        if not stop:
+            listing = "; ".join(
+                f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in in_the_way
+            )
+            commands = " and ".join(dict.fromkeys(f"`{stop_command(h)}`" for h, _ in in_the_way))
+            what = ", ".join(devices)
+            raise RefusedError(
+                f"cannot grant {what} exclusively to {repo.ref}: {listing}; nothing was granted",
+                f"stop it first ({commands}), or pass --stop-holders to stop it now",
+            )
+        for holder, _ in in_the_way:
+            self._stop(holder)
+        return tuple(h for h, _ in in_the_way)
 
     # --- revoke --------------------------------------------------------------------------------
     def revoke(self, repo: Repo, devices: Sequence[str]) -> list[Grant]:

@@ -10,8 +10,9 @@ import click
 from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
-from rediacc_core.errors import RefusedError, StateError, ValidationError
+from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants import Grant, GrantStore, read_grants
+from rediacc_core.holdings import repo_holders, stop_command, stop_holder
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoRef, RepoStore, resolve_ref
 from rediacc_core.runtime.lifecycle import running_parts
@@ -207,26 +208,43 @@ _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
 @click.option("--exclusive", is_flag=True, help="Reserve the device's hardware for this repo alone.")
+@click.option(
+    "--stop-holders",
+    is_flag=True,
+    help="With --exclusive: stop the running containers of other repos that hold the same hardware.",
+)
 @output_option("table", "json", "yaml")
-def grant(ref: str, devices: tuple[str, ...], exclusive: bool, fmt: str) -> None:
+def grant(ref: str, devices: tuple[str, ...], exclusive: bool, stop_holders: bool, fmt: str) -> None:
     """Grant REPO the named devices (all of them or none); takes effect at its next Docker request.
+
+    An exclusive grant is refused (exit 4) while a container of another repo runs with the same
+    hardware; --stop-holders stops those containers first, under the machine's lock.
 
     \b
     Examples:
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive
+      rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive --stop-holders
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
+    if stop_holders and not exclusive:
+        raise ValidationError(
+            "--stop-holders goes with --exclusive", "add --exclusive, or leave --stop-holders out"
+        )
     machine, found = resolve_ref(ref, Config.load())
-    outcomes = GrantStore(machine, get_plugins()).grant(found, devices, exclusive)
+    outcomes = GrantStore(machine, get_plugins()).grant(found, devices, exclusive, stop_holders=stop_holders)
+    stopped = list({h.id: h for o in outcomes for h in o.stopped}.values())
     emit(
         {
             "repo": found.ref,
             "repoId": found.id,
             "grants": [{**_grant_json(o.grant), "changed": o.changed} for o in outcomes],
+            "stopped": [h.to_json() for h in stopped],
         },
         fmt,
         lambda _: "",
     )
+    for holder in stopped:
+        note(f"Stopped container {holder.name} of repo {holder.repo.ref} (it held {', '.join(holder.cdi)}).")
     for outcome in outcomes:
         how = " exclusively" if outcome.grant.exclusive else ""
         if outcome.changed:
@@ -239,23 +257,63 @@ def grant(ref: str, devices: tuple[str, ...], exclusive: bool, fmt: str) -> None
 @gpu.command("revoke")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
+@click.option("--stop", is_flag=True, help="Stop the repo's running containers that hold a revoked device.")
 @output_option("table", "json", "yaml")
-def revoke(ref: str, devices: tuple[str, ...], fmt: str) -> None:
+def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
     """Revoke REPO's grants of the named devices (all of them or none).
+
+    No container of REPO can start, restart, unpause or exec with a revoked device again, whoever
+    starts it. Containers already running keep the device open until stopped: they are listed,
+    --stop stops them, and without it the exit code is 12 while any still runs.
 
     \b
     Examples:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0
+      rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 --stop
+      rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
     machine, found = resolve_ref(ref, Config.load())
     removed = GrantStore(machine, get_plugins()).revoke(found, devices)
+    names = [g.device for g in removed]
+    holders = [h for h in repo_holders(machine, found) or () if h.holds_any(names)]
+    stopped = set()
+    if stop:
+        for holder in holders:
+            if holder.running:
+                stop_holder(machine, holder)
+                stopped.add(holder.id)
+    still = [h for h in holders if h.running and h.id not in stopped]
     emit(
-        {"repo": found.ref, "repoId": found.id, "revoked": [_grant_json(g) for g in removed]},
+        {
+            "repo": found.ref,
+            "repoId": found.id,
+            "revoked": [_grant_json(g) for g in removed],
+            "holders": [{**h.to_json(), "stopped": h.id in stopped} for h in holders],
+        },
         fmt,
         lambda _: "",
     )
     for gone in removed:
         note(f"Revoked {gone.device} from {found.ref}.")
+    for holder in holders:
+        held = ", ".join(holder.holds_any(names))
+        if holder.id in stopped:
+            note(
+                f"Stopped container {holder.name}, which held {held}; "
+                "it cannot start again without the grant."
+            )
+        elif holder.running:
+            note(
+                f"Container {holder.name} is {holder.state} with {held} and keeps it open until stopped: "
+                f"{stop_command(holder)} (or rerun with --stop)."
+            )
+        else:
+            note(
+                f"Container {holder.name} ({holder.state}) holds {held}: "
+                "it cannot start again without the grant."
+            )
+    if still:
+        click.get_current_context().exit(EXIT_STATE)
 
 
 @gpu.command("list")
