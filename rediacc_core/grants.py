@@ -8,6 +8,9 @@ recorded. An exclusive grant reserves the hardware a name reaches for one repo.
 The grants live in `<root>/etc/rediacc/gpu/grants.json`, replaced atomically and checked against
 `schema/grants.schema.json` on every read. Every check and write happens under the machine's state
 lock (`rediacc_core.statelock`), so two grants can never both pass a check the other would fail.
+
+A grant may be a lease (`expires_at`): from its end on it is absent for every reader (the gate, the
+runtime guard, these checks) with no process needed to remove it; the next write drops it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ class Grant:
     device: str
     exclusive: bool
     granted_at: str
+    expires_at: str | None = None  # a lease's end (UTC, `...Z`); None: until revoked
+
+    def in_force(self, now: str) -> bool:
+        """False once a lease has ended by `now` (an rdc UTC stamp: text order is time order)."""
+        return self.expires_at is None or self.expires_at > now
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,9 @@ def parse_grants(text: str, path: Path) -> list[Grant]:
     """The grants in a grants file's text; any problem is a ValidationError naming the file."""
     document = parse_json_checked(text, path, SCHEMA, "grants file")
     grants = [
-        Grant(entry["repoId"], entry["device"], entry["exclusive"], entry["grantedAt"])
+        Grant(
+            entry["repoId"], entry["device"], entry["exclusive"], entry["grantedAt"], entry.get("expiresAt")
+        )
         for entry in document["grants"]
     ]
     seen: set[tuple[str, str]] = set()
@@ -103,10 +113,11 @@ def _read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
     return None if found is None else (found[0], parse_grants(found[1], path))
 
 
-def read_grants(machine: Machine) -> list[Grant]:
-    """Every grant on the machine; [] when nothing was ever granted there."""
+def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
+    """Every grant in force on the machine (at `now`, default this moment); [] when none."""
     found = _read_file(machine.grants_path)
-    return [] if found is None else found[1]
+    stamp = now or now_iso()
+    return [] if found is None else [g for g in found[1] if g.in_force(stamp)]
 
 
 def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
@@ -114,7 +125,13 @@ def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
     document = {
         "schemaVersion": SCHEMA_VERSION,
         "grants": [
-            {"repoId": g.repo_id, "device": g.device, "exclusive": g.exclusive, "grantedAt": g.granted_at}
+            {
+                "repoId": g.repo_id,
+                "device": g.device,
+                "exclusive": g.exclusive,
+                "grantedAt": g.granted_at,
+                **({"expiresAt": g.expires_at} if g.expires_at is not None else {}),
+            }
             for g in grants
         ],
     }
@@ -205,7 +222,13 @@ class GrantStore:
 
     # --- grant ---------------------------------------------------------------------------------
     def grant(
-        self, repo: Repo, devices: Sequence[str], exclusive: bool = False, *, stop_holders: bool = False
+        self,
+        repo: Repo,
+        devices: Sequence[str],
+        exclusive: bool = False,
+        *,
+        stop_holders: bool = False,
+        expires_at: str | None = None,
     ) -> list[GrantOutcome]:
         """Grant every name in `devices` to `repo`, or none of them.
 
@@ -229,11 +252,11 @@ class GrantStore:
             for device in wanted:
                 held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
                 if held is None:
-                    new = Grant(repo.id, device, exclusive, stamp)
+                    new = Grant(repo.id, device, exclusive, stamp, expires_at)
                     result.append(new)
                     outcomes.append(GrantOutcome(new, True, stopped=stopped))
                 elif exclusive and not held.exclusive:
-                    new = Grant(repo.id, device, True, stamp)
+                    new = Grant(repo.id, device, True, stamp, held.expires_at)
                     result[result.index(held)] = new
                     outcomes.append(GrantOutcome(new, True, "was shared, now exclusive", stopped))
                 elif held.exclusive and not exclusive:
@@ -377,6 +400,40 @@ class GrantStore:
             self._stop(holder)
         return tuple(h for h, _ in in_the_way)
 
+    # --- renew ---------------------------------------------------------------------------------
+    def renew(self, repo: Repo, devices: Sequence[str], expires_at: str | None) -> list[Grant]:
+        """Move the end of the repo's grants of `devices` to `expires_at` (None: make them permanent),
+        all or none; NotFoundError when one is not held (a lease already over is not held)."""
+        wanted = _unique(devices)
+        if not wanted:
+            raise ValidationError("no device given", _NAME_ONE)
+        if expires_at is not None and expires_at <= now_iso():
+            raise ValidationError(f"{expires_at} is not in the future", "give a later --until, or --for")
+        with state_lock(self.machine, self.lock_timeout):
+            current = read_grants(self.machine)
+            held = self._held(repo, wanted, current, "renewed")
+            renewed = {
+                d: Grant(g.repo_id, g.device, g.exclusive, g.granted_at, expires_at) for d, g in held.items()
+            }
+            _write_grants(
+                self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
+            )
+        return [renewed[d] for d in wanted]
+
+    def _held(
+        self, repo: Repo, wanted: Sequence[str], current: Sequence[Grant], what: str
+    ) -> dict[str, Grant]:
+        held = {g.device: g for g in current if g.repo_id == repo.id}
+        missing = [device for device in wanted if device not in held]
+        if missing:
+            listing = ", ".join(sorted(held)) if held else "none"
+            raise NotFoundError(
+                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], held)}; "
+                f"nothing was {what}",
+                f"its grants: {listing} (see `rdc repo gpu list {repo.ref}`)",
+            )
+        return {device: held[device] for device in wanted}
+
     # --- revoke --------------------------------------------------------------------------------
     def revoke(self, repo: Repo, devices: Sequence[str]) -> list[Grant]:
         """Remove the repo's grants of `devices`, all or none; NotFoundError when one is not held."""
@@ -385,15 +442,7 @@ class GrantStore:
             raise ValidationError("no device given", _NAME_ONE)
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
-            held = {g.device: g for g in current if g.repo_id == repo.id}
-            missing = [device for device in wanted if device not in held]
-            if missing:
-                listing = ", ".join(sorted(held)) if held else "none"
-                raise NotFoundError(
-                    f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], held)}; "
-                    "nothing was revoked",
-                    f"its grants: {listing} (see `rdc repo gpu list {repo.ref}`)",
-                )
+            held = self._held(repo, wanted, current, "revoked")
             removed = [held[device] for device in wanted]
             _write_grants(self.machine, [g for g in current if g not in removed])
         return removed
@@ -446,7 +495,12 @@ class LiveGrants:
         return self._file.get()
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
-        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id)
+        """The names granted to `repo_id` and in force now: a lease that has ended is absent at once."""
+        now = now_iso()
+        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id and g.in_force(now))
 
     def exclusive_for_repo(self, repo_id: str) -> frozenset[str]:
-        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id and g.exclusive)
+        now = now_iso()
+        return frozenset(
+            g.device for g in self.grants() if g.repo_id == repo_id and g.exclusive and g.in_force(now)
+        )

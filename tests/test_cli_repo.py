@@ -145,12 +145,61 @@ def test_grant_list_revoke(box: Machine) -> None:
     assert [(g["device"], g["exclusive"]) for g in listed] == [(f"{GPU}=0", True), (f"{GPU}=1", True)]
     assert yaml.safe_load(ok("repo", "gpu", "list", "alpha", "-o", "yaml").stdout) == listed
     table = ok("repo", "gpu", "list", "alpha").stdout.splitlines()
-    assert table[0].split() == ["DEVICE", "EXCLUSIVE", "GRANTED", "AT"]
+    assert table[0].split() == ["DEVICE", "EXCLUSIVE", "GRANTED", "AT", "EXPIRES"]
     assert table[1].split()[:2] == [f"{GPU}=0", "yes"]
     assert f"{GPU}=0 *" in ok("repo", "list", "box").stdout
     ok("repo", "gpu", "revoke", "alpha", "--device", f"{GPU}=0")
     listed = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
     assert [g["device"] for g in listed] == [f"{GPU}=1"]
+
+
+def test_a_leased_grant_shows_its_end_and_is_renewed(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    granted = ok("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--for", "8h")
+    assert f"Granted {GPU}=0 to alpha@box until 20" in granted.stderr
+    (lease,) = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
+    assert lease["expiresAt"].endswith("Z") and lease["expiresAt"] > lease["grantedAt"]
+    assert lease["expiresAt"] in ok("repo", "gpu", "list", "alpha").stdout
+    ok("repo", "gpu", "renew", "alpha", "--device", f"{GPU}=0", "--until", "2099-01-01T00:00Z")
+    assert read_grants(box)[0].expires_at == "2099-01-01T00:00:00Z"
+    ok("repo", "gpu", "renew", "alpha", "--device", f"{GPU}=0", "--forever")
+    assert read_grants(box)[0].expires_at is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--for", "8 hours"], "is not a duration"),
+        (["--for", "0h"], "no time at all"),
+        (["--until", "tomorrow"], "is not a time"),
+        (["--until", "2001-01-01T00:00Z"], "already past"),
+        (["--for", "1h", "--until", "2099-01-01"], "both say when"),
+    ],
+)
+def test_a_lease_that_makes_no_sense_exits_2_and_grants_nothing(
+    box: Machine, args: list[str], says: str
+) -> None:
+    ok("repo", "create", "alpha@box")
+    result = rdc("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", *args)
+    assert result.exit_code == EXIT_VALIDATION and says in result.stderr
+    assert read_grants(box) == []
+
+
+def test_a_lease_over_is_no_grant_for_anyone(box: Machine) -> None:
+    """Expiry needs no process: every reader sees an ended lease as absent, and it stops reserving."""
+    ok("repo", "create", "alpha@box")
+    ok("repo", "create", "beta@box")
+    ok("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--exclusive", "--for", "1h")
+    document = json.loads(box.grants_path.read_text())
+    document["grants"][0]["expiresAt"] = "2001-01-01T00:00:00Z"  # the hour has passed
+    box.grants_path.write_text(json.dumps(document))
+    assert json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout) == []
+    assert (
+        rdc("repo", "gpu", "renew", "alpha", "--device", f"{GPU}=0", "--for", "1h").exit_code
+        == EXIT_NOT_FOUND
+    )
+    ok("repo", "gpu", "grant", "beta", "--device", f"{GPU}=0", "--exclusive")  # no longer reserved
+    assert [g.repo_id for g in read_grants(box)] == [RepoStore(box).get_by_label("beta").id]
 
 
 def test_a_typo_exits_2_with_suggestions_and_records_nothing(box: Machine) -> None:

@@ -25,6 +25,7 @@ from rediacc_core.errors import (
 )
 from rediacc_core.files import schema_errors
 from rediacc_core.grants import GrantStore, LiveGrants, prune_orphans, read_grants, units_overlap
+from rediacc_core.holdings import Holder
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
@@ -571,3 +572,78 @@ def test_the_lock_wait_is_ten_seconds_unless_the_environment_says_otherwise(
     else:
         monkeypatch.setenv("REDIACC_LOCK_TIMEOUT", raw)
     assert lock_timeout() == seconds
+
+
+# --- leases ----------------------------------------------------------------------------------------
+
+
+def test_a_lease_is_absent_for_the_gate_from_its_end_on_without_a_write(
+    store: GrantStore, alpha: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rediacc_core.grants as grants_module
+
+    store.grant(alpha, [f"{GPU}=0"], expires_at="2030-01-01T00:00:00Z")
+    live = LiveGrants(store.machine)
+    monkeypatch.setattr(grants_module, "now_iso", lambda: "2029-12-31T23:59:59Z")
+    assert live.for_repo(alpha.id) == {f"{GPU}=0"}
+    monkeypatch.setattr(grants_module, "now_iso", lambda: "2030-01-01T00:00:00Z")
+    assert live.for_repo(alpha.id) == frozenset()
+    assert live.reads == 1  # the file did not change: the same parse, read against the clock
+
+
+def test_a_write_after_the_end_drops_the_lease(store: GrantStore, alpha: Repo, beta: Repo) -> None:
+    store.grant(alpha, [f"{GPU}=0"], expires_at="2030-01-01T00:00:00Z")
+    assert read_grants(store.machine, now="2031-01-01T00:00:00Z") == []
+    document = json.loads(store.machine.grants_path.read_text())
+    document["grants"][0]["expiresAt"] = "2001-01-01T00:00:00Z"
+    store.machine.grants_path.write_text(json.dumps(document))
+    store.grant(beta, [f"{GPU}=1"])
+    written = json.loads(store.machine.grants_path.read_text())["grants"]
+    assert [g["repoId"] for g in written] == [beta.id]
+    assert [g.repo_id for g in read_grants(store.machine)] == [beta.id]
+
+
+def test_renew_moves_the_end_of_held_grants_only(store: GrantStore, alpha: Repo) -> None:
+    store.grant(alpha, [f"{GPU}=0"], expires_at="2030-01-01T00:00:00Z")
+    (renewed,) = store.renew(alpha, [f"{GPU}=0"], "2040-01-01T00:00:00Z")
+    assert renewed.expires_at == "2040-01-01T00:00:00Z" and read_grants(store.machine) == [renewed]
+    with pytest.raises(NotFoundError, match="nothing was renewed"):
+        store.renew(alpha, [f"{GPU}=1"], "2040-01-01T00:00:00Z")
+
+
+# --- exclusive grants and running holders ----------------------------------------------------------
+
+
+def holder_of(repo: Repo, name: str, state: str, *cdi: str) -> Holder:
+    return Holder(repo, f"{name}-id", name, state, tuple(cdi))
+
+
+def test_an_exclusive_grant_waits_for_a_running_holder_in_another_repo(
+    box: Machine, plugins: Plugins, alpha: Repo, beta: Repo
+) -> None:
+    running = {alpha.id: [holder_of(alpha, "trainer", "running", f"{GPU}=all")]}
+    stopped: list[Holder] = []
+    store = GrantStore(box, plugins, holders=lambda repo: running.get(repo.id), stop=stopped.append)
+    with pytest.raises(RefusedError, match="container trainer of repo alpha@box is running with") as caught:
+        store.grant(beta, [f"{GPU}=0"], exclusive=True)  # `all` reaches card 0's hardware
+    assert "--stop-holders" in caught.value.todo and "docker stop trainer" in caught.value.todo
+    assert read_grants(box) == []
+    store.grant(beta, [f"{GPU}=0"])  # shared grants do not wait
+    (outcome,) = store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
+    assert [h.name for h in stopped] == ["trainer"] and outcome.stopped == tuple(stopped)
+    assert read_grants(box)[0].exclusive
+
+
+@pytest.mark.parametrize(
+    ("state", "held"), [("exited", f"{GPU}=0"), ("created", f"{GPU}=0"), ("running", f"{GPU}=1")]
+)
+def test_stopped_holders_and_other_hardware_are_not_in_the_way(
+    box: Machine, plugins: Plugins, alpha: Repo, beta: Repo, state: str, held: str
+) -> None:
+    store = GrantStore(box, plugins, holders=lambda repo: [holder_of(alpha, "c", state, held)])
+    store.grant(beta, [f"{GPU}=0"], exclusive=True)
+
+
+def test_a_repo_never_waits_for_its_own_holders(box: Machine, plugins: Plugins, alpha: Repo) -> None:
+    store = GrantStore(box, plugins, holders=lambda repo: [holder_of(alpha, "mine", "running", f"{GPU}=0")])
+    store.grant(alpha, [f"{GPU}=0"], exclusive=True)

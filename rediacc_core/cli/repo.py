@@ -13,13 +13,23 @@ from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants import Grant, GrantStore, read_grants
 from rediacc_core.holdings import repo_holders, stop_command, stop_holder
+from rediacc_core.leases import lease_end
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoRef, RepoStore, resolve_ref
 from rediacc_core.runtime.lifecycle import running_parts
 
 
 def _grant_json(grant: Grant) -> dict[str, Any]:
-    return {"device": grant.device, "exclusive": grant.exclusive, "grantedAt": grant.granted_at}
+    return {
+        "device": grant.device,
+        "exclusive": grant.exclusive,
+        "grantedAt": grant.granted_at,
+        "expiresAt": grant.expires_at,
+    }
+
+
+_FOR_HELP = "A lease: the grant ends after this long (8h, 90m, 1d12h)."
+_UNTIL_HELP = "A lease: the grant ends at this time (ISO 8601, e.g. 2026-12-03T08:00Z; no zone: UTC)."
 
 
 def _repo_json(repo: Repo, grants: list[Grant]) -> dict[str, Any]:
@@ -213,15 +223,27 @@ _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several
     is_flag=True,
     help="With --exclusive: stop the running containers of other repos that hold the same hardware.",
 )
+@click.option("--for", "duration", metavar="DURATION", help=_FOR_HELP)
+@click.option("--until", metavar="TIME", help=_UNTIL_HELP)
 @output_option("table", "json", "yaml")
-def grant(ref: str, devices: tuple[str, ...], exclusive: bool, stop_holders: bool, fmt: str) -> None:
+def grant(
+    ref: str,
+    devices: tuple[str, ...],
+    exclusive: bool,
+    stop_holders: bool,
+    duration: str | None,
+    until: str | None,
+    fmt: str,
+) -> None:
     """Grant REPO the named devices (all of them or none); takes effect at its next Docker request.
 
     An exclusive grant is refused (exit 4) while a container of another repo runs with the same
-    hardware; --stop-holders stops those containers first, under the machine's lock.
+    hardware; --stop-holders stops those containers first, under the machine's lock. With --for or
+    --until the grant is a lease: from its end on it is gone (renew it with `rdc repo gpu renew`).
 
     \b
     Examples:
+      rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --for 8h
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive --stop-holders
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
@@ -230,8 +252,11 @@ def grant(ref: str, devices: tuple[str, ...], exclusive: bool, stop_holders: boo
         raise ValidationError(
             "--stop-holders goes with --exclusive", "add --exclusive, or leave --stop-holders out"
         )
+    expires_at = lease_end(duration, until)
     machine, found = resolve_ref(ref, Config.load())
-    outcomes = GrantStore(machine, get_plugins()).grant(found, devices, exclusive, stop_holders=stop_holders)
+    outcomes = GrantStore(machine, get_plugins()).grant(
+        found, devices, exclusive, stop_holders=stop_holders, expires_at=expires_at
+    )
     stopped = list({h.id: h for o in outcomes for h in o.stopped}.values())
     emit(
         {
@@ -249,7 +274,8 @@ def grant(ref: str, devices: tuple[str, ...], exclusive: bool, stop_holders: boo
         how = " exclusively" if outcome.grant.exclusive else ""
         if outcome.changed:
             extra = f" ({outcome.note})" if outcome.note else ""
-            note(f"Granted {outcome.grant.device}{how} to {found.ref}{extra}.")
+            until_text = f" until {outcome.grant.expires_at}" if outcome.grant.expires_at else ""
+            note(f"Granted {outcome.grant.device}{how} to {found.ref}{until_text}{extra}.")
         else:
             note(f"{found.ref}: {outcome.grant.device} {outcome.note}.")
 
@@ -316,6 +342,38 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
         click.get_current_context().exit(EXIT_STATE)
 
 
+@gpu.command("renew")
+@click.argument("ref", metavar="REPO")
+@click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
+@click.option("--for", "duration", metavar="DURATION", help="The lease ends this long from now (8h, 1d).")
+@click.option("--until", metavar="TIME", help=_UNTIL_HELP)
+@click.option("--forever", is_flag=True, help="The grant no longer ends (until revoked).")
+@output_option("table", "json", "yaml")
+def renew(
+    ref: str, devices: tuple[str, ...], duration: str | None, until: str | None, forever: bool, fmt: str
+) -> None:
+    """Move the end of REPO's leased grants (all of them or none); a lease already over is gone.
+
+    \b
+    Examples:
+      rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --for 8h
+      rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --forever
+    """
+    expires_at = lease_end(duration, until)
+    if forever == (expires_at is not None):
+        raise ValidationError("say when the grant ends", "give one of --for, --until or --forever")
+    machine, found = resolve_ref(ref, Config.load())
+    renewed = GrantStore(machine, get_plugins()).renew(found, devices, expires_at)
+    emit(
+        {"repo": found.ref, "repoId": found.id, "grants": [_grant_json(g) for g in renewed]},
+        fmt,
+        lambda _: "",
+    )
+    for grant_ in renewed:
+        ends = f"until {grant_.expires_at}" if grant_.expires_at else "until revoked"
+        note(f"{found.ref} holds {grant_.device} {ends}.")
+
+
 @gpu.command("list")
 @click.argument("ref", metavar="REPO")
 @output_option()
@@ -333,8 +391,8 @@ def list_grants(ref: str, fmt: str) -> None:
 
     def render(rows: list[dict[str, Any]]) -> str:
         return table(
-            ["DEVICE", "EXCLUSIVE", "GRANTED AT"],
-            [[r["device"], r["exclusive"], r["grantedAt"]] for r in rows],
+            ["DEVICE", "EXCLUSIVE", "GRANTED AT", "EXPIRES"],
+            [[r["device"], r["exclusive"], r["grantedAt"], r["expiresAt"] or "-"] for r in rows],
         )
 
     emit(data, fmt, render)

@@ -60,6 +60,7 @@ FORWARDED = frozenset(
         ("repo", "fork"),
         ("repo", "gpu", "grant"),
         ("repo", "gpu", "revoke"),
+        ("repo", "gpu", "renew"),
         ("repo", "gpu", "list"),
         ("repo", "up"),
         ("repo", "down"),
