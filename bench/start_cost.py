@@ -138,16 +138,16 @@ def main() -> int:
             )
             what = f"with {DEVICE} (granted)" if dev else "without devices"
             lines.append(
-                f"| {what} | {med['gate'] * 1e3:.1f} ms | {med['direct'] * 1e3:.1f} ms | {med['unguarded'] * 1e3:.1f} ms "
+                f"| {what} | {med['gate'] * 1e3:.1f} ms | {med['direct'] * 1e3:.1f} ms "
+                f"| {med['unguarded'] * 1e3:.1f} ms "
                 f"| {ratio_gate:.3f}x | {ratio_guard:.3f}x |"
             )
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
         text = (
-            f"# Container start cost ({time.strftime('%Y-%m-%d')}, commit {commit}, {args.rounds} rounds, medians)\n\n"
-            + "\n".join(lines)
-            + "\n"
+            f"# Container start cost ({time.strftime('%Y-%m-%d')}, commit {commit}, "
+            f"{args.rounds} rounds, medians)\n\n" + "\n".join(lines) + "\n"
         )
         print(text)
         if args.out is not None:
