@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_kit import E2E, GPU0, IMAGE, RepoEnv, refused
@@ -26,17 +28,17 @@ JSON = "application/json"
 NOT_GRANTED = f"holds {GPU0}, which repo alpha has no grant for now"
 
 
-def state(repo: RepoEnv, name: str) -> dict[str, object]:
+def state(repo: RepoEnv, name: str) -> dict[str, Any]:
     status, inspected = repo.daemon_api("GET", f"/containers/{name}/json")
     assert status == 200, inspected
-    found: dict[str, object] = inspected["State"]
+    found: dict[str, Any] = inspected["State"]
     return found
 
 
-def wait_for(predicate: object, timeout: float = 30.0) -> bool:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return True
         time.sleep(0.2)
     return False
@@ -54,7 +56,7 @@ def holder(e2e: E2E) -> Iterator[str]:
     e2e.rdc("repo", "gpu", "revoke", e2e.alpha.repo.ref, "--device", GPU0)
 
 
-def revoke(e2e: E2E, *extra: str) -> object:
+def revoke(e2e: E2E, *extra: str) -> subprocess.CompletedProcess[str]:
     return e2e.rdc("repo", "gpu", "revoke", e2e.alpha.repo.ref, "--device", GPU0, *extra)
 
 
@@ -114,11 +116,11 @@ def test_restart_exec_and_unpause_of_a_running_holder_are_refused(e2e: E2E, hold
 def test_revoke_names_the_holders_and_its_exit_code_says_they_still_run(e2e: E2E, holder: str) -> None:
     assert e2e.alpha.docker("start", holder).returncode == 0
     done = revoke(e2e, "-o", "json")
-    assert done.returncode == 12, done.stderr  # type: ignore[attr-defined]
-    report = json.loads(done.stdout)  # type: ignore[attr-defined]
+    assert done.returncode == 12, done.stderr
+    report = json.loads(done.stdout)
     assert [h["container"] for h in report["holders"]] == [holder]
     assert report["holders"][0]["running"] is True and report["holders"][0]["stopped"] is False
-    assert f"docker stop {holder}" in done.stderr  # type: ignore[attr-defined]
+    assert f"docker stop {holder}" in done.stderr
     # The open device is still there: a revoke does not reach into a running process.
     assert state(e2e.alpha, holder)["Running"] is True
 
@@ -126,15 +128,15 @@ def test_revoke_names_the_holders_and_its_exit_code_says_they_still_run(e2e: E2E
 def test_revoke_with_stop_stops_the_running_holders(e2e: E2E, holder: str) -> None:
     assert e2e.alpha.docker("start", holder).returncode == 0
     done = revoke(e2e, "--stop")
-    assert done.returncode == 0, done.stderr  # type: ignore[attr-defined]
-    assert f"Stopped container {holder}" in done.stderr  # type: ignore[attr-defined]
+    assert done.returncode == 0, done.stderr
+    assert f"Stopped container {holder}" in done.stderr
     assert state(e2e.alpha, holder)["Running"] is False
     refused(e2e.alpha.docker("start", holder), NOT_GRANTED)
 
 
 def test_an_exclusive_grant_waits_for_the_other_repos_running_holder(e2e: E2E, holder: str) -> None:
     assert e2e.alpha.docker("start", holder).returncode == 0
-    assert revoke(e2e).returncode == 12  # type: ignore[attr-defined]
+    assert revoke(e2e).returncode == 12
     beta = e2e.beta.repo.ref
     try:
         blocked = e2e.rdc("repo", "gpu", "grant", beta, "--device", GPU0, "--exclusive")
