@@ -15,6 +15,7 @@ runtime guard, these checks) with no process needed to remove it; the next write
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,14 @@ from rediacc_core.files import (
     replace_watched_json,
     restore_hint,
 )
-from rediacc_core.holdings import Holder, repo_holders, stop_command, stop_holder
+from rediacc_core.holdings import (
+    Holder,
+    open_device_nodes,
+    record_handover,
+    repo_holders,
+    stop_command,
+    stop_holder,
+)
 from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.model import Inventory
@@ -207,12 +215,14 @@ class GrantStore:
         lock_timeout: float | None = None,
         holders: HolderLookup | None = None,
         stop: Callable[[Holder], None] | None = None,
+        open_nodes: Callable[[Repo, Sequence[str]], list[str]] | None = None,
     ) -> None:
         self.machine = machine
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
         self._holders: HolderLookup = holders or (lambda repo: repo_holders(machine, repo))
         self._stop: Callable[[Holder], None] = stop or (lambda holder: stop_holder(machine, holder))
+        self._open_nodes = open_nodes or (lambda repo, names: open_device_nodes(machine, repo, names))
 
     def all(self) -> list[Grant]:
         return read_grants(self.machine)
@@ -270,6 +280,10 @@ class GrantStore:
                     outcomes.append(GrantOutcome(held, False, "already granted"))
             if any(outcome.changed for outcome in outcomes):
                 _write_grants(self.machine, result)
+        for old in {h.repo.id: h.repo for h in stopped}.values():
+            handed = [n for h in stopped if h.repo.id == old.id for n in h.cdi]
+            with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
+                record_handover(self.machine, old, repo, list(dict.fromkeys(handed)), stopped)
         return outcomes
 
     def _owners(self, repo: Repo) -> dict[str, Repo]:
@@ -398,6 +412,17 @@ class GrantStore:
             )
         for holder, _ in in_the_way:
             self._stop(holder)
+        # A handover leaves nothing behind: no process of the old repo may still have the nodes open
+        # (one that left its container's cgroup survives `docker stop`).
+        for old in {h.repo.id: h.repo for h, _ in in_the_way}.values():
+            held = sorted({name for h, name in in_the_way if h.repo.id == old.id})
+            still = self._open_nodes(old, held)
+            if still:
+                raise RefusedError(
+                    f"cannot hand {', '.join(held)} over to {repo.ref}: its containers in {old.ref} were "
+                    f"stopped, but {'; '.join(still)}; nothing was granted",
+                    f"stop what is left of {old.ref} with `rdc repo down {old.ref}`, then grant again",
+                )
         return tuple(h for h, _ in in_the_way)
 
     # --- renew ---------------------------------------------------------------------------------

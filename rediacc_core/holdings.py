@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import stat
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -136,3 +138,85 @@ def stop_holder(machine: Machine, holder: Holder, timeout: int = STOP_TIMEOUT) -
 def stop_command(holder: Holder) -> str:
     """The command that stops `holder`, as a user of its repo types it."""
     return f"DOCKER_HOST=$(rdc repo docker-host {holder.repo.ref}) docker stop {holder.name}"
+
+
+# --- handing hardware over -------------------------------------------------------------------------
+
+
+def _device_nodes(machine: Machine, names: Iterable[str]) -> set[tuple[str, int, int]]:
+    """(container path, major, minor) of every node the CDI devices `names` inject."""
+    from rediacc_core.cdi.registry import Registry
+    from rediacc_core.cdi.spec import device_nodes
+
+    registry = Registry.for_machine(machine)
+    found: set[tuple[str, int, int]] = set()
+    for name in names:
+        entry = registry.get(name)
+        if entry is None:
+            continue
+        for node in device_nodes(entry.spec, entry.name):
+            path = node.get("path")
+            host = node.get("hostPath", path)
+            if not isinstance(path, str) or not isinstance(host, str):
+                continue
+            try:
+                rdev = os.stat(host).st_rdev
+            except OSError:
+                continue
+            found.add((path, os.major(rdev), os.minor(rdev)))
+    return found
+
+
+def open_device_nodes(machine: Machine, repo: Repo, names: Iterable[str]) -> list[str]:
+    """The processes of `repo` that still have a device node of `names` open, as `fuser` would find
+    them (each process's open files, matched by path in its container and by device number)."""
+    from rediacc_core.runtime import lifecycle, teardown
+
+    runtime = lifecycle.runtime_for(machine, repo)
+    nodes = _device_nodes(machine, names)
+    if not runtime.owns_daemon or not nodes:
+        return []
+    by_path = {path: (major, minor) for path, major, minor in nodes}
+    found = []
+    for pid, what in teardown.processes(teardown.footprint(runtime.daemon_paths)).items():
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if target not in by_path:
+                    continue
+                st = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            is_node = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            if is_node and (os.major(st.st_rdev), os.minor(st.st_rdev)) == by_path[target]:
+                found.append(f"{what} has {target} open")
+    return found
+
+
+def record_handover(
+    machine: Machine, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]
+) -> None:
+    """One line in each repo's audit log: which devices went from `old` to `new`, and what was stopped."""
+    from rediacc_core.gate.audit import append_event
+    from rediacc_core.runtime.lifecycle import runtime_for
+
+    devices = list(names)
+    containers = [h.name for h in stopped if h.repo.id == old.id]
+    message = (
+        f"{', '.join(devices)} handed over exclusively from {old.ref} to {new.ref}; "
+        f"stopped {', '.join(containers) or 'nothing'}; no process of {old.ref} had the device nodes open"
+    )
+    for repo in (old, new):
+        append_event(
+            runtime_for(machine, repo).audit_log,
+            {"id": repo.id, "name": repo.name},
+            endpoint="gpu-handover",
+            decision="handover",
+            cdi=devices,
+            message=message,
+        )

@@ -647,3 +647,21 @@ def test_stopped_holders_and_other_hardware_are_not_in_the_way(
 def test_a_repo_never_waits_for_its_own_holders(box: Machine, plugins: Plugins, alpha: Repo) -> None:
     store = GrantStore(box, plugins, holders=lambda repo: [holder_of(alpha, "mine", "running", f"{GPU}=0")])
     store.grant(alpha, [f"{GPU}=0"], exclusive=True)
+
+
+def test_a_handover_is_refused_while_a_process_of_the_old_repo_has_the_nodes_open(
+    box: Machine, plugins: Plugins, alpha: Repo, beta: Repo
+) -> None:
+    """A process that left its container's cgroup survives `docker stop` with the device open."""
+    running = [holder_of(alpha, "trainer", "running", f"{GPU}=0")]
+    store = GrantStore(
+        box,
+        plugins,
+        holders=lambda repo: running if repo.id == alpha.id else [],
+        stop=lambda holder: None,
+        open_nodes=lambda repo, names: ["sh (pid 4242, in a container's mount namespace) has /dev/gpu0 open"],
+    )
+    with pytest.raises(RefusedError, match="pid 4242") as caught:
+        store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
+    assert "rdc repo down alpha@box" in caught.value.todo
+    assert read_grants(box) == []

@@ -422,6 +422,33 @@ class Audit:
         self.write_metrics(*gauges())
 
 
+def append_event(
+    path: Path, repo: dict[str, str], *, endpoint: str, decision: str, cdi: Iterable[str], message: str
+) -> None:
+    """One line for something `rdc` itself did to the repo (a handover), appended under the lock the
+    gate's writers take; `rdc repo gate log` shows it among the decisions."""
+    entry: dict[str, Any] = {
+        "time": _stamp(time.time()),
+        "repo": repo,
+        "method": "rdc",
+        "endpoint": endpoint,
+        "decision": decision,
+        "status": 0,
+        "rules": [],
+        "cdi_asked": list(cdi)[:MAX_NAMES],
+        "cdi_admitted": [],
+        "message": _cut(message),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(_json_line(entry) + "\n")
+    finally:
+        os.close(lock)
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 

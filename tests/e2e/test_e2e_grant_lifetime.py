@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from e2e_kit import E2E, GPU0, IMAGE, RepoEnv, refused
 
+from rediacc_core.holdings import open_device_nodes
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import daemon, lifecycle
 from rediacc_core.testing.dockerenv import docker_api, import_busybox
@@ -151,8 +152,41 @@ def test_an_exclusive_grant_waits_for_the_other_repos_running_holder(e2e: E2E, h
         refused(e2e.alpha.docker("start", holder), NOT_GRANTED)
         ran = e2e.beta.docker("run", "--rm", "--device", GPU0, IMAGE, "ls", "/dev/fakegpu0")
         assert ran.returncode == 0, ran.stderr
+        for side in (e2e.alpha, e2e.beta):  # the handover is in both repos' audit trails
+            lines = [json.loads(line) for line in side.runtime.audit_log.read_text().splitlines()]
+            (handover,) = [e for e in lines if e.get("decision") == "handover" and holder in e["message"]]
+            assert handover["cdi_asked"] == [GPU0] and "from alpha@m1 to beta@m1" in handover["message"]
     finally:
         e2e.rdc("repo", "gpu", "revoke", beta, "--device", GPU0)
+
+
+def test_the_handover_check_finds_a_device_node_held_open(e2e: E2E) -> None:
+    """What `--stop-holders` checks after stopping: any process of the old repo with the node open."""
+    e2e.grant(e2e.alpha, GPU0)
+    name = f"opener-{os.getpid()}"
+    try:
+        run = e2e.alpha.docker(
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--device",
+            GPU0,
+            IMAGE,
+            "sh",
+            "-c",
+            "exec 3</dev/fakegpu0; sleep 300",
+        )
+        assert run.returncode == 0, run.stderr
+        assert wait_for(lambda: bool(open_device_nodes(e2e.machine, e2e.alpha.repo, [GPU0])))
+        (found,) = open_device_nodes(e2e.machine, e2e.alpha.repo, [GPU0])
+        assert "has /dev/fakegpu0 open" in found
+        assert open_device_nodes(e2e.machine, e2e.beta.repo, [GPU0]) == []  # another repo's: not its
+        assert e2e.alpha.docker("stop", "-t", "0", name).returncode == 0
+        assert open_device_nodes(e2e.machine, e2e.alpha.repo, [GPU0]) == []
+    finally:
+        e2e.alpha.docker("rm", "-f", name)
+        revoke(e2e)
 
 
 def test_a_restart_policy_does_not_bring_a_revoked_device_back(e2e: E2E) -> None:
