@@ -123,6 +123,13 @@ SETTINGS: dict[str, Setting] = {
             _check_names,
         ),
         Setting(
+            "lease-end",
+            ("keep", "stop"),
+            "keep",
+            "a running container whose grant ended (a lease's end, a revoke without --stop): keep it "
+            "running until it stops (it cannot start again), or have the repo's gate stop it within 30 s",
+        ),
+        Setting(
             "gate-workers",
             (),
             "1",

@@ -119,6 +119,7 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "bind-roots",
         "extra-capabilities",
         "volume-drivers",
+        "lease-end",
         "gate-workers",
     ]
     assert not fm.machine.settings_path.exists()

@@ -22,7 +22,13 @@ from rediacc_core.settings import (
 from rediacc_core.statelock import state_lock
 
 LEGACY = "legacy-visible-devices"
-OTHER_DEFAULTS = {"bind-roots": "", "extra-capabilities": "", "volume-drivers": "", "gate-workers": "1"}
+OTHER_DEFAULTS = {
+    "bind-roots": "",
+    "extra-capabilities": "",
+    "volume-drivers": "",
+    "gate-workers": "1",
+    "lease-end": "keep",
+}
 
 
 @pytest.fixture
@@ -70,8 +76,8 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "colour",
             "blue",
             "unknown machine setting 'colour'",
-            "use one of: bind-roots, extra-capabilities, gate-workers, legacy-visible-devices, "
-            "volume-drivers",
+            "use one of: bind-roots, extra-capabilities, gate-workers, lease-end, "
+            "legacy-visible-devices, volume-drivers",
         ),
         (
             LEGACY,

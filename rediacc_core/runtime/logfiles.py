@@ -52,8 +52,11 @@ class LogKeeper:
         max_bytes: int = MAX_LOG_BYTES,
         interval: float = CHECK_INTERVAL,
         report: Callable[[str], None] = lambda line: None,
+        chores: Sequence[Callable[[], object]] = (),
     ) -> None:
         self.paths = tuple(paths)
+        # Other housekeeping of the gate on the same thread and interval (`runtime.lease_end`).
+        self.chores = tuple(chores)
         self.max_bytes = max_bytes
         self.interval = interval
         self.report = report
@@ -67,6 +70,11 @@ class LogKeeper:
                     self.report(f"{path} was over {self.max_bytes} bytes: moved to {previous(path)}")
             except OSError as exc:  # a full disk, say: the next check tries again
                 self.report(f"could not bound {path}: {exc}")
+        for chore in self.chores:
+            try:
+                chore()
+            except Exception as exc:  # housekeeping must never stop the gate; the next round retries
+                self.report(f"housekeeping failed: {type(exc).__name__}: {exc}")
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="log-keeper", daemon=True)

@@ -291,3 +291,23 @@ def test_compose_up_of_a_service_holding_a_revoked_device_is_refused(e2e: E2E, t
     finally:
         e2e.alpha.compose(project, "down")
         e2e.rdc("repo", "gpu", "revoke", e2e.alpha.repo.ref, "--device", GPU0)
+
+
+def test_a_lease_that_ends_while_its_holder_runs(e2e: E2E) -> None:
+    """No rdc process runs at the end: the next start is refused, and with `lease-end=stop` the repo's
+    gate stops the running holder at its next housekeeping round (every 30 s)."""
+    ref = e2e.alpha.repo.ref
+    leased = e2e.rdc("repo", "gpu", "grant", ref, "--device", GPU0, "--for", "4s")
+    assert leased.returncode == 0, leased.stderr
+    name = f"leased-{os.getpid()}"
+    assert e2e.rdc("machine", "config", "m1", "--set", "lease-end=stop").returncode == 0
+    try:
+        run = e2e.alpha.docker("run", "-d", "--name", name, "--device", GPU0, IMAGE, "sleep", "300")
+        assert run.returncode == 0, run.stderr
+        assert wait_for(lambda: state(e2e.alpha, name)["Running"] is False, timeout=60)
+        refused(e2e.alpha.docker("start", name), NOT_GRANTED)
+        assert "whose grant of vendor.example/gpu=0 ended" in e2e.alpha.runtime.gate_log.read_text()
+    finally:
+        e2e.rdc("machine", "config", "m1", "--unset", "lease-end")
+        e2e.alpha.docker("rm", "-f", name)
+        e2e.rdc("repo", "gpu", "revoke", ref, "--device", GPU0)
