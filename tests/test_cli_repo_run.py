@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from rediacc_core.gate.audit import Audit, Peer
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime.guard import GUARD_RUNTIME
 from rediacc_core.testing import FakeMachine
 
 
@@ -150,3 +152,19 @@ def test_gate_log_piped_into_head_ends_quietly(box: Machine) -> None:
     )  # fmt: skip
     assert shown.returncode == 0 and shown.stdout.startswith("TIME")
     assert shown.stderr == ""
+
+
+def test_the_dockerd_unit_runs_the_daemon_under_the_runtime_guard(
+    box: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a reboot systemd starts the daemon: it must apply restart policies under the guard too."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(os, "execvp", lambda program, argv: ran.append(list(argv)))
+    created = rdc("repo", "create", "gamma@box")
+    assert created.exit_code == 0, created.stderr
+    assert rdc("repo", "dockerd", "gamma@box").exit_code == 0
+    (argv,) = ran
+    config = json.loads(Path(argv[argv.index("--config-file") + 1]).read_text())
+    assert config["default-runtime"] == GUARD_RUNTIME
+    guard_script = Path(config["runtimes"][GUARD_RUNTIME]["path"])
+    assert "--repo-ref gamma@box" in guard_script.read_text()

@@ -231,7 +231,8 @@ def dockerd(ref: str) -> None:
             "run only its gate unit",
         )
     paths = runtime.daemon_paths
-    daemon.prepare(machine.root, paths)
+    runtime.data_dir.mkdir(parents=True, exist_ok=True)
+    daemon.prepare(machine.root, paths, lifecycle.daemon_guard(found, runtime))
     argv = daemon.dockerd_argv(paths)
     os.execvp(argv[0], argv)
 

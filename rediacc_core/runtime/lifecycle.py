@@ -143,6 +143,11 @@ def gate_argv(machine: Machine, repo: Repo, runtime: RepoRuntime) -> list[str]:
     ]
 
 
+def daemon_guard(repo: Repo, runtime: RepoRuntime) -> daemon.Guard:
+    """The runtime guard of the repo's own daemon, however it is started (`rdc repo up`, its unit)."""
+    return daemon.Guard(repo.id, repo.ref, runtime.guard_log)
+
+
 def start_daemon(
     machine: Machine, repo: Repo, runtime: RepoRuntime, *, detach: bool
 ) -> daemon.RunningDaemon | None:
@@ -154,9 +159,12 @@ def start_daemon(
         return None
     paths = runtime.daemon_paths
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    guard = daemon.Guard(repo.id, repo.ref, runtime.guard_log)
     return daemon.start_dockerd(
-        machine.root, paths.workdir, data_root=paths.data_root, detach=detach, guard=guard
+        machine.root,
+        paths.workdir,
+        data_root=paths.data_root,
+        detach=detach,
+        guard=daemon_guard(repo, runtime),
     )
 
 
