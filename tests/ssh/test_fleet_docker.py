@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -56,6 +57,21 @@ def test_the_docker_cli_on_the_client_is_admitted_with_a_grant_and_refused_gpus_
         assert again.stdout == env_line.stdout
         # The README's `export DOCKER_HOST=$(rdc repo docker-host gpu-a)` gives the same local socket.
         assert rdc("repo", "docker-host", "dock").stdout.strip() == docker_env["DOCKER_HOST"]
+        # Revoking over SSH names the holder that still runs (exit 12), --stop stops it, and it
+        # cannot start again.
+        holder = docker(
+            "run", "-d", "--name", "card", "--network", "none", "--device", DEVICE, "bb", "sleep", "300"
+        )
+        assert holder.returncode == 0, holder.stderr
+        revoked = rdc("repo", "gpu", "revoke", "dock@m1", "--device", DEVICE, "-o", "json")
+        assert revoked.returncode == 12, revoked.stderr
+        (listed,) = json.loads(revoked.stdout)["holders"]
+        assert listed["container"] == "card" and listed["running"] is True
+        assert rdc("repo", "gpu", "grant", "dock@m1", "--device", DEVICE).returncode == 0
+        stopped = rdc("repo", "gpu", "revoke", "dock@m1", "--device", DEVICE, "--stop")
+        assert stopped.returncode == 0 and "Stopped container card" in stopped.stderr, stopped.stderr
+        again_start = docker("start", "card")
+        assert again_start.returncode != 0 and f"holds {DEVICE}" in again_start.stderr, again_start.stderr
     finally:
         rdc("repo", "tunnel", "dock@m1", "--close")
         down = rdc("repo", "down", "dock@m1", timeout=120)
