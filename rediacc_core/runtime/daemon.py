@@ -19,6 +19,7 @@ guard (`runtime.guard`: a repo's own daemon always does).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import http.client
 import json
 import os
@@ -184,6 +185,32 @@ def dockerd_argv(paths: DaemonPaths, dockerd: str = "dockerd") -> list[str]:
     return [dockerd, "--config-file", str(paths.config)]
 
 
+_MNT_DETACH = 2
+
+
+def unmount(point: str | os.PathLike[str]) -> str | None:
+    """Detach one mount from `point`; None when done, else why not."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
+        return None
+    return os.strerror(ctypes.get_errno())
+
+
+def undo_crashed_bind(paths: DaemonPaths) -> bool:
+    """Unmount the data-root bind a dockerd killed before its shutdown left behind; True if it did.
+
+    dockerd binds its data-root onto itself and leaves `unmount-on-shutdown` in its exec-root to say
+    so, removing both when it stops. After a SIGKILL both stay, the next dockerd stacks a bind of its
+    own, and every crash would leak one mount that outlives `rdc repo down`."""
+    marker = paths.exec_root / "unmount-on-shutdown"
+    if not marker.exists():
+        return False
+    undone = unmount(paths.data_root) is None
+    with contextlib.suppress(FileNotFoundError):
+        marker.unlink()
+    return undone
+
+
 def prepare(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> None:
     """Create the directories and write daemon.json and the guard's wrapper (atomically)."""
     problems = paths.too_long()
@@ -316,6 +343,7 @@ def start_dockerd(
             f"a dockerd (pid {running}) is already running from {workdir}",
             "stop it first, or use its socket " + str(paths.socket),
         )
+    undo_crashed_bind(paths)  # no daemon of this workdir runs (checked above)
     prepare(root, paths, guard)
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()

@@ -20,14 +20,13 @@ data-root itself when dockerd bound it onto itself).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import signal
 import time
 from dataclasses import dataclass, field
 
-from rediacc_core.runtime.daemon import DaemonPaths
+from rediacc_core.runtime.daemon import DaemonPaths, unmount
 
 KILL_TIMEOUT = 10.0  # seconds to wait for killed processes to be gone
 _RUNTIME_PROGRAMS = frozenset(
@@ -35,7 +34,6 @@ _RUNTIME_PROGRAMS = frozenset(
 )
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 _TASKS = "containerd/daemon/io.containerd.runtime.v2.task/moby"
-_MNT_DETACH = 2
 
 
 @dataclass(frozen=True)
@@ -149,14 +147,6 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
-def _umount(point: str) -> str | None:
-    """Detach one mount; None when done, else why not."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
-        return None
-    return os.strerror(ctypes.get_errno())
-
-
 def sweep(fp: Footprint, timeout: float = KILL_TIMEOUT) -> Sweep:
     """Kill the repo's processes, unmount its mounts, and say what is still there (normally nothing)."""
     done = Sweep()
@@ -174,7 +164,7 @@ def sweep(fp: Footprint, timeout: float = KILL_TIMEOUT) -> Sweep:
     for _ in range(5):  # mounts stacked on one point come off one per pass
         progress = False
         for point in mounts(fp):
-            if _umount(point) is None:
+            if unmount(point) is None:
                 done.unmounted.append(point)
                 progress = True
         if not progress:

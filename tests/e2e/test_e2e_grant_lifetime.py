@@ -260,6 +260,11 @@ def test_a_daemon_killed_and_started_again_does_not_restart_the_holder(
     assert wait_for(lambda: not daemon.pid_alive(pid))
     lifecycle.repo_up(e2e.machine, repo)  # the daemon comes back and applies restart policies at once
     never_runs_again(env, name)
+    # The killed daemon's bind of its data-root onto itself was undone at the new start, so after
+    # `repo down` nothing of the repo stays mounted.
+    lifecycle.repo_down(e2e.machine, repo)
+    data_root = str(env.runtime.daemon_paths.data_root)
+    assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if data_root in line]
 
 
 def test_down_and_up_does_not_restart_the_holder(e2e: E2E, gamma: tuple[Repo, RepoEnv]) -> None:

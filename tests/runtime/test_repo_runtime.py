@@ -175,3 +175,15 @@ def test_image_config_is_none_when_the_daemon_is_down(tmp_path: Path) -> None:
 
 def test_an_empty_image_reference_is_not_looked_up(tmp_path: Path) -> None:
     assert ImageConfigs(tmp_path / "nothing.sock", timeout=0.5)("") is None
+
+
+def test_a_crashed_daemons_marker_is_cleared_before_the_next_start(tmp_path: Path) -> None:
+    """dockerd killed by SIGKILL leaves `unmount-on-shutdown`: the next start undoes its bind (here
+    there is none to undo: the data-root is no mount point) and removes the marker."""
+    paths = daemon.DaemonPaths(tmp_path / "w", tmp_path / "data")
+    paths.exec_root.mkdir(parents=True)
+    paths.data_root.mkdir()
+    assert daemon.undo_crashed_bind(paths) is False  # no marker: nothing to do
+    (paths.exec_root / "unmount-on-shutdown").write_text("")
+    assert daemon.undo_crashed_bind(paths) is False  # not a mount point: nothing unmounted
+    assert not (paths.exec_root / "unmount-on-shutdown").exists()
