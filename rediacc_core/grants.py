@@ -16,6 +16,7 @@ runtime guard, these checks) with no process needed to remove it; the next write
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,9 +282,8 @@ class GrantStore:
             if any(outcome.changed for outcome in outcomes):
                 _write_grants(self.machine, result)
         for old in {h.repo.id: h.repo for h in stopped}.values():
-            handed = [n for h in stopped if h.repo.id == old.id for n in h.cdi]
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
-                record_handover(self.machine, old, repo, list(dict.fromkeys(handed)), stopped)
+                record_handover(self.machine, old, repo, wanted, stopped)
         return outcomes
 
     def _owners(self, repo: Repo) -> dict[str, Repo]:
@@ -437,9 +437,7 @@ class GrantStore:
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
             held = self._held(repo, wanted, current, "renewed")
-            renewed = {
-                d: Grant(g.repo_id, g.device, g.exclusive, g.granted_at, expires_at) for d, g in held.items()
-            }
+            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in held.items()}
             _write_grants(
                 self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
             )

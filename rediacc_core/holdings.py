@@ -208,7 +208,7 @@ def record_handover(
     devices = list(names)
     containers = [h.name for h in stopped if h.repo.id == old.id]
     message = (
-        f"{', '.join(devices)} handed over exclusively from {old.ref} to {new.ref}; "
+        f"{', '.join(devices)} granted exclusively to {new.ref}, handed over from {old.ref}: "
         f"stopped {', '.join(containers) or 'nothing'}; no process of {old.ref} had the device nodes open"
     )
     for repo in (old, new):

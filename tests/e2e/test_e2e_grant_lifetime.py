@@ -155,7 +155,10 @@ def test_an_exclusive_grant_waits_for_the_other_repos_running_holder(e2e: E2E, h
         for side in (e2e.alpha, e2e.beta):  # the handover is in both repos' audit trails
             lines = [json.loads(line) for line in side.runtime.audit_log.read_text().splitlines()]
             (handover,) = [e for e in lines if e.get("decision") == "handover" and holder in e["message"]]
-            assert handover["cdi_asked"] == [GPU0] and "from alpha@m1 to beta@m1" in handover["message"]
+            assert (
+                handover["cdi_asked"] == [GPU0]
+                and "to beta@m1, handed over from alpha@m1" in handover["message"]
+            )
     finally:
         e2e.rdc("repo", "gpu", "revoke", beta, "--device", GPU0)
 
