@@ -36,6 +36,7 @@ apt-get update -qq
 dv=$(apt-cache madison docker.io | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^26\.' | head -n1)
 cv=$(apt-cache madison docker-compose | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^2\.' | head -n1)
 echo "installing docker.io=$dv docker-compose=$cv"
-apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" busybox-static haproxy >/dev/null
+apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" busybox-static haproxy \
+  slirp4netns iptables iproute2 >/dev/null
 install_api_swagger
 dockerd --version

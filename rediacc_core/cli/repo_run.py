@@ -17,7 +17,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
-from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime import daemon, lifecycle, netns
 
 UNIT_TEMPLATES = ("rediacc-repo-dockerd@.service", "rediacc-repo-gate@.service")
 
@@ -232,8 +232,9 @@ def dockerd(ref: str) -> None:
         )
     paths = runtime.daemon_paths
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    daemon.prepare(machine.root, paths, lifecycle.daemon_guard(found, runtime))
-    argv = daemon.dockerd_argv(paths)
+    netns.bring_up(runtime.network)
+    daemon.prepare(machine.root, paths, lifecycle.daemon_guard(found, runtime), runtime.network)
+    argv = daemon.dockerd_argv(paths, network=runtime.network)
     os.execvp(argv[0], argv)
 
 

@@ -1,9 +1,11 @@
 """A private Docker daemon: its configuration, start, readiness and stop.
 
 Each repo runs its own `dockerd` that reads CDI specs only from the machine's `<root>/etc/cdi`,
-keeps its data, state and socket to itself, and has no bridge network or iptables rules (so
-several run side by side on one host). Its socket sits in a 0700 directory: only the gate (root)
-may talk to it; users reach the daemon through the gate's socket.
+keeps its data, state and socket to itself, has no default bridge, and runs in the repo's own
+network namespace (`netns`), where it manages iptables as usual. A daemon started without one
+(tests, benchmarks) leaves the host's iptables and forwarding alone, so several run side by side.
+Its socket sits in a 0700 directory: only the gate (root) may talk to it; users reach the daemon
+through the gate's socket.
 
 Public for tests and the benchmark:
 
@@ -38,6 +40,7 @@ from rediacc_core import unixhttp
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
 from rediacc_core.runtime import guard as runtime_guard
+from rediacc_core.runtime.netns import UPLINK_DNS, RepoNetwork
 
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 # The deepest socket dockerd creates below its exec-root (its managed containerd's ttrpc socket).
@@ -133,9 +136,12 @@ def guard_script(root: Path, guard: Guard) -> str:
     )
 
 
-def daemon_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> dict[str, Any]:
+def daemon_config(
+    root: Path, paths: DaemonPaths, guard: Guard | None = None, network: RepoNetwork | None = None
+) -> dict[str, Any]:
     """daemon.json for a repo daemon on the machine rooted at `root`; with `guard`, its containers
-    run under the runtime guard (a container created with another runtime is refused by the gate)."""
+    run under the runtime guard (a container created with another runtime is refused by the gate);
+    with `network`, the daemon runs in that namespace of its own (`netns`)."""
     runtimes: dict[str, Any] = {}
     if guard is not None:
         runtimes = {
@@ -146,8 +152,9 @@ def daemon_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) ->
         **runtimes,
         "features": {"cdi": True},
         "cdi-spec-dirs": [str(root / "etc" / "cdi")],
+        # No default bridge: a container is on the networks its repo created, or on none.
         "bridge": "none",
-        "iptables": False,
+        **(_namespaced() if network is not None else _host_namespace()),
         "data-root": str(paths.data_root),
         "exec-root": str(paths.exec_root),
         "pidfile": str(paths.pidfile),
@@ -169,8 +176,6 @@ def daemon_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) ->
         "builder": {"entitlements": {"network-host": False, "security-insecure": False}},
         # A published port must not make a root docker-proxy listen on the host's addresses.
         "userland-proxy": False,
-        # The daemon must not switch on the host's IP forwarding (a host-wide sysctl).
-        "ip-forward": False,
         # Containers stop with their daemon: `rdc repo down` relies on it to leave nothing running.
         "live-restore": False,
         # A tenant's container logs cannot fill the host's disk (a per-container --log-opt can
@@ -181,8 +186,23 @@ def daemon_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) ->
     }
 
 
-def dockerd_argv(paths: DaemonPaths, dockerd: str = "dockerd") -> list[str]:
-    return [dockerd, "--config-file", str(paths.config)]
+def _namespaced() -> dict[str, Any]:
+    # In the repo's own namespace, iptables and forwarding are the namespace's, not the host's:
+    # dockerd masquerades its networks out through the uplink, whose forwarder resolves names.
+    return {"iptables": True, "ip-forward": True, "dns": [UPLINK_DNS]}
+
+
+def _host_namespace() -> dict[str, Any]:
+    # A daemon in the host's namespace (tests, benchmarks) leaves the host's netfilter and its
+    # IP forwarding (a host-wide sysctl) as they are, so several run side by side.
+    return {"iptables": False, "ip-forward": False}
+
+
+def dockerd_argv(
+    paths: DaemonPaths, dockerd: str = "dockerd", network: RepoNetwork | None = None
+) -> list[str]:
+    argv = [dockerd, "--config-file", str(paths.config)]
+    return network.enter(argv) if network is not None else argv
 
 
 _MNT_DETACH = 2
@@ -211,7 +231,9 @@ def undo_crashed_bind(paths: DaemonPaths) -> bool:
     return undone
 
 
-def prepare(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> None:
+def prepare(
+    root: Path, paths: DaemonPaths, guard: Guard | None = None, network: RepoNetwork | None = None
+) -> None:
     """Create the directories and write daemon.json and the guard's wrapper (atomically)."""
     problems = paths.too_long()
     if problems:
@@ -224,7 +246,7 @@ def prepare(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> None:
     paths.data_root.mkdir(parents=True, exist_ok=True)
     if guard is not None:
         atomic_write_text(paths.guard_script, guard_script(root, guard), mode=0o700)
-    atomic_write_json(paths.config, daemon_config(root, paths, guard))
+    atomic_write_json(paths.config, daemon_config(root, paths, guard, network))
 
 
 def ping(sock: Path, timeout: float = 2.0) -> bool:
@@ -329,6 +351,7 @@ def start_dockerd(
     detach: bool = False,
     extra_args: Sequence[str] = (),
     guard: Guard | None = None,
+    network: RepoNetwork | None = None,
 ) -> RunningDaemon:
     """Start a private dockerd for the machine rooted at `root`; return once it answers /_ping.
 
@@ -344,13 +367,13 @@ def start_dockerd(
             "stop it first, or use its socket " + str(paths.socket),
         )
     undo_crashed_bind(paths)  # no daemon of this workdir runs (checked above)
-    prepare(root, paths, guard)
+    prepare(root, paths, guard, network)
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
     log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         process = subprocess.Popen(
-            [*dockerd_argv(paths, dockerd), *extra_args],
+            [*dockerd_argv(paths, dockerd, network), *extra_args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -380,5 +403,7 @@ def attach_dockerd(workdir: Path, data_root: Path | None = None) -> RunningDaemo
     return RunningDaemon(paths.socket, pid, paths.log, paths)
 
 
-def dump_config(root: Path, paths: DaemonPaths, guard: Guard | None = None) -> str:
-    return json.dumps(daemon_config(root, paths, guard), indent=2)
+def dump_config(
+    root: Path, paths: DaemonPaths, guard: Guard | None = None, network: RepoNetwork | None = None
+) -> str:
+    return json.dumps(daemon_config(root, paths, guard, network), indent=2)

@@ -27,7 +27,7 @@ from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.gate import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
-from rediacc_core.runtime import daemon, teardown
+from rediacc_core.runtime import daemon, netns, teardown
 
 GATE_START_TIMEOUT = 30.0
 _GATE_SOCKET_NAME = "gate.sock"
@@ -65,6 +65,12 @@ class RepoRuntime:
     @property
     def daemon_paths(self) -> daemon.DaemonPaths:
         return daemon.DaemonPaths(self.run_dir / "d", self.data_dir / "docker")
+
+    @property
+    def network(self) -> netns.RepoNetwork:
+        """The network namespace the repo's own daemon runs in (named by the first 12 of the id,
+        which `data_dir` ends with)."""
+        return netns.network_for(self.data_dir.name.replace("-", "")[:12], self.run_dir)
 
     @property
     def upstream_socket(self) -> Path:
@@ -159,12 +165,14 @@ def start_daemon(
         return None
     paths = runtime.daemon_paths
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
+    netns.bring_up(runtime.network)
     return daemon.start_dockerd(
         machine.root,
         paths.workdir,
         data_root=paths.data_root,
         detach=detach,
         guard=daemon_guard(repo, runtime),
+        network=runtime.network,
     )
 
 
@@ -258,6 +266,8 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     stopped += [f"killed {what}" for what in swept.killed]
     stopped += [f"unmounted {point}" for point in swept.unmounted]
     stopped += _release_pins(machine, repo)
+    if not swept.left:  # the namespace goes last: what is left of the repo may still be in it
+        stopped += [f"removed {what}" for what in netns.tear_down(runtime.network)]
     if swept.left:
         raise StateError(
             f"repo {repo.ref} still has, after stopping its daemon: " + "; ".join(swept.left),

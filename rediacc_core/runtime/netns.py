@@ -1,0 +1,259 @@
+"""A repo's own network namespace: where its dockerd, its containers' bridges and its builds live.
+
+A repo daemon in the host's network namespace has an address on every repo's bridge and on the
+host's loopback, and fetches (pulls, `ADD http://…`, `fromSrc=`) as root from there. So each repo
+daemon runs in a namespace of its own, `rdc-<12 of ID>` (`ip netns`, under /run/netns), whose only
+way out is a user-mode uplink, `slirp4netns` (the uplink rootless Docker uses):
+
+- No routing through the host: slirp4netns turns the namespace's packets into ordinary sockets of
+  its own process, so the host's IP forwarding stays as it is, and no other repo's bridge is on
+  any path (each lives in its own namespace).
+- `--disable-host-loopback`: the uplink's gateway (10.0.2.2) does not lead to the host's loopback,
+  and 127.0.0.1 inside is the namespace's own.
+- Because slirp4netns connects from the host, the host's own addresses and the networks it reaches
+  directly (a system Docker's bridge, a VM bridge) would answer; `uplink_rules` rejects them, and
+  link-local (the cloud metadata service), in the namespace's own netfilter, before anything leaves.
+
+Inside the namespace dockerd manages iptables and forwarding as usual: both are per namespace.
+Containers resolve names through the uplink's DNS forwarder (10.0.2.3).
+
+Pure parts (`blocked_destinations`, `uplink_rules`) are separate from the commands that apply them,
+so the rule set is tested without root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rediacc_core.errors import ToolError
+
+NETNS_DIR = Path("/run/netns")
+UPLINK_DEVICE = "tap0"
+UPLINK_DNS = "10.0.2.3"  # slirp4netns's DNS forwarder (its default 10.0.2.0/24 network)
+UPLINK_MTU = 65520  # slirp4netns's recommended MTU: fewer, larger packets through user space
+READY_TIMEOUT = 10.0
+CHAIN = "RDC-UPLINK"
+# Always unreachable through the uplink: link-local (169.254.169.254 is the metadata service of
+# every major cloud) and "this network".
+ALWAYS_BLOCKED = ("169.254.0.0/16", "0.0.0.0/8")
+_INSTALL_HINT = "install slirp4netns (Debian/Ubuntu: apt install slirp4netns) and iproute2"
+
+
+@dataclass(frozen=True)
+class RepoNetwork:
+    """One repo's namespace and the files of its uplink (under the repo's run directory)."""
+
+    name: str
+    workdir: Path
+
+    @property
+    def path(self) -> Path:
+        return NETNS_DIR / self.name
+
+    @property
+    def pidfile(self) -> Path:
+        return self.workdir / "uplink.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "uplink.log"
+
+    def enter(self, argv: Sequence[str]) -> list[str]:
+        """`argv` run inside the namespace (nsenter keeps every other namespace: dockerd still
+        sees the host's filesystem, device nodes and CDI specs)."""
+        return [_tool("nsenter"), f"--net={self.path}", "--", *argv]
+
+
+def network_for(short_id: str, run_dir: Path) -> RepoNetwork:
+    return RepoNetwork(f"rdc-{short_id}", run_dir / "net")
+
+
+def blocked_destinations(
+    addresses: Iterable[Mapping[str, Any]], routes: Iterable[Mapping[str, Any]]
+) -> list[str]:
+    """IPv4 destinations the uplink must not reach, from `ip -4 -j addr` and `ip -4 -j route`:
+    each host address (its services), each network on a host interface that carries no default
+    route (bridges and VMs the host reaches directly), and ALWAYS_BLOCKED. The network of the
+    default route's interface stays reachable: that is the machine's network, as seen from outside.
+    """
+    blocked: list[str] = list(ALWAYS_BLOCKED)
+    uplinks = {str(r.get("dev")) for r in routes if r.get("dst") == "default"}
+    for iface in addresses:
+        for info in iface.get("addr_info", ()):
+            local = info.get("local")
+            if info.get("family", "inet") != "inet" or not local:
+                continue
+            if ipaddress.ip_address(local).is_loopback:
+                continue  # the namespace has its own loopback; the uplink's gateway is not it
+            blocked.append(f"{local}/32")
+    for route in routes:
+        dst, dev = route.get("dst"), str(route.get("dev"))
+        if dst in (None, "default") or dev in uplinks or dev == "lo" or route.get("gateway"):
+            continue
+        network = ipaddress.ip_network(str(dst), strict=False)
+        if not network.is_loopback:
+            blocked.append(str(network))
+    return sorted(set(blocked), key=lambda n: (ipaddress.ip_network(n).network_address, n))
+
+
+def uplink_rules(blocked: Sequence[str]) -> str:
+    """iptables-restore input (for `--noflush`) that fills CHAIN with rejections of `blocked`,
+    replacing what it held: one atomic step, so a namespace never has half a rule set."""
+    lines = ["*filter", f":{CHAIN} - [0:0]"]
+    lines += [f"-A {CHAIN} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited" for cidr in blocked]
+    return "\n".join([*lines, "COMMIT", ""])
+
+
+# Where CHAIN is jumped to from: the daemon's own connections (OUTPUT) and its containers'
+# (DOCKER-USER, the chain dockerd keeps first in FORWARD and never flushes).
+JUMPS = ("OUTPUT", "DOCKER-USER")
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        raise ToolError(
+            f"{name} is not installed; a repo daemon runs in a network namespace of its own", _INSTALL_HINT
+        )
+    return found
+
+
+def _run(argv: Sequence[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ToolError(
+            f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}",
+            "run rdc repo up as root on a host with network namespaces; " + _INSTALL_HINT,
+        )
+    return done.stdout
+
+
+def host_destinations() -> list[str]:
+    """`blocked_destinations` of the host as it is now (read at each `rdc repo up`)."""
+    ip = _tool("ip")
+    addresses = json.loads(_run([ip, "-4", "-j", "addr"]) or "[]")
+    routes = json.loads(_run([ip, "-4", "-j", "route"]) or "[]")
+    return blocked_destinations(addresses, routes)
+
+
+def uplink_pid(net: RepoNetwork) -> int | None:
+    """The running slirp4netns of `net`, when its pidfile names a live one."""
+    try:
+        pid = int(net.pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if str(net.path).encode() in cmdline else None
+
+
+def exists(net: RepoNetwork) -> bool:
+    return net.path.exists()
+
+
+def bring_up(net: RepoNetwork) -> None:
+    """Make the namespace, its rules and its uplink, whatever of them is missing (idempotent:
+    `rdc repo up` after a crash or a reboot finds some, all or none of them). The rules are
+    written again each time, from the host's addresses as they are now."""
+    ip = _tool("ip")
+    if not exists(net):
+        _run([ip, "netns", "add", net.name])
+        _run([ip, "-n", net.name, "link", "set", "lo", "up"])
+    apply_rules(net, host_destinations())
+    if uplink_pid(net) is None:
+        _start_uplink(net)
+
+
+def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
+    inside = net.enter([_tool("iptables-restore"), "--noflush"])
+    done = subprocess.run(inside, input=uplink_rules(blocked), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ToolError(f"cannot write the uplink rules of {net.name}: {done.stderr.strip()}", _INSTALL_HINT)
+    iptables = _tool("iptables")
+    if subprocess.run(net.enter([iptables, "-n", "-L", "DOCKER-USER"]), capture_output=True).returncode != 0:
+        _run(net.enter([iptables, "-N", "DOCKER-USER"]))
+    for chain in JUMPS:
+        jump = [chain, "-j", CHAIN]
+        if subprocess.run(net.enter([iptables, "-C", *jump]), capture_output=True).returncode != 0:
+            _run(net.enter([iptables, "-I", chain, "1", "-j", CHAIN]))
+
+
+def _start_uplink(net: RepoNetwork) -> None:
+    slirp = _tool("slirp4netns")
+    net.workdir.mkdir(parents=True, exist_ok=True)
+    ready_r, ready_w = os.pipe()
+    argv = [
+        slirp,
+        "--configure",
+        f"--mtu={UPLINK_MTU}",
+        "--disable-host-loopback",
+        "--enable-seccomp",
+        f"--ready-fd={ready_w}",
+        "--netns-type=path",
+        str(net.path),
+        UPLINK_DEVICE,
+    ]
+    with open(net.log, "ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(ready_w,),
+            start_new_session=True,  # outlives `rdc repo up`, like the daemon
+        )
+    os.close(ready_w)
+    try:
+        ready = _wait_ready(ready_r, process)
+    finally:
+        os.close(ready_r)
+    if not ready:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        raise ToolError(
+            f"the network uplink of {net.name} (slirp4netns) did not come up; its log: {net.log}",
+            _INSTALL_HINT + "; /dev/net/tun must exist",
+        )
+    net.pidfile.write_text(f"{process.pid}\n")
+
+
+def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> bool:
+    # slirp4netns writes "1" to the ready fd once tap0 is configured in the namespace.
+    deadline = time.monotonic() + READY_TIMEOUT
+    os.set_blocking(fd, False)
+    while time.monotonic() < deadline:
+        with contextlib.suppress(BlockingIOError):
+            if os.read(fd, 1) == b"1":
+                return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return False
+
+
+def tear_down(net: RepoNetwork) -> list[str]:
+    """Stop the uplink and delete the namespace (what is left in it goes with its last process:
+    `rdc repo down` stops those first). Returns what it removed, for the user."""
+    done = []
+    pid = uplink_pid(net)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 15)
+        done.append(f"network uplink (pid {pid})")
+    with contextlib.suppress(FileNotFoundError):
+        net.pidfile.unlink()
+    if exists(net):
+        _run([_tool("ip"), "netns", "del", net.name])
+        done.append(f"network namespace {net.name}")
+    return done

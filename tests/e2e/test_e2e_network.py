@@ -1,0 +1,217 @@
+"""Each repo's daemon, its containers' bridges and its builds live in a network namespace of the
+repo's own: a container or a daemon fetch of one repo reaches no service of another repo and none
+of the host's (its loopback, its addresses), proven by listeners that record every connection."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from e2e_kit import E2E, IMAGE, RepoEnv
+
+from rediacc_core.repos import RepoStore
+from rediacc_core.runtime import daemon, lifecycle, netns
+from rediacc_core.testing.dockerenv import docker_api, import_busybox
+
+TOKEN = "rdc-network-token-5173"
+UPLINK_GATEWAY = "10.0.2.2"  # slirp4netns's gateway: the host's loopback were it not disabled
+
+
+@dataclass
+class Listener:
+    """A TCP server on the host that answers TOKEN and records who connected."""
+
+    address: str
+    sock: socket.socket
+    seen: list[str] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.seen.append(peer[0])
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Length: {len(TOKEN)}\r\n\r\n{TOKEN}".encode())
+
+
+def _listen(address: str) -> Listener:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((address, 0))
+    sock.listen(16)
+    listener = Listener(address, sock)
+    threading.Thread(target=listener.serve, daemon=True).start()
+    return listener
+
+
+def _host_address() -> str:
+    """One of the host's own non-loopback IPv4 addresses (its services listen there too)."""
+    for cidr in netns.host_destinations():
+        network = ipaddress.ip_network(cidr)
+        if network.prefixlen == 32 and not network.is_link_local:
+            return str(network.network_address)
+    pytest.skip("the host has no non-loopback IPv4 address")
+
+
+@pytest.fixture
+def host_services() -> Iterator[list[Listener]]:
+    listeners = [_listen("127.0.0.1"), _listen(_host_address())]
+    yield listeners
+    for listener in listeners:
+        listener.sock.close()
+
+
+def _fetch(env: RepoEnv, network: str, address: str, port: int) -> str:
+    """What a container of `env` on `network` reads from address:port (nc's errors included)."""
+    script = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {address} {port} 2>&1; true"
+    run = env.docker("run", "--rm", "--network", network, IMAGE, "sh", "-c", script)
+    assert run.returncode == 0, run.stderr
+    return run.stdout + run.stderr
+
+
+def _network(env: RepoEnv, name: str) -> str:
+    made = env.docker("network", "create", name)
+    assert made.returncode == 0, made.stderr
+    return name
+
+
+def _namespace_of(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def test_each_repo_daemon_runs_in_a_network_namespace_of_its_own(e2e: E2E) -> None:
+    spaces = []
+    for env in (e2e.alpha, e2e.beta):
+        pid = daemon.read_pid(env.runtime.daemon_paths.pidfile)
+        assert pid is not None
+        spaces.append(_namespace_of(pid))
+        assert env.runtime.network.path.exists()
+        assert netns.uplink_pid(env.runtime.network) is not None
+    assert spaces[0] != spaces[1]
+    assert _namespace_of(os.getpid()) not in spaces
+    # A repo's bridge is in its namespace, not on the host.
+    made = e2e.alpha.docker("network", "create", "where")
+    assert made.returncode == 0, made.stderr
+    try:
+        bridge = f"br-{made.stdout.strip()[:12]}"
+        assert bridge not in os.listdir("/sys/class/net")
+        inside = subprocess.run(
+            e2e.alpha.runtime.network.enter(["ip", "-br", "link"]), capture_output=True, text=True, check=True
+        )
+        assert bridge in inside.stdout
+    finally:
+        e2e.alpha.docker("network", "rm", "where")
+
+
+def test_a_container_reaches_no_container_of_another_repo_by_its_address(e2e: E2E) -> None:
+    net_b = _network(e2e.beta, "svc-b")
+    served = e2e.beta.docker(
+        "run", "-d", "--network", net_b, IMAGE, "sh", "-c",
+        f"mkdir /www && echo {TOKEN} > /www/index.html && exec httpd -f -p 8080 -h /www",
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    container = served.stdout.strip()
+    try:
+        status, inspected = e2e.beta.daemon_api("GET", f"/containers/{container}/json")
+        assert status == 200
+        address = inspected["NetworkSettings"]["Networks"][net_b]["IPAddress"]
+        # Control: beta's own containers reach it.
+        assert TOKEN in _fetch(e2e.beta, net_b, address, 8080)
+        net_a = _network(e2e.alpha, "probe-a")
+        assert TOKEN not in _fetch(e2e.alpha, net_a, address, 8080)
+        assert TOKEN not in _fetch(e2e.alpha, "none", address, 8080)
+    finally:
+        e2e.beta.docker("rm", "-f", container)
+        e2e.beta.docker("network", "rm", net_b)
+        e2e.alpha.docker("network", "rm", "probe-a")
+
+
+def test_a_container_reaches_no_service_of_the_host(e2e: E2E, host_services: list[Listener]) -> None:
+    loopback, own_address = host_services
+    net = _network(e2e.alpha, "probe-host")
+    try:
+        for address, port in (
+            ("127.0.0.1", loopback.port),  # the namespace's own loopback, not the host's
+            (UPLINK_GATEWAY, loopback.port),  # the uplink's gateway does not lead to the host's loopback
+            (own_address.address, own_address.port),  # the host's own address is rejected
+            ("169.254.169.254", 80),  # the cloud metadata service
+        ):
+            assert TOKEN not in _fetch(e2e.alpha, net, address, port), (address, port)
+    finally:
+        e2e.alpha.docker("network", "rm", net)
+    assert loopback.seen == [] and own_address.seen == []
+
+
+def test_the_daemon_itself_fetches_nothing_from_the_host(e2e: E2E, host_services: list[Listener]) -> None:
+    """Straight to the daemon, past the gate: even a fetch the gate admitted leaves from the repo's
+    namespace, so the host's loopback and addresses are out of its reach."""
+    loopback, own_address = host_services
+    targets = [
+        f"http://127.0.0.1:{loopback.port}/x.tar",
+        f"http://{UPLINK_GATEWAY}:{loopback.port}/x.tar",
+        f"http://{own_address.address}:{own_address.port}/x.tar",
+    ]
+    for url in targets:
+        _status, answer = docker_api(
+            e2e.alpha.daemon, "POST", f"/images/create?fromSrc={url}&repo=fetched&tag=1"
+        )
+        assert TOKEN not in str(answer), url
+    assert loopback.seen == [] and own_address.seen == []
+
+
+def test_a_classic_build_adds_nothing_from_the_host(
+    e2e: E2E, host_services: list[Listener], tmp_short: Path
+) -> None:
+    _, own_address = host_services
+    (tmp_short / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nADD http://{own_address.address}:{own_address.port}/page /page\n"
+    )
+    built = e2e.alpha.docker("build", "-t", "adds:1", str(tmp_short), extra_env={"DOCKER_BUILDKIT": "0"})
+    assert built.returncode != 0
+    assert own_address.seen == []
+
+
+@pytest.fixture
+def eta(e2e: E2E) -> Iterator[RepoEnv]:
+    created = e2e.rdc("repo", "create", "eta@m1")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("eta")
+    try:
+        up = e2e.rdc("repo", "up", repo.ref)
+        assert up.returncode == 0, up.stderr
+        runtime = lifecycle.runtime_for(e2e.machine, repo)
+        import_busybox(runtime.upstream_socket, IMAGE)
+        yield RepoEnv(repo, runtime, {**e2e.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
+    finally:
+        e2e.rdc("repo", "down", repo.ref)
+        e2e.rdc("repo", "delete", repo.ref, "--yes")
+
+
+def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) -> None:
+    network = eta.runtime.network
+    uplink = netns.uplink_pid(network)
+    assert network.path.exists() and uplink is not None
+    down = e2e.rdc("repo", "down", eta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    assert f"network namespace {network.name}" in down.stdout + down.stderr
+    assert not network.path.exists()
+    assert not daemon.pid_alive(uplink)
+    # Up again: a new namespace, and the repo works in it.
+    again = e2e.rdc("repo", "up", eta.repo.ref)
+    assert again.returncode == 0, again.stderr
+    assert network.path.exists()
+    ran = eta.docker("run", "--rm", IMAGE, "true")
+    assert ran.returncode == 0, ran.stderr
