@@ -83,6 +83,20 @@ def _check_workers(value: str) -> str | None:
     return check_worker_setting(value)
 
 
+def _check_addresses(value: str) -> str | None:
+    import ipaddress
+
+    for item in split_list(value):
+        if item == "none":
+            continue
+        try:
+            if ipaddress.ip_address(item).version != 4:
+                return f"{item!r}: published ports have no IPv6 uplink; give IPv4 addresses"
+        except ValueError:
+            return f"{item!r} is not an IPv4 address of this host (or 'none')"
+    return None
+
+
 def _check_names(value: str) -> str | None:
     for item in split_list(value):
         if not all(c.isalnum() or c in "-_./:" for c in item):
@@ -128,6 +142,14 @@ SETTINGS: dict[str, Setting] = {
             "keep",
             "a running container whose grant ended (a lease's end, a revoke without --stop): keep it "
             "running until it stops (it cannot start again), or have the repo's gate stop it within 30 s",
+        ),
+        Setting(
+            "publish-addresses",
+            (),
+            "127.0.0.1",
+            "host addresses a repo container's published port (-p 8080:80) listens on, through the repo's "
+            "uplink, comma-separated IPv4 (0.0.0.0 = every address; none = publish nowhere)",
+            _check_addresses,
         ),
         Setting(
             "gate-workers",

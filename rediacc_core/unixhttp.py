@@ -14,7 +14,7 @@ from pathlib import Path
 class UnixHTTPConnection(http.client.HTTPConnection):
     """An `http.client.HTTPConnection` to the daemon (or gate) listening on `path`."""
 
-    def __init__(self, path: Path | str, timeout: float = 60.0) -> None:
+    def __init__(self, path: Path | str, timeout: float | None = 60.0) -> None:
         super().__init__("docker", timeout=timeout)
         self._path = str(path)
 

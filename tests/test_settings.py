@@ -28,6 +28,7 @@ OTHER_DEFAULTS = {
     "volume-drivers": "",
     "gate-workers": "1",
     "lease-end": "keep",
+    "publish-addresses": "127.0.0.1",
 }
 
 
@@ -77,7 +78,7 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "blue",
             "unknown machine setting 'colour'",
             "use one of: bind-roots, extra-capabilities, gate-workers, lease-end, "
-            "legacy-visible-devices, volume-drivers",
+            "legacy-visible-devices, publish-addresses, volume-drivers",
         ),
         (
             LEGACY,
@@ -232,6 +233,8 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
         ("gate-workers", "17", "from 1 to 16"),
         ("gate-workers", "two", "use a whole number"),
         ("gate-workers", "\u0662", "use a whole number"),
+        ("publish-addresses", "localhost", "not an IPv4 address"),
+        ("publish-addresses", "::1", "no IPv6 uplink"),
     ],
 )
 def test_list_settings_are_checked_before_anything_is_written(

@@ -232,7 +232,7 @@ def dockerd(ref: str) -> None:
         )
     paths = runtime.daemon_paths
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    netns.bring_up(runtime.network)
+    netns.bring_up(runtime.network, machine.root, paths.socket)
     daemon.prepare(machine.root, paths, lifecycle.daemon_guard(found, runtime), runtime.network)
     argv = daemon.dockerd_argv(paths, network=runtime.network)
     os.execvp(argv[0], argv)

@@ -1,9 +1,10 @@
 """A private Docker daemon: its configuration, start, readiness and stop.
 
 Each repo runs its own `dockerd` that reads CDI specs only from the machine's `<root>/etc/cdi`,
-keeps its data, state and socket to itself, has no default bridge, and runs in the repo's own
-network namespace (`netns`), where it manages iptables as usual. A daemon started without one
-(tests, benchmarks) leaves the host's iptables and forwarding alone, so several run side by side.
+keeps its data, state and socket to itself, and runs in the repo's own network namespace
+(`netns`), where it manages its bridges and iptables as usual. A daemon started without one (tests,
+benchmarks) has no default bridge and leaves the host's iptables and forwarding alone, so several
+run side by side.
 Its socket sits in a 0700 directory: only the gate (root) may talk to it; users reach the daemon
 through the gate's socket.
 
@@ -152,8 +153,6 @@ def daemon_config(
         **runtimes,
         "features": {"cdi": True},
         "cdi-spec-dirs": [str(root / "etc" / "cdi")],
-        # No default bridge: a container is on the networks its repo created, or on none.
-        "bridge": "none",
         **(_namespaced() if network is not None else _host_namespace()),
         "data-root": str(paths.data_root),
         "exec-root": str(paths.exec_root),
@@ -187,15 +186,17 @@ def daemon_config(
 
 
 def _namespaced() -> dict[str, Any]:
-    # In the repo's own namespace, iptables and forwarding are the namespace's, not the host's:
-    # dockerd masquerades its networks out through the uplink, whose forwarder resolves names.
+    # In the repo's own namespace, iptables, forwarding and the default bridge are the namespace's,
+    # not the host's: dockerd masquerades its networks out through the uplink, whose forwarder
+    # resolves names, and publishes ports on the namespace's address (`ports` forwards them).
     return {"iptables": True, "ip-forward": True, "dns": [UPLINK_DNS]}
 
 
 def _host_namespace() -> dict[str, Any]:
     # A daemon in the host's namespace (tests, benchmarks) leaves the host's netfilter and its
-    # IP forwarding (a host-wide sysctl) as they are, so several run side by side.
-    return {"iptables": False, "ip-forward": False}
+    # IP forwarding (a host-wide sysctl) as they are and makes no default bridge, so several run
+    # side by side.
+    return {"bridge": "none", "iptables": False, "ip-forward": False}
 
 
 def dockerd_argv(

@@ -165,7 +165,7 @@ def start_daemon(
         return None
     paths = runtime.daemon_paths
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    netns.bring_up(runtime.network)
+    netns.bring_up(runtime.network, machine.root, paths.socket)
     return daemon.start_dockerd(
         machine.root,
         paths.workdir,

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,19 @@ class RepoNetwork:
     @property
     def log(self) -> Path:
         return self.workdir / "uplink.log"
+
+    @property
+    def api_socket(self) -> Path:
+        """slirp4netns's API: the port keeper (`ports`) adds and removes forwards through it."""
+        return self.workdir / "uplink.sock"
+
+    @property
+    def ports_pidfile(self) -> Path:
+        return self.workdir / "ports.pid"
+
+    @property
+    def ports_log(self) -> Path:
+        return self.workdir / "ports.log"
 
     def enter(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the namespace (nsenter keeps every other namespace: dockerd still
@@ -148,24 +162,34 @@ def host_destinations() -> list[str]:
     return blocked_destinations(addresses, routes)
 
 
-def uplink_pid(net: RepoNetwork) -> int | None:
-    """The running slirp4netns of `net`, when its pidfile names a live one."""
+def _live(pidfile: Path, mark: str) -> int | None:
+    """The pid `pidfile` names, when that process lives and its command line holds `mark` (a pid
+    reused by another process after a reboot is not ours)."""
     try:
-        pid = int(net.pidfile.read_text().strip())
+        pid = int(pidfile.read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    return pid if str(net.path).encode() in cmdline else None
+    return pid if mark.encode() in cmdline else None
+
+
+def uplink_pid(net: RepoNetwork) -> int | None:
+    """The running slirp4netns of `net`, when its pidfile names a live one."""
+    return _live(net.pidfile, str(net.path))
+
+
+def ports_pid(net: RepoNetwork) -> int | None:
+    return _live(net.ports_pidfile, str(net.api_socket))
 
 
 def exists(net: RepoNetwork) -> bool:
     return net.path.exists()
 
 
-def bring_up(net: RepoNetwork) -> None:
-    """Make the namespace, its rules and its uplink, whatever of them is missing (idempotent:
-    `rdc repo up` after a crash or a reboot finds some, all or none of them). The rules are
-    written again each time, from the host's addresses as they are now."""
+def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
+    """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
+    (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
+    rules are written again each time, from the host's addresses as they are now."""
     ip = _tool("ip")
     if not exists(net):
         _run([ip, "netns", "add", net.name])
@@ -173,6 +197,14 @@ def bring_up(net: RepoNetwork) -> None:
     apply_rules(net, host_destinations())
     if uplink_pid(net) is None:
         _start_uplink(net)
+    if ports_pid(net) is None:
+        keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
+        keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket)]
+        with open(net.ports_log, "ab") as log:
+            process = subprocess.Popen(
+                keeper, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        net.ports_pidfile.write_text(f"{process.pid}\n")
 
 
 def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
@@ -199,6 +231,7 @@ def _start_uplink(net: RepoNetwork) -> None:
         f"--mtu={UPLINK_MTU}",
         "--disable-host-loopback",
         "--enable-seccomp",
+        f"--api-socket={net.api_socket}",
         f"--ready-fd={ready_w}",
         "--netns-type=path",
         str(net.path),
@@ -246,13 +279,16 @@ def tear_down(net: RepoNetwork) -> list[str]:
     """Stop the uplink and delete the namespace (what is left in it goes with its last process:
     `rdc repo down` stops those first). Returns what it removed, for the user."""
     done = []
-    pid = uplink_pid(net)
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, 15)
-        done.append(f"network uplink (pid {pid})")
-    with contextlib.suppress(FileNotFoundError):
-        net.pidfile.unlink()
+    for what, pid, pidfile in (
+        ("port keeper", ports_pid(net), net.ports_pidfile),
+        ("network uplink", uplink_pid(net), net.pidfile),
+    ):
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 15)
+            done.append(f"{what} (pid {pid})")
+        with contextlib.suppress(FileNotFoundError):
+            pidfile.unlink()
     if exists(net):
         _run([_tool("ip"), "netns", "del", net.name])
         done.append(f"network namespace {net.name}")

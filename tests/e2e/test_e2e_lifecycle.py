@@ -20,8 +20,8 @@ def test_the_repo_daemon_reads_cdi_specs_only_from_the_machine(e2e: E2E) -> None
     assert json.loads(info.stdout) == [str(e2e.root / "etc" / "cdi")]
     config = json.loads(e2e.alpha.runtime.daemon_paths.config.read_text())
     assert config["features"] == {"cdi": True}
-    # No default bridge; iptables is the repo's own network namespace's (test_e2e_network).
-    assert (config["bridge"], config["iptables"]) == ("none", True)
+    # Bridges and iptables are the repo's own network namespace's (test_e2e_network).
+    assert ("bridge" not in config, config["iptables"]) == (True, True)
 
 
 def test_containers_of_a_repo_daemon_get_its_narrowing_defaults(e2e: E2E) -> None:

@@ -215,3 +215,54 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     assert network.path.exists()
     ran = eta.docker("run", "--rm", IMAGE, "true")
     assert ran.returncode == 0, ran.stderr
+
+
+def _host_read(port: int, attempts: int = 100) -> str:
+    """What 127.0.0.1:port on the host answers; "" while nothing does (polled: the port keeper
+    follows the daemon's events, a moment after `docker run -d` returns)."""
+    for _ in range(attempts):
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            data = conn.recv(65536).decode(errors="replace")
+            if data:
+                return data
+        threading.Event().wait(0.1)
+    return ""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_published_port_answers_on_the_hosts_loopback_and_goes_with_its_container(e2e: E2E) -> None:
+    port = _free_port()
+    served = e2e.alpha.docker(
+        "run", "-d", "-p", f"{port}:8080", IMAGE, "sh", "-c",
+        f"mkdir /www && echo {TOKEN} > /www/index.html && exec httpd -f -p 8080 -h /www",
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    container = served.stdout.strip()
+    try:
+        assert TOKEN in _host_read(port)
+        # Another repo's container does not reach it: the host's loopback is not on its uplink.
+        assert TOKEN not in _fetch(e2e.beta, "none", UPLINK_GATEWAY, port)
+        net = _network(e2e.beta, "probe-pub")
+        try:
+            assert TOKEN not in _fetch(e2e.beta, net, UPLINK_GATEWAY, port)
+        finally:
+            e2e.beta.docker("network", "rm", net)
+    finally:
+        e2e.alpha.docker("rm", "-f", container)
+    assert _host_read(port, attempts=20) == ""  # withdrawn with its container
+
+
+def test_a_port_published_on_one_address_inside_stays_inside(e2e: E2E) -> None:
+    port = _free_port()
+    served = e2e.alpha.docker("run", "-d", "-p", f"127.0.0.1:{port}:8080", IMAGE, "httpd", "-f", "-p", "8080")
+    assert served.returncode == 0, served.stderr
+    try:
+        assert _host_read(port, attempts=20) == ""
+    finally:
+        e2e.alpha.docker("rm", "-f", served.stdout.strip())

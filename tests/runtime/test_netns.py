@@ -61,3 +61,4 @@ def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() ->
     assert inside["dns"] == [netns.UPLINK_DNS]
     outside = daemon.daemon_config(Path("/m"), paths)
     assert outside["iptables"] is False and outside["ip-forward"] is False  # the host's are left alone
+    assert outside["bridge"] == "none" and "bridge" not in inside  # docker0 only inside the namespace
