@@ -7,6 +7,7 @@ the machine's state lock and checked against `schema/repos.schema.json` on every
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Sequence
@@ -194,7 +195,7 @@ class RepoStore:
                     f"pick another name, or delete it first with `rdc repo delete {repo.ref}`",
                 )
             self._write([*repos, repo])
-        files_dir(self.machine, repo.id).mkdir(parents=True, exist_ok=True)
+        make_state_dirs(self.machine, repo.id)
         return repo
 
     def fork(self, repo: Repo, tag: str) -> Repo:
@@ -228,6 +229,25 @@ def repo_state_dir(machine: Machine, repo_id: str) -> Path:
 def files_dir(machine: Machine, repo_id: str) -> Path:
     """The repo's own files directory: the one host directory its containers may always bind."""
     return repo_state_dir(machine, repo_id) / "files"
+
+
+STATE_DIR_MODE = 0o700
+
+
+def make_state_dirs(machine: Machine, repo_id: str) -> Path:
+    """Create the repo's state and files directories, or fix their modes; returns the files directory.
+
+    Container root is host root, so what a tenant leaves in its files directory (a set-user-ID
+    program, a device node) must be out of every host user's reach: the state directory, and the
+    directory of all repos above it, are root's alone (0700). Idempotent: `rdc repo up` runs it
+    again, which fixes the modes of repos created before."""
+    files = files_dir(machine, repo_id)
+    files.mkdir(parents=True, exist_ok=True)
+    state = repo_state_dir(machine, repo_id)
+    for directory in (state.parent, state):
+        if directory.stat().st_mode & 0o777 != STATE_DIR_MODE:
+            os.chmod(directory, STATE_DIR_MODE)
+    return files
 
 
 def resolve_ref(ref_text: str, config: MachineSource) -> tuple[Machine, Repo]:

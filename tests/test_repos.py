@@ -22,7 +22,7 @@ from rediacc_core.errors import (
 )
 from rediacc_core.files import schema_errors
 from rediacc_core.machine import Machine
-from rediacc_core.repos import RepoRef, RepoStore, resolve_ref
+from rediacc_core.repos import RepoRef, RepoStore, files_dir, make_state_dirs, repo_state_dir, resolve_ref
 from rediacc_core.testing import FakeMachine
 
 
@@ -192,3 +192,24 @@ def test_unknown_repos_and_machines_are_not_found(two_machines: tuple[Config, Ma
         with pytest.raises(NotFoundError) as caught:
             resolve_ref(ref, config)
         assert caught.value.exit_code == EXIT_NOT_FOUND
+
+
+def test_a_new_repo_has_its_state_directory_and_the_repos_directory_private_to_root(
+    fake_machine: FakeMachine,
+) -> None:
+    repo = RepoStore(fake_machine.machine).create("alpha")
+    state = repo_state_dir(fake_machine.machine, repo.id)
+    assert files_dir(fake_machine.machine, repo.id).is_dir()
+    assert [oct(p.stat().st_mode & 0o777) for p in (state.parent, state)] == ["0o700", "0o700"]
+
+
+def test_modes_of_a_repo_made_before_are_fixed_and_fixing_again_changes_nothing(
+    fake_machine: FakeMachine,
+) -> None:
+    state = repo_state_dir(fake_machine.machine, "r1")
+    (state / "files").mkdir(parents=True)
+    state.chmod(0o755)
+    state.parent.chmod(0o711)
+    assert make_state_dirs(fake_machine.machine, "r1") == state / "files"
+    assert make_state_dirs(fake_machine.machine, "r1") == state / "files"
+    assert [oct(p.stat().st_mode & 0o777) for p in (state.parent, state)] == ["0o700", "0o700"]

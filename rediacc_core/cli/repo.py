@@ -16,6 +16,7 @@ from rediacc_core.holdings import repo_holders, stop_command, stop_holder
 from rediacc_core.leases import lease_end
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoRef, RepoStore, resolve_ref
+from rediacc_core.runtime import filesmount
 from rediacc_core.runtime.lifecycle import running_parts
 
 
@@ -172,6 +173,7 @@ def delete(ref: str, yes: bool) -> None:
             )
         if not confirm_delete(found.ref):
             raise click.Abort()
+    filesmount.release_repo(machine, found.id)  # left by units stopped without `rdc repo down`
     dropped = RepoStore(machine).delete(found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 

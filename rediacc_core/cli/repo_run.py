@@ -17,7 +17,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
-from rediacc_core.runtime import daemon, lifecycle, netns
+from rediacc_core.runtime import daemon, filesmount, lifecycle, netns
 
 UNIT_TEMPLATES = ("rediacc-repo-dockerd@.service", "rediacc-repo-gate@.service")
 
@@ -59,6 +59,7 @@ def _up_foreground(machine: Machine, found: Repo) -> None:
     from rediacc_core.runtime.serve import serve_repo
 
     runtime = lifecycle.runtime_for(machine, found)
+    filesmount.secure_repo(machine, found.id)
     started = lifecycle.start_daemon(machine, found, runtime, detach=False)
     try:
         sockets = (runtime.gate_socket, runtime.upstream_socket)
@@ -140,6 +141,7 @@ def gate_run(ref: str) -> None:
 
     machine, found = _resolve(ref)
     runtime = lifecycle.runtime_for(machine, found)
+    filesmount.secure_repo(machine, found.id)  # the gate unit starts without `rdc repo up`
     status = serve_repo(machine, found, runtime.gate_socket, runtime.upstream_socket, runtime.gate_pidfile)
     if status:
         raise SystemExit(status)

@@ -7,6 +7,10 @@ checked path one component at a time with `O_NOFOLLOW` (a symlink anywhere refus
 bind-mounts the opened object onto a staging path in a root-only directory, and rewrites the request
 to that staging path. The staging mount holds the checked inode whatever happens to the path later.
 
+Every pin is mounted nosuid,nodev (`harden`): a set-user-ID program or a device node a container
+makes in a bind gives nobody anything through it, nor through the container's bind, which copies
+the flags of the pin it is taken from.
+
 Pins are keyed by the object they hold (device, inode, read-only), so binding the same directory
 again reuses its pin; `release_all` unmounts a repo's pins when the repo goes down. The worker
 processes of one gate pin into the same directory, so pinning holds a lock on `<directory>.lock`:
@@ -33,7 +37,11 @@ from pathlib import Path
 MAX_PINS = 512  # distinct bind sources per repo while it runs; a bound on mounts one tenant can add
 
 _MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
 _MS_REMOUNT = 32
+_MS_NOSYMFOLLOW = 256
 _MS_BIND = 4096
 _MS_REC = 16384
 _MNT_DETACH = 2
@@ -54,6 +62,32 @@ def _mount(source: str, target: str, flags: int) -> None:
     if _libc.mount(os.fsencode(source), os.fsencode(target), None, flags, None) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def bind(source: str, target: str, *, recursive: bool = False) -> None:
+    """Bind-mount `source` on `target` (with the mounts below it when `recursive`)."""
+    _mount(source, target, _MS_BIND | (_MS_REC if recursive else 0))
+
+
+_ST_NOSYMFOLLOW = 0x2000  # statvfs's flag, which Python's os module does not name
+# statvfs flags of a mount that a bind remount would otherwise clear, and their mount(2) flags. The
+# atime flags are not listed: a remount that names none keeps them.
+_KEPT_FLAGS = ((os.ST_RDONLY, _MS_RDONLY), (os.ST_NOEXEC, _MS_NOEXEC), (_ST_NOSYMFOLLOW, _MS_NOSYMFOLLOW))
+
+
+def hardened(target: str) -> bool:
+    """Whether the mount `target` lies on ignores set-user-ID bits and refuses device nodes."""
+    flags = os.statvfs(target).f_flag
+    return flags & os.ST_NOSUID != 0 and flags & os.ST_NODEV != 0
+
+
+def harden(target: str, *, read_only: bool = False) -> None:
+    """Remount the bind mounted on `target` nosuid,nodev (and read-only when asked), keeping its
+    other flags (a bind remount sets them all at once)."""
+    current = os.statvfs(target).f_flag
+    kept = sum(flag for statvfs_flag, flag in _KEPT_FLAGS if current & statvfs_flag)
+    extra = _MS_RDONLY if read_only else 0
+    _mount("none", target, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | kept | extra)
 
 
 def _umount(target: str) -> None:
@@ -129,11 +163,16 @@ class Pins:
                 name = f"{info.st_dev:x}-{info.st_ino:x}" + ("-ro" if read_only else "")
                 target = self.directory / name
                 if self._holds(target, info):
+                    if not hardened(str(target)):  # pinned by a gate from before pins were hardened
+                        harden(str(target), read_only=read_only)
                     return str(target)
                 self._prepare(target, is_dir=stat.S_ISDIR(info.st_mode))
-                _mount(f"/proc/self/fd/{fd}", str(target), _MS_BIND)
-                if read_only:
-                    _mount("none", str(target), _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+                bind(f"/proc/self/fd/{fd}", str(target))
+                try:
+                    harden(str(target), read_only=read_only)
+                except OSError:
+                    _umount(str(target))
+                    raise
                 self._record(name, path, read_only)
                 return str(target)
             finally:

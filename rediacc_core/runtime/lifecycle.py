@@ -27,7 +27,7 @@ from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.gate import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
-from rediacc_core.runtime import daemon, netns, teardown
+from rediacc_core.runtime import daemon, filesmount, netns, teardown
 
 GATE_START_TIMEOUT = 30.0
 _GATE_SOCKET_NAME = "gate.sock"
@@ -185,6 +185,7 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
             f"repo {repo.ref} uses the Docker daemon at {repo.docker_host}, which does not answer",
             "start that daemon first, then run rdc repo up again",
         )
+    filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
     start_daemon(machine, repo, runtime, detach=True)
     if daemon.ping(runtime.gate_socket):
         return runtime  # already up
@@ -237,8 +238,10 @@ def running_parts(machine: Machine, repo: Repo) -> list[str]:
 
 
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
-    """Unmount the repo's pinned bind sources: with its gate down, no new container can use them."""
+    """Unmount the repo's pinned bind sources (with its gate down, no new container can use them)
+    and its files directory's nosuid,nodev mount."""
     released = pins.release_all(pins.directory_for(machine.run_dir, repo.id))
+    filesmount.release_repo(machine, repo.id)
     return [f"released {len(released)} pinned bind source(s)"] if released else []
 
 

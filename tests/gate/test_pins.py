@@ -120,3 +120,36 @@ def test_worker_processes_pinning_at_once_record_every_pin_and_share_each_one(tm
     finally:
         release_all(directory)
     assert not pins_module.lock_path(directory).exists()  # released with the pins
+
+
+def nosuid_nodev(path: str) -> bool:
+    flags = os.statvfs(path).f_flag
+    return bool(flags & os.ST_NOSUID and flags & os.ST_NODEV)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_pin_is_nosuid_nodev_and_read_only_when_asked(pins: Pins, tmp_path: Path, read_only: bool) -> None:
+    # What a container leaves in a bind (a set-user-ID program, a device node) works through no pin.
+    staged = pins.pin(str(tmp_path), read_only=read_only)
+    assert nosuid_nodev(staged)
+    assert bool(os.statvfs(staged).f_flag & os.ST_RDONLY) is read_only
+
+
+def test_a_pin_keeps_the_noexec_of_the_mount_it_is_taken_from(pins: Pins, tmp_path: Path) -> None:
+    source = tmp_path / "noexec"
+    source.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec", "tmpfs", str(source)], check=True)
+    try:
+        staged = pins.pin(str(source), read_only=False)
+        assert os.statvfs(staged).f_flag & os.ST_NOEXEC and nosuid_nodev(staged)
+    finally:
+        release_all(pins.directory)
+        subprocess.run(["umount", str(source)], check=True)
+
+
+def test_a_pin_made_before_pins_were_hardened_is_hardened_when_reused(pins: Pins, tmp_path: Path) -> None:
+    first = pins.pin(str(tmp_path), read_only=False)
+    subprocess.run(["mount", "-o", "remount,bind,suid,dev", first], check=True)  # as an older gate left it
+    assert not nosuid_nodev(first)
+    assert pins.pin(str(tmp_path), read_only=False) == first
+    assert nosuid_nodev(first)
