@@ -199,7 +199,8 @@ class RepoStore:
         return repo
 
     def fork(self, repo: Repo, tag: str) -> Repo:
-        """A new repo `<name>:<tag>` with a new identity: it starts without grants and with its own daemon."""
+        """A new repo `<name>:<tag>` with a new identity: it starts without grants and with its own
+        daemon (`runtime.fork` copies the source's data into it)."""
         return self.create(repo.name, tag)
 
     def delete(self, repo: Repo) -> int:

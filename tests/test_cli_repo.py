@@ -239,6 +239,50 @@ def test_fork_starts_without_grants_and_delete_takes_them_away(box: Machine) -> 
     assert read_grants(box) == []
 
 
+def test_fork_copies_the_files_and_the_containers_records_name_only_the_forks_paths(box: Machine) -> None:
+    from rediacc_core.gate.pins import directory_for
+    from rediacc_core.repos import RepoStore, files_dir, repo_state_dir
+
+    ok("repo", "create", "alpha@box")
+    alpha = RepoStore(box).get_by_label("alpha")
+    (files_dir(box, alpha.id) / "data.txt").write_text("alpha's\n")
+    state = repo_state_dir(box, alpha.id)
+    record = state / "docker/containers/c1/hostconfig.json"
+    record.parent.mkdir(parents=True)
+    pin = directory_for(box.run_dir, alpha.id) / "p0"
+    record.write_text(
+        json.dumps({"Binds": [f"{files_dir(box, alpha.id)}/d:/d", f"{pin}:/p", "/srv/shared:/s"]})
+    )
+    forked = json.loads(ok("repo", "fork", "alpha", "--tag", "exp", "-o", "json").stdout)
+    assert forked["copied"] == ["files", "docker"] and forked["containers"] == 1
+    fork_id = forked["id"]
+    assert (files_dir(box, fork_id) / "data.txt").read_text() == "alpha's\n"
+    copied = json.loads((repo_state_dir(box, fork_id) / "docker/containers/c1/hostconfig.json").read_text())
+    assert copied["Binds"] == [
+        f"{files_dir(box, fork_id)}/d:/d",
+        f"{directory_for(box.run_dir, fork_id)}/p0:/p",
+        "/srv/shared:/s",  # an operator's shared bind root stays itself
+    ]
+    (files_dir(box, fork_id) / "data.txt").write_text("the fork's\n")
+    assert (files_dir(box, alpha.id) / "data.txt").read_text() == "alpha's\n"
+
+
+def test_fork_of_a_repo_that_is_up_is_refused_and_creates_nothing(box: Machine) -> None:
+    from rediacc_core.repos import RepoStore
+    from rediacc_core.runtime.lifecycle import runtime_for
+
+    ok("repo", "create", "alpha@box")
+    runtime = runtime_for(box, RepoStore(box).get_by_label("alpha"))
+    runtime.run_dir.mkdir(parents=True, exist_ok=True)
+    runtime.gate_pidfile.write_text(f"{os.getpid()}\n")  # a live process: the repo's gate "runs"
+    result = rdc("repo", "fork", "alpha", "--tag", "exp")
+    assert result.exit_code == EXIT_STATE and "rdc repo down alpha@box" in result.stderr
+    assert "--empty" in result.stderr
+    assert [r.ref for r in RepoStore(box).list()] == ["alpha@box"]
+    empty = ok("repo", "fork", "alpha", "--tag", "scratch", "--empty")
+    assert "nothing copied" in empty.stderr
+
+
 def test_a_name_on_two_machines_needs_the_machine(
     box: Machine, make_fake_machine: Callable[[str], FakeMachine]
 ) -> None:

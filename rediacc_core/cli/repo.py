@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from typing import Any
 
@@ -15,8 +16,9 @@ from rediacc_core.grants import Grant, GrantStore, read_grants
 from rediacc_core.holdings import repo_holders, stop_command, stop_holder
 from rediacc_core.leases import lease_end
 from rediacc_core.plugins import get_plugins
-from rediacc_core.repos import Repo, RepoRef, RepoStore, resolve_ref
+from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
 from rediacc_core.runtime import filesmount
+from rediacc_core.runtime import fork as fork_copy
 from rediacc_core.runtime.lifecycle import running_parts
 
 
@@ -181,20 +183,52 @@ def delete(ref: str, yes: bool) -> None:
 @repo.command("fork")
 @click.argument("ref", metavar="REPO")
 @click.option("--tag", required=True, help="The fork's tag: it becomes NAME:TAG.")
+@click.option(
+    "--empty", is_flag=True, help="Copy nothing: a new repo under the same name, with a new identity."
+)
 @output_option("table", "json", "yaml")
-def fork(ref: str, tag: str, fmt: str) -> None:
-    """Create NAME:TAG from REPO with a new identity; grants stay with the original.
+def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
+    """Copy REPO as NAME:TAG: its files, images, volumes and containers, under a new identity.
+
+    The fork starts without grants (they stay with the original): a copied container that holds
+    a GPU does not start in the fork until the fork is granted it. REPO must be down (`rdc repo
+    down`), unless --empty.
 
     \b
     Examples:
       rdc repo fork gpu-a --tag exp
-      rdc repo fork gpu-a --tag exp -o json
+      rdc repo fork gpu-a --tag scratch --empty -o json
     """
     machine, found = resolve_ref(ref, Config.load())
-    forked = RepoStore(machine).fork(found, tag)
-    emit({**_repo_json(forked, []), "forkedFrom": found.id}, fmt, lambda _: "")
+    if not empty:
+        fork_copy.require_down(found, running_parts(machine, found))  # before anything is created
+    store = RepoStore(machine)
+    forked = store.fork(found, tag)
+    copied = fork_copy.ForkCopy((), 0)
+    if not empty:
+        try:
+            copied = fork_copy.copy_repo(machine, found, forked)
+        except BaseException:
+            store.delete(forked)  # nothing half-made stays: the fork goes with its partial copy
+            shutil.rmtree(repo_state_dir(machine, forked.id), ignore_errors=True)
+            raise
+    emit(
+        {
+            **_repo_json(forked, []),
+            "forkedFrom": found.id,
+            "copied": list(copied.copied),
+            "containers": copied.containers,
+        },
+        fmt,
+        lambda _: "",
+    )
+    what = (
+        "nothing copied"
+        if empty
+        else f"copied {', '.join(copied.copied) or 'nothing'}, {copied.containers} container(s)"
+    )
     note(
-        f"Forked {found.ref} as {forked.ref} (id {forked.id}); the fork has no GPU grants: "
+        f"Forked {found.ref} as {forked.ref} (id {forked.id}; {what}); the fork has no GPU grants: "
         f"grant them with `rdc repo gpu grant {forked.ref} --device <name>`."
     )
 

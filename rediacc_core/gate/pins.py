@@ -160,7 +160,7 @@ class Pins:
             fd = open_no_symlinks(path, create_dirs=create_dirs)
             try:
                 info = os.fstat(fd)
-                name = f"{info.st_dev:x}-{info.st_ino:x}" + ("-ro" if read_only else "")
+                name = pin_name(info, read_only=read_only)
                 target = self.directory / name
                 if self._holds(target, info):
                     if not hardened(str(target)):  # pinned by a gate from before pins were hardened
@@ -240,6 +240,11 @@ class Pins:
             target.mkdir(mode=0o700)
         else:
             target.touch(mode=0o600)
+
+
+def pin_name(info: os.stat_result, *, read_only: bool) -> str:
+    """A pin's staging name: the object it holds (a fork re-keys its copies by it, `runtime.fork`)."""
+    return f"{info.st_dev:x}-{info.st_ino:x}" + ("-ro" if read_only else "")
 
 
 def lock_path(directory: Path) -> Path:

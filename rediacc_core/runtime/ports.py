@@ -138,6 +138,8 @@ def follow(root: Path, daemon: Path, api: Path) -> None:
             if str(exc) != said:
                 said = str(exc)
                 print(f"waiting for the daemon: {exc}", flush=True)
+        except Exception as exc:  # an answer of a shape not foreseen: say it, keep keeping
+            print(f"port keeping failed: {type(exc).__name__}: {exc}", flush=True)
         time.sleep(RETRY)
 
 

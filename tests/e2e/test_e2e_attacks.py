@@ -12,6 +12,7 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import subprocess
 import tarfile
 import textwrap
@@ -25,7 +26,7 @@ import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, post, raw_exchange, refused
 
 from rediacc_core.repos import RepoStore, files_dir
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import daemon, lifecycle
 from rediacc_core.testing.dockerenv import import_busybox
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
@@ -178,7 +179,9 @@ def served_context(tmp_short: Path) -> Iterator[str]:
     HTTP on the host, where the daemon fetches a `remote` context from."""
     context = tmp_short / "ctx"
     context.mkdir()
-    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN cat /proc/net/dev > /netdev\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nRUN cat /proc/net/dev > /netdev && readlink /proc/self/ns/net > /netns\n"
+    )
     with tarfile.open(tmp_short / "ctx.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
         tar.add(context / "Dockerfile", arcname="Dockerfile")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_short))
@@ -208,13 +211,18 @@ def test_build_options_in_a_form_body_never_reach_the_daemon(e2e: E2E, served_co
     cgroups = Path("/sys/fs/cgroup")
     assert not (cgroups / escaped).exists() and not list(cgroups.glob(f"*/{escaped}"))
 
-    # The same remote build as the docker CLI sends it: built, and its step saw only lo.
+    # The same remote build as the docker CLI sends it: built, and its step ran in a network
+    # namespace of its own (its container's, on the repo's default bridge), not the host's nor
+    # the repo daemon's.
     built = e2e.alpha.docker("build", "-t", "formnone:1", served_context, extra_env={"DOCKER_BUILDKIT": "0"})
     assert built.returncode == 0, built.stderr
     try:
-        seen = e2e.alpha.docker("run", "--rm", "formnone:1", "cat", "/netdev").stdout
-        interfaces = {line.split(":")[0].strip() for line in seen.splitlines()[2:]}
-        assert interfaces == {"lo"}
+        seen = e2e.alpha.docker("run", "--rm", "formnone:1", "cat", "/netdev", "/netns").stdout
+        interfaces = {line.split(":")[0].strip() for line in seen.splitlines()[2:-1]}
+        assert interfaces <= {"lo", "eth0"}
+        daemon_pid = daemon.read_pid(e2e.alpha.runtime.daemon_paths.pidfile)
+        step_netns = seen.splitlines()[-1].strip()
+        assert step_netns not in (os.readlink("/proc/self/ns/net"), os.readlink(f"/proc/{daemon_pid}/ns/net"))
     finally:
         e2e.alpha.docker("rmi", "-f", "formnone:1")
 

@@ -245,7 +245,8 @@ def test_a_published_port_answers_on_the_hosts_loopback_and_goes_with_its_contai
     assert served.returncode == 0, served.stderr
     container = served.stdout.strip()
     try:
-        assert TOKEN in _host_read(port)
+        keeper_log = e2e.alpha.runtime.network.ports_log
+        assert TOKEN in _host_read(port), keeper_log.read_text()[-2000:]
         # Another repo's container does not reach it: the host's loopback is not on its uplink.
         assert TOKEN not in _fetch(e2e.beta, "none", UPLINK_GATEWAY, port)
         net = _network(e2e.beta, "probe-pub")
