@@ -90,6 +90,18 @@ def _check_names(value: str) -> str | None:
     return None
 
 
+def _check_pids(value: str) -> str | None:
+    from rediacc_core.gate.limits import check_pids_setting
+
+    return check_pids_setting(value)
+
+
+def _check_registries(value: str) -> str | None:
+    from rediacc_core.gate.fetches import check_allowed_setting
+
+    return check_allowed_setting(value)
+
+
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
@@ -128,6 +140,24 @@ SETTINGS: dict[str, Setting] = {
             "keep",
             "a running container whose grant ended (a lease's end, a revoke without --stop): keep it "
             "running until it stops (it cannot start again), or have the repo's gate stop it within 30 s",
+        ),
+        Setting(
+            "pids-limit",
+            (),
+            "4096",
+            "the most processes a container may have (1 to 4194304): written into every container that "
+            "asks for no limit or for unlimited, and a request for more refused, so that no container "
+            "can use up the host's process ids",
+            _check_pids,
+        ),
+        Setting(
+            "registries",
+            (),
+            "",
+            "loopback or link-local registries and servers the daemon may fetch from for a repo (pulls, "
+            "pushes, logins, build remotes, imports), comma-separated host or host:port "
+            "(localhost:5000,[::1]:5000); a host without a port allows each of its ports",
+            _check_registries,
         ),
         Setting(
             "gate-workers",

@@ -28,6 +28,8 @@ OTHER_DEFAULTS = {
     "volume-drivers": "",
     "gate-workers": "1",
     "lease-end": "keep",
+    "pids-limit": "4096",
+    "registries": "",
 }
 
 
@@ -77,7 +79,7 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "blue",
             "unknown machine setting 'colour'",
             "use one of: bind-roots, extra-capabilities, gate-workers, lease-end, "
-            "legacy-visible-devices, volume-drivers",
+            "legacy-visible-devices, pids-limit, registries, volume-drivers",
         ),
         (
             LEGACY,
@@ -232,6 +234,14 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
         ("gate-workers", "17", "from 1 to 16"),
         ("gate-workers", "two", "use a whole number"),
         ("gate-workers", "\u0662", "use a whole number"),
+        ("pids-limit", "0", "from 1 to 4194304"),
+        ("pids-limit", "-1", "from 1 to 4194304"),  # unlimited is what the setting exists to prevent
+        ("pids-limit", "4194305", "from 1 to 4194304"),
+        ("pids-limit", "\u0664", "from 1 to 4194304"),
+        ("registries", "localhost:99999", "is not host or host:port"),
+        ("registries", "http://localhost:5000", "is not host or host:port"),
+        ("registries", "[::1", "is not host or host:port"),
+        ("registries", "user@localhost", "is not host or host:port"),
     ],
 )
 def test_list_settings_are_checked_before_anything_is_written(
