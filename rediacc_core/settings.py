@@ -104,6 +104,18 @@ def _check_names(value: str) -> str | None:
     return None
 
 
+def _check_pids(value: str) -> str | None:
+    from rediacc_core.gate.limits import check_pids_setting
+
+    return check_pids_setting(value)
+
+
+def _check_registries(value: str) -> str | None:
+    from rediacc_core.gate.fetches import check_allowed_setting
+
+    return check_allowed_setting(value)
+
+
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
@@ -150,6 +162,24 @@ SETTINGS: dict[str, Setting] = {
             "host addresses a repo container's published port (-p 8080:80) listens on, through the repo's "
             "uplink, comma-separated IPv4 (0.0.0.0 = every address; none = publish nowhere)",
             _check_addresses,
+        ),
+        Setting(
+            "pids-limit",
+            (),
+            "4096",
+            "the most processes a container may have (1 to 4194304): written into every container that "
+            "asks for no limit or for unlimited, and a request for more refused, so that no container "
+            "can use up the host's process ids",
+            _check_pids,
+        ),
+        Setting(
+            "registries",
+            (),
+            "",
+            "loopback or link-local registries and servers the daemon may fetch from for a repo (pulls, "
+            "pushes, logins, build remotes, imports), comma-separated host or host:port "
+            "(localhost:5000,[::1]:5000); a host without a port allows each of its ports",
+            _check_registries,
         ),
         Setting(
             "gate-workers",

@@ -144,6 +144,9 @@ class StandInDecider:
     def inspects(self, method: str, raw_target: str) -> bool:
         return method == "POST" and raw_target.split("?")[0].endswith("/containers/create")
 
+    def remembers(self, method: str, raw_target: str) -> bool:
+        return True
+
     def head(self, method: str, raw_target: str) -> Decision | None:
         if raw_target.split("?")[0].endswith("/swarm/init"):
             return Decision(False, 403, "swarm mode is refused")

@@ -120,6 +120,8 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "extra-capabilities",
         "volume-drivers",
         "lease-end",
+        "pids-limit",
+        "registries",
         "gate-workers",
     ]
     assert not fm.machine.settings_path.exists()

@@ -29,6 +29,8 @@ OTHER_DEFAULTS = {
     "gate-workers": "1",
     "lease-end": "keep",
     "publish-addresses": "127.0.0.1",
+    "pids-limit": "4096",
+    "registries": "",
 }
 
 
@@ -78,7 +80,7 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "blue",
             "unknown machine setting 'colour'",
             "use one of: bind-roots, extra-capabilities, gate-workers, lease-end, "
-            "legacy-visible-devices, publish-addresses, volume-drivers",
+            "legacy-visible-devices, pids-limit, publish-addresses, registries, volume-drivers",
         ),
         (
             LEGACY,
@@ -235,6 +237,14 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
         ("gate-workers", "\u0662", "use a whole number"),
         ("publish-addresses", "localhost", "not an IPv4 address"),
         ("publish-addresses", "::1", "no IPv6 uplink"),
+        ("pids-limit", "0", "from 1 to 4194304"),
+        ("pids-limit", "-1", "from 1 to 4194304"),  # unlimited is what the setting exists to prevent
+        ("pids-limit", "4194305", "from 1 to 4194304"),
+        ("pids-limit", "\u0664", "from 1 to 4194304"),
+        ("registries", "localhost:99999", "is not host or host:port"),
+        ("registries", "http://localhost:5000", "is not host or host:port"),
+        ("registries", "[::1", "is not host or host:port"),
+        ("registries", "user@localhost", "is not host or host:port"),
     ],
 )
 def test_list_settings_are_checked_before_anything_is_written(

@@ -143,6 +143,16 @@ def merge_refusals(core: list[Finding], plugin: list[Refusal]) -> list[Refusal]:
     return kept + plugin
 
 
+@dataclass(frozen=True)
+class _Allowances:
+    """What the machine's settings allow, as the core rules read it."""
+
+    binds: mounts.BindPolicy
+    extra_capabilities: frozenset[str]
+    pids_limit: int
+    registries: frozenset[tuple[str, int | None]]
+
+
 def _sets_restart_policy(body: Any) -> bool:
     policy = body.get("RestartPolicy") if isinstance(body, dict) else None
     name = policy.get("Name") if isinstance(policy, dict) else None
@@ -185,7 +195,7 @@ class Decider:
             index = repo_state_dir(machine, repo.id) / "pins.json"
             pins = Pins(pins_directory(machine.run_dir, repo.id), index)
         self.pins = pins
-        self._allowances: tuple[Mapping[str, Any], mounts.BindPolicy, frozenset[str]] | None = None
+        self._allowances: tuple[Mapping[str, Any], _Allowances] | None = None
 
     # --- what to read ---------------------------------------------------------------------------
     def inspects(self, method: str, raw_target: str) -> bool:
@@ -197,9 +207,20 @@ class Decider:
         route = match_route(method, target.path)
         return route is not None and route.action == "inspect"
 
+    def remembers(self, method: str, raw_target: str) -> bool:
+        """May the answers of `head` and `inspects` for this target be remembered? Not for routes
+        decided by their query, whose answer also depends on the machine's settings (`registries`)."""
+        try:
+            target = parse_target(raw_target)
+        except BadRequest:
+            return True
+        route = match_route(method, target.path)
+        return route is None or route.action != "query"
+
     def head(self, method: str, raw_target: str) -> Decision | None:
         """The refusal of a request from its head alone (a route refused whole, an unknown route, or
-        `/build` parameters), or None when the head passes. Depends on nothing but its arguments."""
+        query parameters of `/build` and the fetching routes), or None when the head passes. Depends
+        on nothing but its arguments and, for routes decided by their query, the machine's settings."""
         try:
             target = parse_target(raw_target)
         except BadRequest:
@@ -220,6 +241,7 @@ class Decider:
             return self._refuse(where, [refusal], endpoint=route.pattern)
         if route.action == "query":
             context = self._rule_context(target, self._read_settings(), pinning=False)
+            context = dataclasses.replace(context, name=path_id(route, target.path, "{name}"))
             findings = rules.check(route.name, None, context)
             if findings:
                 return self._refuse(where, [f.refusal for f in findings], endpoint=route.name)
@@ -351,26 +373,36 @@ class Decider:
         self, target: Target, settings: Mapping[str, Any], *, pinning: bool
     ) -> rules.RuleContext:
         """What the core rules need for this request: the bind roots and allowances of `settings`."""
-        policy, extra = self._current_allowances(settings)
+        allowances = self._current_allowances(settings)
+        policy = allowances.binds
         if pinning:
             policy = dataclasses.replace(policy, pins=self.pins)
-        return rules.RuleContext(self.repo.ref, policy, extra, target.query)
+        return rules.RuleContext(
+            self.repo.ref,
+            policy,
+            allowances.extra_capabilities,
+            target.query,
+            api_version=target.api_version,
+            pids_limit=allowances.pids_limit,
+            registries=allowances.registries,
+        )
 
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each
         checked against today's policy; returns the staging paths restored."""
-        policy, _ = self._current_allowances(self._read_settings())
+        policy = self._current_allowances(self._read_settings()).binds
         return self.pins.restore(lambda source: mounts.admits(policy, source))
 
-    def _current_allowances(self, settings: Mapping[str, Any]) -> tuple[mounts.BindPolicy, frozenset[str]]:
-        """The bind policy and extra capabilities of `settings` (the machine's, read live)."""
+    def _current_allowances(self, settings: Mapping[str, Any]) -> _Allowances:
+        """What `settings` (the machine's, read live) allow."""
         cached = self._allowances
         if cached is None or cached[0] is not settings:
             # Rebuilt only when the settings file changed (LiveSettings keeps the same mapping).
-            cached = self._allowances = (settings, *self._allowances_from(settings))
-        return cached[1], cached[2]
+            cached = self._allowances = (settings, self._allowances_from(settings))
+        return cached[1]
 
-    def _allowances_from(self, settings: Mapping[str, Any]) -> tuple[mounts.BindPolicy, frozenset[str]]:
+    def _allowances_from(self, settings: Mapping[str, Any]) -> _Allowances:
+        from rediacc_core.gate import fetches, limits
         from rediacc_core.repos import files_dir
         from rediacc_core.settings import split_list
 
@@ -389,7 +421,13 @@ class Decider:
         extra = frozenset(
             map(isolation.capability_name, split_list(str(settings.get("extra-capabilities", ""))))
         )
-        return policy, extra
+        pids = str(settings.get("pids-limit", ""))
+        return _Allowances(
+            binds=policy,
+            extra_capabilities=extra,
+            pids_limit=int(pids) if limits.check_pids_setting(pids) is None else limits.DEFAULT_PIDS_LIMIT,
+            registries=fetches.parse_allowed(str(settings.get("registries", ""))),
+        )
 
     def _grant_problems(
         self, names: tuple[str, ...], grants: frozenset[str], error: str | None

@@ -102,7 +102,7 @@ _RESOURCES: dict[str, FieldType] = {
     "MemorySwappiness": INT,
     "OomKillDisable": BOOL,
     "PidsLimit": INT,
-    "Ulimits": ANY,
+    "Ulimits": ListOf(_s("Ulimit")),
     "CpuCount": INT,
     "CpuPercent": INT,
     "IOMaximumIOps": UINT,
@@ -206,6 +206,7 @@ _add("LogConfig", {"Type": STR, "Config": STR_MAP}, strict=True)
 _add("NetworkingConfig", {"EndpointsConfig": MapOf(ANY)})
 _add("HostConfig", _HOST_CONFIG, strict=True)
 _add("UpdateConfig", {**_RESOURCES, "RestartPolicy": ANY}, strict=True)
+_add("Ulimit", {"Name": STR, "Hard": INT, "Soft": INT}, strict=True)
 _add("DeviceMapping", {"PathOnHost": STR, "PathInContainer": STR, "CgroupPermissions": STR}, strict=True)
 _add(
     "DeviceRequest",
@@ -304,3 +305,20 @@ _add(
     strict=True,
 )
 _add("IPAM", {"Driver": STR, "Config": ANY, "Options": STR_MAP}, strict=True)
+
+# --- registries (api/types/registry) -----------------------------------------------------------
+
+# `/auth`: the daemon logs in to `serveraddress`, from the host's network.
+_add(
+    "AuthConfig",
+    {
+        "username": STR,
+        "password": STR,
+        "auth": STR,
+        "email": STR,
+        "serveraddress": STR,
+        "identitytoken": STR,
+        "registrytoken": STR,
+    },
+    strict=True,
+)

@@ -7,8 +7,8 @@ four actions:
 - `forward`: streamed to the daemon as it is (reads, and changes that cannot reach the host);
 - `inspect`: the JSON body is decoded as the daemon will and checked field by field (`body` names
   the daemon's struct, see `decode_fields`);
-- `query`: decided from the method and target alone, by the query parameters (`/build`), then the
-  body streams;
+- `query`: decided from the method and target alone, by the query parameters and the path's name
+  (`/build`, and the routes where the daemon fetches from a registry or URL), then the body streams;
 - `refuse`: answered 403 with the reason and what to do instead.
 
 A method and path the table does not list is refused: a newer daemon may serve routes the gate has
@@ -64,12 +64,13 @@ ROUTES: tuple[Route, ...] = (
     # --- system -------------------------------------------------------------------------------
     _fwd("GET", "/_ping"),
     _fwd("HEAD", "/_ping"),
-    _fwd("POST", "/auth"),
+    # The daemon logs in to the body's `serveraddress` from the host's network.
+    Route("POST", "/auth", "inspect", "auth", StructRef("AuthConfig")),
     _fwd("GET", "/info"),
     _fwd("GET", "/version"),
     _fwd("GET", "/events"),
     _fwd("GET", "/system/df"),
-    _fwd("GET", "/distribution/{name}/json"),
+    Route("GET", "/distribution/{name}/json", "query", "distribution"),
     # --- containers ---------------------------------------------------------------------------
     Route("POST", "/containers/create", "inspect", "container-create", StructRef("CreateRequest")),
     Route("POST", "/containers/{id}/update", "inspect", "container-update", StructRef("UpdateConfig")),
@@ -118,18 +119,19 @@ ROUTES: tuple[Route, ...] = (
     # build graph, whose steps may name a cgroup parent (no entitlement governs that) inside
     # protobuf the gate does not decode.
     Route("POST", "/grpc", "refuse", why=BUILDKIT_REFUSED, instead=BUILDKIT_INSTEAD),
-    _fwd("POST", "/images/create"),
+    # Pull (`fromImage`) and import (`fromSrc`): the daemon fetches from the registry or URL named.
+    Route("POST", "/images/create", "query", "image-create"),
     _fwd("GET", "/images/get"),
     _fwd("GET", "/images/json"),
     _fwd("POST", "/images/load"),
     _fwd("POST", "/images/prune"),
-    _fwd("GET", "/images/search"),
+    Route("GET", "/images/search", "query", "image-search"),
     _fwd("DELETE", "/images/{name}"),
     _fwd("GET", "/images/{name}/attestations"),
     _fwd("GET", "/images/{name}/get"),
     _fwd("GET", "/images/{name}/history"),
     _fwd("GET", "/images/{name}/json"),
-    _fwd("POST", "/images/{name}/push"),
+    Route("POST", "/images/{name}/push", "query", "image-push"),
     _fwd("POST", "/images/{name}/tag"),
     # --- networks -----------------------------------------------------------------------------
     _fwd("GET", "/networks"),
@@ -148,7 +150,7 @@ ROUTES: tuple[Route, ...] = (
     _swarm("PUT", "/volumes/{name}"),  # cluster volumes only
     # --- plugins: listing and removing pass; installing, configuring and enabling do not -------
     _fwd("GET", "/plugins"),
-    _fwd("GET", "/plugins/privileges"),
+    Route("GET", "/plugins/privileges", "query", "plugin-privileges"),
     _fwd("DELETE", "/plugins/{name}"),
     _fwd("POST", "/plugins/{name}/disable"),
     _fwd("GET", "/plugins/{name}/json"),
@@ -236,9 +238,10 @@ for _route in (*ROUTES, *EXTRA_REFUSED):
     )
 
 
-def path_id(route: Route, path: str) -> str:
-    """The `{id}` of a path `route` matched (`/containers/{id}/start` -> the id), "" when none."""
-    prefix, found, suffix = route.pattern.partition("{id}")
+def path_id(route: Route, path: str, placeholder: str = "{id}") -> str:
+    """The `{id}` (or other `placeholder`) of a path `route` matched (`/containers/{id}/start` ->
+    the id), "" when none."""
+    prefix, found, suffix = route.pattern.partition(placeholder)
     if not found or len(path) < len(prefix) + len(suffix):
         return ""
     return path[len(prefix) : len(path) - len(suffix)] if suffix else path[len(prefix) :]

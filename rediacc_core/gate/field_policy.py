@@ -40,8 +40,8 @@ _RESOURCES = {
     "MemorySwap": FREE,
     "MemorySwappiness": FREE,
     "OomKillDisable": "oom",
-    "PidsLimit": FREE,
-    "Ulimits": FREE,  # per-process limits inside the container's own cgroup
+    "PidsLimit": "pids-limit",
+    "Ulimits": NESTED,
     "CpuCount": FREE,
     "CpuPercent": FREE,
     "IOMaximumIOps": FREE,
@@ -90,7 +90,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "VolumeDriver": "volume-driver",
         "VolumesFrom": FREE,  # containers of the same repo daemon, checked when created
         "ConsoleSize": FREE,
-        "Annotations": "cdi-annotation",
+        "Annotations": "annotation",  # and cdi-annotation for the CDI prefix
         "CapAdd": "capability",
         "CapDrop": FREE,
         "CgroupnsMode": "namespace",
@@ -124,6 +124,7 @@ FIELDS: dict[str, dict[str, str]] = {
     },
     "LogConfig": {"Type": "log-driver", "Config": FREE},  # options of an admitted driver
     "UpdateConfig": {**_RESOURCES, "RestartPolicy": FREE},
+    "Ulimit": {"Name": "ulimit", "Hard": "ulimit", "Soft": "ulimit"},
     "DeviceMapping": {
         "PathOnHost": "raw-device",
         "PathInContainer": "raw-device",
@@ -198,6 +199,15 @@ FIELDS: dict[str, dict[str, str]] = {
         "Labels": FREE,
     },
     "IPAM": {"Driver": "network-driver", "Config": "network-subnet", "Options": FREE},
+    "AuthConfig": {
+        "username": FREE,
+        "password": FREE,
+        "auth": FREE,
+        "email": FREE,
+        "serveraddress": "fetch-address",
+        "identitytoken": FREE,
+        "registrytoken": FREE,
+    },
 }
 
 # Fields the swagger documents that the daemon's Go struct does not have (the daemon ignores them;

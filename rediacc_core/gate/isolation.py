@@ -120,6 +120,16 @@ BUILD_NETWORKS = frozenset({"", "default", "bridge", "none"})
 NAMESPACE_FIELDS = ("NetworkMode", "PidMode", "IpcMode", "UTSMode", "UsernsMode", "CgroupnsMode", "Cgroup")
 
 
+def cgroupns_default(host: dict[str, Any], version: tuple[int, int] | None) -> None:
+    """Write a private cgroup namespace into a create's HostConfig for API versions before 1.41.
+
+    For those, dockerd on a cgroup v1 host replaces an empty CgroupnsMode with `host` (what old
+    clients expected), around the repo daemon's private default; a mode the request names it keeps.
+    """
+    if version is not None and version < (1, 41) and not host.get("CgroupnsMode"):
+        host["CgroupnsMode"] = "private"
+
+
 def capability_name(cap: str) -> str:
     return cap.upper().removeprefix("CAP_")
 
@@ -335,16 +345,6 @@ def build_query(query: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:
                 f"build version={value} (BuildKit) is refused: a Dockerfile frontend image can give its "
                 "build steps settings the gate cannot see (a cgroup parent)",
                 BUILDKIT_INSTEAD,
-            )
-    for value in query.get("remote", ()):
-        if value.startswith("git@"):
-            # The daemon runs `git clone` itself, as root on the host: over SSH, with the host's keys.
-            yield refuse(
-                "build-option",
-                "remote",
-                f"build remote={value} is refused: the daemon would clone it over SSH with the host's "
-                "root keys",
-                "an https:// or git:// remote, or the context sent from your machine",
             )
     for value in query.get("isolation", ()):
         if value not in ("", "default"):

@@ -9,11 +9,16 @@ theirs replace the core's. Mounts (`mounts.py`) and namespaces, capabilities and
 
 Rule ids (a plugin refusal with one of these replaces the core's finding about the same value):
 `privileged`, `device-cgroup-rules`, `raw-device`, `device-request-driver`, `runtime`, `dev-mount`,
-`cdi-annotation`, `cdi-name-split`, `capability`, `bind-root`, `volume-driver`, `volume-type`,
-`volume-subpath`, `mount-type`, `tmpfs-option`, `namespace`, `security-opt`, `masked-paths`,
-`sysctl`, `cgroup-parent`, `oom`, `isolation`, `log-driver`, `storage-opt`, `network-driver`,
-`network-option`, `build-option`, `swarm`; the decider adds `grant` for names the repo was not
-granted and `endpoint` for routes it refuses whole.
+`cdi-annotation`, `annotation`, `cdi-name-split`, `capability`, `bind-root`, `volume-driver`,
+`volume-type`, `volume-subpath`, `mount-type`, `tmpfs-option`, `namespace`, `security-opt`,
+`masked-paths`, `sysctl`, `cgroup-parent`, `oom`, `pids-limit`, `ulimit`, `isolation`, `log-driver`,
+`storage-opt`, `network-driver`, `network-option`, `build-option`, `git-remote`, `fetch-address`,
+`swarm`; the decider adds `grant` for names the repo was not granted and `endpoint` for routes it
+refuses whole.
+
+Some rules also write defaults into the canonical body the gate forwards (`limits.py`: the PIDs
+limit; `isolation.py`: a private cgroup namespace for old API versions), so what the daemon reads
+holds them whatever the request left out.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rediacc_core.cdi.names import is_qualified_name
-from rediacc_core.gate import isolation, mounts
+from rediacc_core.gate import fetches, isolation, limits, mounts
 from rediacc_core.gate.findings import Finding, refuse
 from rediacc_core.gate.mounts import BindPolicy
 from rediacc_core.holdings import cdi_names
@@ -43,9 +48,16 @@ RULE_IDS = frozenset(
         "volume-subpath", "mount-type", "tmpfs-option", "namespace", "security-opt", "masked-paths",
         "sysctl", "cgroup-parent", "oom", "isolation", "log-driver", "storage-opt", "network-driver",
         "network-option", "network-subnet", "mount-propagation", "build-option", "swarm", "grant", "endpoint",
+        "annotation", "pids-limit", "ulimit", "git-remote", "fetch-address",
     }
 )  # fmt: skip
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+# Annotations reach the OCI spec, where runtimes act on them: runc on `org.systemd.property.*`
+# (properties of the container's systemd scope, `Slice=` and `DevicePolicy=` among them, under the
+# systemd cgroup driver) and `org.criu.*`, crun on `run.oci.*`, CDI on `cdi.k8s.io/*`, and other
+# runtimes and runtime hooks on prefixes of their own. Only the OCI image annotations, metadata
+# that no runtime acts on, pass; labels are the place for anything else.
+SAFE_ANNOTATION_PREFIXES = ("org.opencontainers.image.",)
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -120,6 +132,11 @@ class RuleContext:
     binds: BindPolicy
     extra_capabilities: frozenset[str] = frozenset()
     query: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    api_version: tuple[int, int] | None = None  # None: the daemon's own (the newest)
+    pids_limit: int = limits.DEFAULT_PIDS_LIMIT  # the machine's `pids-limit`
+    registries: fetches.Allowed = frozenset()  # the machine's `registries`
+    hard_limits: Mapping[str, int] = field(default_factory=limits.own_hard_limits)
+    name: str = ""  # a query route's `{name}` (the image or reference in the path)
 
 
 def _grant_hint(repo_ref: str) -> str:
@@ -175,7 +192,10 @@ def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
         )
     host = body.get("HostConfig")
     if not isinstance(host, dict):
-        return
+        host = body["HostConfig"] = {}  # for the defaults below; the daemon reads it as its own
+    isolation.cgroupns_default(host, ctx.api_version)
+    yield from limits.pids_limit(host, "HostConfig.", ctx.pids_limit, create=True)
+    yield from limits.ulimits(host.get("Ulimits"), "HostConfig.", ctx.extra_capabilities, ctx.hard_limits)
     if host.get("Privileged") is True:
         yield refuse("privileged", "Privileged", "privileged containers are refused", CDI_DEVICE)
     yield from _device_fields(host, ctx.repo_ref)
@@ -188,14 +208,7 @@ def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
             "(runc behind rdc's device guard)",
             "no --runtime (no runtime: in Compose); for devices, " + COMPOSE_DEVICES,
         )
-    for key in _dict(host.get("Annotations")):
-        if key.lower().startswith(CDI_ANNOTATION_PREFIX):
-            yield refuse(
-                "cdi-annotation",
-                key,
-                f"annotation {key} is refused: it would request CDI devices",
-                CDI_DEVICE,
-            )
+    yield from _annotations(_dict(host.get("Annotations")))
     yield from isolation.host_config(host, ctx.extra_capabilities)
     yield from mounts.tmpfs(host)
     driver = host.get("VolumeDriver") or ""
@@ -204,9 +217,31 @@ def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
     yield from mounts.mounts(host, ctx.binds)
 
 
+def _annotations(annotations: Mapping[str, Any]) -> Iterator[Finding]:
+    for key in annotations:
+        if key.lower().startswith(CDI_ANNOTATION_PREFIX):
+            yield refuse(
+                "cdi-annotation",
+                key,
+                f"annotation {key} is refused: it would request CDI devices",
+                CDI_DEVICE,
+            )
+        elif not key.startswith(SAFE_ANNOTATION_PREFIXES):
+            yield refuse(
+                "annotation",
+                key,
+                f"annotation {key} is refused: annotations reach the container runtime, which acts on "
+                "some (org.systemd.property.*, org.criu.*, run.oci.*); only org.opencontainers.image.* "
+                "metadata passes",
+                "a label (--label) for metadata",
+            )
+
+
 def container_update(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     yield from _device_fields(body, ctx.repo_ref)
     yield from isolation.resources(body, "")
+    yield from limits.pids_limit(body, "", ctx.pids_limit, create=False)
+    yield from limits.ulimits(body.get("Ulimits"), "", ctx.extra_capabilities, ctx.hard_limits)
 
 
 def exec_create(body: Mapping[str, Any]) -> Iterator[Finding]:
@@ -234,12 +269,29 @@ def volume_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
 def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
     """Every core finding for `endpoint` (see `endpoints.ROUTES`) and its canonical `body`.
 
-    Admitted bind sources are rewritten in `body` to their pinned staging paths.
+    Admitted bind sources are rewritten in `body` to their pinned staging paths, and defaults the
+    request left out are written into it.
     """
     if endpoint == "build":
-        return list(isolation.build_query(ctx.query))
+        return [
+            *isolation.build_query(ctx.query),
+            *fetches.build_remote(ctx.query.get("remote", ()), ctx.registries),
+            *limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits),
+        ]
+    if endpoint == "image-create":
+        return list(fetches.image_create(ctx.query, ctx.registries))
+    if endpoint == "image-search":
+        return list(fetches.image_search(ctx.query, ctx.registries))
+    if endpoint == "plugin-privileges":
+        return list(fetches.plugin_privileges(ctx.query, ctx.registries))
+    if endpoint == "image-push":
+        return list(fetches.reference("push of", ctx.name, ctx.registries))
+    if endpoint == "distribution":
+        return list(fetches.reference("registry lookup of", ctx.name, ctx.registries))
     if not isinstance(body, dict):
         return []
+    if endpoint == "auth":
+        return list(fetches.auth(body, ctx.registries))
     if endpoint == "container-create":
         return list(container_create(body, ctx))
     if endpoint == "container-update":

@@ -129,6 +129,8 @@ class DeciderLike(Protocol):
 
     def head(self, method: str, raw_target: str) -> DecisionLike | None: ...
 
+    def remembers(self, method: str, raw_target: str) -> bool: ...
+
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
 
 
@@ -748,13 +750,16 @@ class GateServer:
 
     def route(self, method: str, target: str) -> tuple[DecisionLike | None, bool]:
         """The decider's answers from a request's head alone, remembered: `head` (a refusal, or
-        None) and, unless refused, `inspects`. Both depend on nothing but their arguments, and the
+        None) and, unless refused, `inspects`. Both depend on nothing but their arguments (save for
+        the routes decided by their query, which the decider does not let be remembered), and the
         same few (method, target) pairs make up most of the traffic."""
         key = (method, target)
         known = self._routes.get(key)
         if known is None:
             refused = self.decider.head(method, target)
             known = (refused, refused is None and self.decider.inspects(method, target))
+            if not self.decider.remembers(method, target):
+                return known  # decided by its query and the machine's settings: asked every time
             if len(self._routes) >= _ROUTES_CACHE:
                 self._routes.clear()
             self._routes[key] = known

@@ -247,7 +247,7 @@ def test_a_shared_bind_is_refused_so_no_container_mount_reaches_the_host(e2e: E2
     ("query", "said"),
     [
         ("version=2&t=bk:1", b"DOCKER_BUILDKIT=0"),  # a `# syntax=` frontend would send its own steps
-        ("remote=git%40internal.example%3Asecrets.git&t=bk:1", b"host's root keys"),
+        ("remote=git%40internal.example%3Asecrets.git&t=bk:1", b"with the host's SSH keys"),
     ],
 )
 def test_build_requests_the_gate_cannot_follow_are_refused(e2e: E2E, query: str, said: bytes) -> None:

@@ -65,6 +65,7 @@ def _documented(swagger: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Our struct name -> the swagger's properties for it."""
     definitions = swagger["definitions"]
     mount = _properties(swagger, definitions["Mount"])
+    host = _properties(swagger, definitions["HostConfig"])
     return {
         "CreateRequest": _body(swagger, "/containers/create", "post"),
         "HostConfig": _properties(swagger, definitions["HostConfig"]),
@@ -80,6 +81,8 @@ def _documented(swagger: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "VolumeCreateOptions": _properties(swagger, definitions["VolumeCreateOptions"]),
         "NetworkCreateRequest": _body(swagger, "/networks/create", "post"),
         "IPAM": _properties(swagger, definitions["IPAM"]),
+        "Ulimit": host["Ulimits"]["items"]["properties"],
+        "AuthConfig": _body(swagger, "/auth", "post"),
     }
 
 

@@ -26,6 +26,14 @@ CDI_RUN: dict[str, Any] = {
 }
 
 
+def with_default_pids(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as the gate forwards it when it asks for no PIDs limit: with the default, 4096."""
+    host = dict(body.get("HostConfig") or {})
+    if not host.get("PidsLimit"):
+        host["PidsLimit"] = 4096
+    return {**body, "HostConfig": host}
+
+
 def missing(name: str) -> str:
     return f"repo alpha has no grant for {name} (rdc repo gpu grant alpha@m1 --device {name})"
 
@@ -86,13 +94,14 @@ class TestAdmitted:
         raw = b'{ "image": "bb", "hostconfig": {"binds": ["named:/data"]} }'
         decision = gate.create({}, raw=raw)
         assert decision.forward
-        assert decision.body == b'{"Image":"bb","HostConfig":{"Binds":["named:/data"]}}'
+        # The machine's PIDs limit (the default, 4096) is written where the request set none.
+        assert decision.body == b'{"Image":"bb","HostConfig":{"Binds":["named:/data"],"PidsLimit":4096}}'
 
     def test_granted_cdi_device(self, gate: Any) -> None:
         gate.grant(GPU0)
         decision = gate.create(CDI_RUN)
         assert decision.forward
-        assert json.loads(decision.body) == CDI_RUN
+        assert json.loads(decision.body) == with_default_pids(CDI_RUN)
         assert any(GPU0 in line for line in decision.log)
 
     def test_group_add_video_and_render(self, gate: Any) -> None:
@@ -136,9 +145,10 @@ class TestRefused:
         decision = gate.create({}, raw=raw)
         assert (decision.forward, decision.status) == (False, 403)
 
-    def test_null_bodies_and_null_host_config_pass_through(self, gate: Any) -> None:
+    def test_null_bodies_pass_and_a_null_host_config_gets_the_defaults(self, gate: Any) -> None:
         assert gate.create({}, raw=b"null").body == b"null"
-        assert gate.create({"Image": "bb", "HostConfig": None}).body == b'{"Image":"bb","HostConfig":null}'
+        decision = gate.create({"Image": "bb", "HostConfig": None})
+        assert decision.body == b'{"Image":"bb","HostConfig":{"PidsLimit":4096}}'
 
     def test_missing_grant_message_is_exact(self, gate: Any) -> None:
         decision = gate.create(
@@ -232,6 +242,7 @@ class TestRefused:
         assert json.loads(decision.body)["HostConfig"] == {
             "Devices": [],
             "DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU0]}],
+            "PidsLimit": 4096,
         }
 
 
@@ -399,7 +410,7 @@ class TestPlugins:
         assert json.loads(decision.body) == {
             "Image": "bb",
             "Env": ["KEEP=1"],
-            "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU1]}]},
+            "HostConfig": {"PidsLimit": 4096, "DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [GPU1]}]},
         }
         assert "rewrite: legacy variable to CDI" in decision.log
 
@@ -410,7 +421,7 @@ class TestPlugins:
 
         gate.plugin.answer = sneaky
         decision = gate.create({"Image": "bb"})
-        assert decision.forward and decision.body == b'{"Image":"bb"}'
+        assert decision.forward and decision.body == b'{"Image":"bb","HostConfig":{"PidsLimit":4096}}'
 
     def test_a_failing_plugin_refuses(self, gate: Any) -> None:
         def broken(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
@@ -546,7 +557,15 @@ def test_never_admits_what_go_reads_as_privileged(gate: Any, raw: bytes) -> None
         assert not go_reads_privileged(raw)
         assert decision.body is not None and not go_reads_privileged(decision.body)
         # and what is forwarded is what Go reads from the original
-        assert json.loads(decision.body).get("HostConfig") == _go_host(raw)
+        forwarded = json.loads(decision.body).get("HostConfig")
+        assert _less_defaults(forwarded) == _less_defaults(_go_host(raw))
+
+
+def _less_defaults(host: Any) -> Any:
+    """A HostConfig without the PIDs limit the gate writes (an empty one read as none)."""
+    if not isinstance(host, dict):
+        return host
+    return {k: v for k, v in host.items() if (k, v) != ("PidsLimit", 4096)} or None
 
 
 def _go_host(raw: bytes) -> Any:
@@ -593,7 +612,9 @@ def test_docker_cli_requests(gate: Any, index: int, expected: str) -> None:
     decision = gate.decider.decide(request["method"], request["target"], request["content_type"], body)
     if not expected:
         assert decision.forward, decision.message
-        assert json.loads(decision.body) == json.loads(body)
+        sent = json.loads(body)
+        creates = request["target"].endswith("/containers/create")
+        assert json.loads(decision.body) == (with_default_pids(sent) if creates else sent)
         return
     assert (decision.forward, decision.status) == (False, 403)
     for part in expected.split("|"):

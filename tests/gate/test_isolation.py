@@ -135,9 +135,10 @@ def test_network_create(fake_machine: FakeMachine, body: dict[str, Any], refused
         ({"networkmode": ("container:abc",)}, ["build-option"]),
         ({"cgroupparent": ("/system.slice",)}, ["cgroup-parent"]),
         ({"isolation": ("hyperv",)}, ["isolation"]),
-        ({"remote": ("git@internal.example:secrets.git",)}, ["build-option"]),  # the host's SSH keys
+        ({"remote": ("git@internal.example:secrets.git",)}, ["git-remote"]),  # the host's SSH keys
         ({"version": ("2",)}, ["build-option"]),  # BuildKit: a `# syntax=` frontend sends its own steps
-        ({"remote": ("https://example.com/app.git#main",)}, []),
+        ({"remote": ("https://example.com/app.git#main",)}, ["git-remote"]),  # submodules over ssh
+        ({"remote": ("https://example.com/context.tar.gz",)}, []),
         ({"something": ("1",)}, ["build-option"]),
         ({"t": ("app:1",), "networkmode": ("default",), "cgroupparent": ("",), "version": ("1",)}, []),
     ],

@@ -118,7 +118,7 @@ class TestContainerCreate:
                 ]
             },
             {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["a.example/b=c"]}]},
-            {"Annotations": {"example.org/x": "y"}},
+            {"Annotations": {"org.opencontainers.image.source": "https://example.org/app"}},
             {"Devices": None, "DeviceCgroupRules": [], "DeviceRequests": None},
         ],
     )
