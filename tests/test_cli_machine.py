@@ -120,6 +120,7 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "extra-capabilities",
         "volume-drivers",
         "lease-end",
+        "publish-addresses",
         "pids-limit",
         "registries",
         "gate-workers",
