@@ -9,7 +9,7 @@ import os
 import socket
 import stat
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,27 @@ class E2E:
     def revoke(self, repo: RepoEnv, device: str) -> None:
         result = self.rdc("repo", "gpu", "revoke", repo.repo.ref, "--device", device)
         assert result.returncode == 0, result.stderr
+
+    @contextlib.contextmanager
+    def extra_repo(self, label: str, *, image: bool = True) -> Iterator[RepoEnv]:
+        """A repo of one test's own, created and brought up with the CLI (with IMAGE in its daemon
+        unless `image` is False), brought down and deleted after."""
+        from rediacc_core.repos import RepoStore
+        from rediacc_core.testing.dockerenv import import_busybox
+
+        created = self.rdc("repo", "create", f"{label}@m1")
+        assert created.returncode == 0, created.stderr
+        repo = RepoStore(self.machine).get_by_label(label)
+        try:
+            up = self.rdc("repo", "up", repo.ref)
+            assert up.returncode == 0, up.stderr
+            runtime = lifecycle.runtime_for(self.machine, repo)
+            if image:
+                import_busybox(runtime.upstream_socket, IMAGE)
+            yield RepoEnv(repo, runtime, {**self.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
+        finally:
+            self.rdc("repo", "down", repo.ref)
+            self.rdc("repo", "delete", repo.ref, "--yes")
 
 
 def _char_device(path: Path, major: int, minor: int) -> None:

@@ -18,7 +18,7 @@ from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
 from rediacc_core.gate.audit import Audit, Peer
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import lifecycle, netns
 from rediacc_core.runtime.guard import GUARD_RUNTIME
 from rediacc_core.testing import FakeMachine
 
@@ -160,10 +160,14 @@ def test_the_dockerd_unit_runs_the_daemon_under_the_runtime_guard(
     """After a reboot systemd starts the daemon: it must apply restart policies under the guard too."""
     ran: list[list[str]] = []
     monkeypatch.setattr(os, "execvp", lambda program, argv: ran.append(list(argv)))
+    networks: list[netns.RepoNetwork] = []  # made for real by the unit; here only recorded
+    monkeypatch.setattr(netns, "bring_up", lambda net, root, sock: networks.append(net))
     created = rdc("repo", "create", "gamma@box")
     assert created.exit_code == 0, created.stderr
     assert rdc("repo", "dockerd", "gamma@box").exit_code == 0
     (argv,) = ran
+    (network,) = networks
+    assert argv[:2] == [argv[0], f"--net={network.path}"]  # dockerd runs inside the repo's namespace
     config = json.loads(Path(argv[argv.index("--config-file") + 1]).read_text())
     assert config["default-runtime"] == GUARD_RUNTIME
     guard_script = Path(config["runtimes"][GUARD_RUNTIME]["path"])

@@ -302,13 +302,15 @@ def network_create(body: Mapping[str, Any]) -> Iterator[Finding]:
         yield refuse("network-driver", "IPAM.Driver", "IPAM drivers other than the default are refused", None)
     config = ipam.get("Config")
     if any(not is_empty(entry) for entry in (config if isinstance(config, list) else [config])):
-        # Every repo's bridges live in the host's one routing table: a subnet of the tenant's
-        # choosing, narrower than another repo's or the host's own network, takes their traffic.
+        # A repo on an existing daemon (`docker_host`) has its bridges in the host's routing table,
+        # where a narrower subnet of the tenant's choosing would take the host's or another
+        # network's traffic. A repo's own daemon has a namespace of its own; the rule is kept for
+        # both so that one policy holds whatever daemon a repo uses.
         yield refuse(
             "network-subnet",
             "IPAM.Config",
             "network IPAM.Config (a subnet, IP range, gateway or auxiliary address of your choosing) is "
-            "refused: the repo's bridges share the host's routing table with the host and other repos",
+            "refused: on a shared daemon a subnet of your choosing would take other networks' traffic",
             "let the daemon choose the subnet (docker network create without --subnet, --ip-range or "
             "--gateway; no ipam.config in Compose)",
         )

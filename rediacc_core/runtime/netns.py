@@ -124,7 +124,13 @@ def uplink_rules(blocked: Sequence[str]) -> str:
     """iptables-restore input (for `--noflush`) that fills CHAIN with rejections of `blocked`,
     replacing what it held: one atomic step, so a namespace never has half a rule set."""
     lines = ["*filter", f":{CHAIN} - [0:0]"]
-    lines += [f"-A {CHAIN} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited" for cidr in blocked]
+    # Only what leaves through the uplink: a network of the repo's own that happens to overlap one
+    # of `blocked` (its default bridge and a system Docker's docker0 are both 172.17.0.0/16) is
+    # the repo's own traffic, never the host's.
+    lines += [
+        f"-A {CHAIN} -o {UPLINK_DEVICE} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited"
+        for cidr in blocked
+    ]
     return "\n".join([*lines, "COMMIT", ""])
 
 

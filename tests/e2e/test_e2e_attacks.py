@@ -269,8 +269,8 @@ def test_an_empty_masked_paths_list_at_the_top_level_never_unmasks_proc(e2e: E2E
 
 
 def test_a_network_with_a_subnet_of_the_tenants_choosing_is_refused(e2e: E2E) -> None:
-    """Repos' bridges share the host's routing table: a narrower subnet would take another repo's
-    (or the host's own) traffic."""
+    """On a shared daemon a repo's bridges are in the host's routing table, where a narrower subnet
+    would take the host's or another network's traffic: refused, for every repo alike."""
     result = e2e.alpha.docker("network", "create", "--subnet", "172.31.0.0/25", "narrow")
     refused(result, "IPAM.Config")
     assert e2e.alpha.docker("network", "inspect", "narrow").returncode != 0

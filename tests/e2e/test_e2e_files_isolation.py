@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.repos import RepoStore, files_dir, repo_state_dir
-from rediacc_core.runtime import filesmount, lifecycle
+from rediacc_core.repos import files_dir, repo_state_dir
+from rediacc_core.runtime import filesmount
 
 NOBODY = 65534
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
@@ -161,18 +161,8 @@ def test_rdc_repo_up_makes_the_state_directory_root_only_and_nobody_cannot_enter
 
 @pytest.fixture
 def eta(e2e: E2E) -> Iterator[RepoEnv]:
-    """A repo of this test's own, brought up and down with the CLI."""
-    created = e2e.rdc("repo", "create", "eta@m1")
-    assert created.returncode == 0, created.stderr
-    repo = RepoStore(e2e.machine).get_by_label("eta")
-    try:
-        up = e2e.rdc("repo", "up", repo.ref)
-        assert up.returncode == 0, up.stderr
-        runtime = lifecycle.runtime_for(e2e.machine, repo)
-        yield RepoEnv(repo, runtime, {**e2e.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
-    finally:
-        e2e.rdc("repo", "down", repo.ref)
-        e2e.rdc("repo", "delete", repo.ref, "--yes")
+    with e2e.extra_repo("eta", image=False) as env:
+        yield env
 
 
 def test_the_files_directory_is_one_nosuid_nodev_mount_while_up_and_none_after_down(

@@ -51,7 +51,7 @@ def test_a_fork_is_a_copy_whose_containers_use_only_its_own_data_and_hold_no_gra
     assert made.returncode == 0, made.stderr
     assert source.docker("start", "-a", "steps").returncode == 0
     e2e.grant(source, DEVICE)
-    gpu = source.docker("create", "--name", "gpu", "--device", DEVICE, IMAGE, "true")
+    gpu = source.docker("create", "--name", "gpu", "--device", DEVICE, IMAGE, "ls", "/dev")
     assert gpu.returncode == 0, gpu.stderr
 
     up = e2e.rdc("repo", "fork", source.repo.ref, "--tag", "copy")
@@ -81,6 +81,7 @@ def test_a_fork_is_a_copy_whose_containers_use_only_its_own_data_and_hold_no_gra
     assert str(source_dir) not in inspected.stdout and str(fork_dir) in inspected.stdout
 
     # The grant stayed with the source: the copied GPU container does not start in the fork.
-    refused(env.docker("start", "gpu"), DEVICE)
+    refused(env.docker("start", "-a", "gpu"), DEVICE)
     e2e.grant(env, DEVICE)
-    assert env.docker("start", "gpu").returncode == 0
+    admitted = env.docker("start", "-a", "gpu")
+    assert admitted.returncode == 0 and "fakegpu1" in admitted.stdout.split(), admitted.stderr

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import daemon, lifecycle, netns
-from rediacc_core.testing.dockerenv import docker_api, import_busybox
+from rediacc_core.runtime import daemon, netns
+from rediacc_core.testing.dockerenv import docker_api
 
 TOKEN = "rdc-network-token-5173"
 UPLINK_GATEWAY = "10.0.2.2"  # slirp4netns's gateway: the host's loopback were it not disabled
@@ -186,18 +185,8 @@ def test_a_classic_build_adds_nothing_from_the_host(
 
 @pytest.fixture
 def eta(e2e: E2E) -> Iterator[RepoEnv]:
-    created = e2e.rdc("repo", "create", "eta@m1")
-    assert created.returncode == 0, created.stderr
-    repo = RepoStore(e2e.machine).get_by_label("eta")
-    try:
-        up = e2e.rdc("repo", "up", repo.ref)
-        assert up.returncode == 0, up.stderr
-        runtime = lifecycle.runtime_for(e2e.machine, repo)
-        import_busybox(runtime.upstream_socket, IMAGE)
-        yield RepoEnv(repo, runtime, {**e2e.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
-    finally:
-        e2e.rdc("repo", "down", repo.ref)
-        e2e.rdc("repo", "delete", repo.ref, "--yes")
+    with e2e.extra_repo("eta") as env:
+        yield env
 
 
 def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) -> None:
@@ -223,9 +212,11 @@ def _host_read(port: int, attempts: int = 100) -> str:
     for _ in range(attempts):
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
             conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
-            data = conn.recv(65536).decode(errors="replace")
+            data = b""
+            while chunk := conn.recv(65536):  # to the end: the head and body may come apart
+                data += chunk
             if data:
-                return data
+                return data.decode(errors="replace")
         threading.Event().wait(0.1)
     return ""
 

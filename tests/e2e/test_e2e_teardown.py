@@ -11,27 +11,15 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import daemon, lifecycle
-from rediacc_core.testing.dockerenv import import_busybox
+from rediacc_core.runtime import daemon
 
 TOKEN = "987654"  # the sleep's argument: how this test finds its container's process in /proc
 
 
 @pytest.fixture
 def zeta(e2e: E2E) -> Iterator[RepoEnv]:
-    created = e2e.rdc("repo", "create", "zeta@m1")
-    assert created.returncode == 0, created.stderr
-    repo = RepoStore(e2e.machine).get_by_label("zeta")
-    try:
-        up = e2e.rdc("repo", "up", repo.ref)
-        assert up.returncode == 0, up.stderr
-        runtime = lifecycle.runtime_for(e2e.machine, repo)
-        import_busybox(runtime.upstream_socket, IMAGE)
-        yield RepoEnv(repo, runtime, {**e2e.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
-    finally:
-        e2e.rdc("repo", "down", repo.ref)
-        e2e.rdc("repo", "delete", repo.ref, "--yes")
+    with e2e.extra_repo("zeta") as env:
+        yield env
 
 
 def repo_processes(env: RepoEnv) -> list[str]:

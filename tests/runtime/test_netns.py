@@ -47,7 +47,8 @@ def test_the_rules_replace_the_chain_in_one_step() -> None:
     lines = text.splitlines()
     assert lines[0] == "*filter" and lines[-1] == "COMMIT"
     assert f":{netns.CHAIN} - [0:0]" in lines  # declared: iptables-restore --noflush empties it first
-    assert f"-A {netns.CHAIN} -d 192.0.2.2/32 -j REJECT --reject-with icmp-admin-prohibited" in lines
+    # Only on the way out through the uplink: the repo's own bridges may use any subnet.
+    assert f"-A {netns.CHAIN} -o tap0 -d 192.0.2.2/32 -j REJECT --reject-with icmp-admin-prohibited" in lines
 
 
 def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() -> None:
