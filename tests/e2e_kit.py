@@ -27,6 +27,30 @@ IMAGE = "bb:latest"
 HAS_RENDER_PLUGIN = importlib.util.find_spec("rediacc_dri") is not None
 
 
+ENGINE_PREFIX = os.environ.get("RDC_ENGINE_PREFIX", "")
+
+
+def use_engine() -> None:
+    """With RDC_ENGINE_PREFIX (tox -e e2e-28), the Engine, CLI, containerd and plugins unpacked there
+    come first on PATH, for the repo daemons rdc starts and for every CLI call alike."""
+    if not ENGINE_PREFIX:
+        return
+    bins = [f"{ENGINE_PREFIX}/usr/bin", f"{ENGINE_PREFIX}/usr/sbin"]
+    path = os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join([*bins, *(p for p in path if p not in bins)])
+
+
+def client_env(base: Path) -> dict[str, str]:
+    """The environment of the test's docker CLI: its own config (never the developer's), which
+    finds the engine's CLI plugins (buildx, compose) when they live in a private prefix."""
+    config = base / "docker-config"
+    config.mkdir(parents=True, exist_ok=True)
+    if ENGINE_PREFIX:
+        plugins = {"cliPluginsExtraDirs": [f"{ENGINE_PREFIX}/usr/libexec/docker/cli-plugins"]}
+        (config / "config.json").write_text(json.dumps(plugins))
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base), "DOCKER_CONFIG": str(config)}
+
+
 def skip_reason() -> str | None:
     if os.environ.get("RDC_E2E") != "1":
         return "end-to-end tests run with RDC_E2E=1 (tox -e e2e)"

@@ -8,20 +8,21 @@ mknod and CDI specs written by hand, repos `alpha` and `beta` brought up by `lif
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, RepoEnv, build_machine_root, skip_reason
+from e2e_kit import E2E, IMAGE, RepoEnv, build_machine_root, client_env, skip_reason, use_engine
 
 from rediacc_core.config import Config
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.settings import set_setting
 from rediacc_core.testing.dockerenv import import_busybox
+
+use_engine()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,11 +53,7 @@ def e2e() -> Iterator[E2E]:
     # drive the default, one process.
     set_setting(machine, "gate-workers", "2")
     store = RepoStore(machine)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(base),
-        "DOCKER_CONFIG": str(base / "docker-config"),  # never the developer's own
-    }
+    env = client_env(base)
     started: list[Repo] = []
     try:
         repos = {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_kit import IMAGE, RepoEnv, refused, skip_reason
+from e2e_kit import IMAGE, RepoEnv, client_env, refused, skip_reason
 
 from rediacc_core.config import Config
 from rediacc_core.machine import Machine
@@ -132,11 +132,7 @@ def nv() -> Iterator[NvidiaEnv]:
     config.save()
     machine = Config.load(config_path).machine(MACHINE)
     repo = RepoStore(machine).create("alpha")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(base),
-        "DOCKER_CONFIG": str(base / "docker-config"),  # never the developer's own
-    }
+    env = client_env(base)
     try:
         _setup_machine(fm, machine)
         state = NvidiaEnv(base, config_path, machine, _up(machine, base, repo, env))
