@@ -20,7 +20,8 @@ install_api_swagger() {
   cp "$tmp/x/usr/share/gocode/src/github.com/docker/docker/api/swagger.yaml" "$dest/swagger.yaml"
   rm -rf "$tmp"
 }
-if have_cdi_dockerd && [ -s /var/cache/rediacc/docker-api/swagger.yaml ] && command -v busybox >/dev/null 2>&1 && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; }; then
+if have_cdi_dockerd && [ -s /var/cache/rediacc/docker-api/swagger.yaml ] && command -v busybox >/dev/null 2>&1 && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; } \
+  && docker buildx version >/dev/null 2>&1 && command -v slirp4netns >/dev/null 2>&1; then
   echo "docker engine: $(dockerd --version)"; exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
@@ -35,8 +36,10 @@ fi
 apt-get update -qq
 dv=$(apt-cache madison docker.io | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^26\.' | head -n1)
 cv=$(apt-cache madison docker-compose | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^2\.' | head -n1)
-echo "installing docker.io=$dv docker-compose=$cv"
-apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" busybox-static haproxy \
+# buildx too: the 26.1 CLI then builds with BuildKit, as a user's does (without it, the legacy builder).
+bv=$(apt-cache madison docker-buildx | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^0\.' | head -n1)
+echo "installing docker.io=$dv docker-compose=$cv docker-buildx=$bv"
+apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" "docker-buildx=$bv" busybox-static haproxy \
   slirp4netns iptables iproute2 >/dev/null
 install_api_swagger
 dockerd --version
