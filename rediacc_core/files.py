@@ -3,6 +3,8 @@ state files read live (re-parsed only when they changed)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -69,11 +71,43 @@ def replace_watched_json(path: Path, document: Any) -> None:
 
 
 @cache
+def schema_text(name: str) -> str:
+    """The text of a JSON Schema shipped in `rediacc_core/schema/`."""
+    return resources.files("rediacc_core").joinpath("schema", name).read_text(encoding="utf-8")
+
+
+@cache
 def load_schema(name: str) -> dict[str, Any]:
     """A JSON Schema shipped in `rediacc_core/schema/`."""
-    text = resources.files("rediacc_core").joinpath("schema", name).read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    schema: dict[str, Any] = json.loads(schema_text(name))
     return schema
+
+
+# A state file whose exact text has passed its schema carries this extended attribute: the digest of
+# the schema and the text. Reads (every `rdc` command, the gate on each change) then skip jsonschema,
+# which costs a CLI read most of its time; an edited file or a new schema has another digest and is
+# validated again. Only who may write the file may set it; where the filesystem keeps no user
+# attributes, every read validates.
+VALID_XATTR = "user.rediacc.schema-valid"
+
+
+def _valid_token(text: str, schema_name: str) -> bytes:
+    digest = hashlib.sha256(schema_text(schema_name).encode())
+    digest.update(b"\0")
+    digest.update(text.encode())
+    return digest.hexdigest().encode()
+
+
+def _validated_before(path: Path, token: bytes) -> bool:
+    try:
+        return os.getxattr(path, VALID_XATTR) == token
+    except OSError:
+        return False
+
+
+def _mark_validated(path: Path, token: bytes) -> None:
+    with contextlib.suppress(OSError):  # read-only, another owner, no user xattrs: validate next time
+        os.setxattr(path, VALID_XATTR, token)
 
 
 def schema_errors(document: Any, schema_name: str) -> list[str]:
@@ -117,6 +151,18 @@ def read_text_keyed(path: Path, what: str) -> tuple[StatKey, str] | None:
         raise ValidationError(f"{what} {path} is not UTF-8 text ({exc.reason})", restore_hint(path)) from exc
 
 
+def file_schema_errors(document: Any, text: str, path: Path, schema_name: str) -> list[str]:
+    """`schema_errors` of `document`, parsed from `text` as read from `path`: none without running
+    jsonschema when that exact text passed this schema before (see VALID_XATTR)."""
+    token = _valid_token(text, schema_name)
+    if _validated_before(path, token):
+        return []
+    problems = schema_errors(document, schema_name)
+    if not problems:
+        _mark_validated(path, token)
+    return problems
+
+
 def parse_json_checked(text: str, path: Path, schema_name: str, what: str) -> Any:
     """A state file's text as JSON that matches its schema; any problem is an error naming the file."""
     try:
@@ -126,7 +172,7 @@ def parse_json_checked(text: str, path: Path, schema_name: str, what: str) -> An
             f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
             restore_hint(path),
         ) from exc
-    problems = schema_errors(document, schema_name)
+    problems = file_schema_errors(document, text, path, schema_name)
     if problems:
         raise ValidationError(
             f"{what} {path} does not match its schema: " + "; ".join(problems[:5]), restore_hint(path)

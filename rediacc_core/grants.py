@@ -20,9 +20,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rediacc_core.cdi.names import parse_qualified_name
-from rediacc_core.cdi.registry import Registry, suggest
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
 from rediacc_core.files import (
     LiveFile,
@@ -32,20 +32,17 @@ from rediacc_core.files import (
     replace_watched_json,
     restore_hint,
 )
-from rediacc_core.holdings import (
-    Holder,
-    open_device_nodes,
-    record_handover,
-    repo_holders,
-    stop_command,
-    stop_holder,
-)
-from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
-from rediacc_core.model import Inventory
-from rediacc_core.plugins import Plugins, get_plugins
 from rediacc_core.repos import Repo, RepoStore, now_iso
 from rediacc_core.statelock import state_lock
+
+if TYPE_CHECKING:
+    from rediacc_core.holdings import Holder
+    from rediacc_core.model import Inventory
+    from rediacc_core.plugins import Plugins
+
+# Reading grants (every `rdc` read, the gate, the runtime guard) needs only this module's top; what
+# granting needs (the CDI registry, plugins, the daemons' holdings) is imported where it is used.
 
 SCHEMA = "grants.schema.json"
 SCHEMA_VERSION = 1
@@ -197,6 +194,9 @@ class _Units:
         if name not in self._cache:
             if self._inventory is None:
                 # A corrupt inventory raises here: exclusivity that cannot follow hardware must not pass.
+                from rediacc_core.inventory import read_inventory
+                from rediacc_core.model import Inventory
+
                 self._inventory = read_inventory(self.machine) or Inventory()
             self._cache[name] = tuple(self.plugins.hardware_units(name, self._inventory) or ())
         return self._cache[name]
@@ -219,6 +219,9 @@ class GrantStore:
         open_nodes: Callable[[Repo, Sequence[str]], list[str]] | None = None,
     ) -> None:
         self.machine = machine
+        from rediacc_core.holdings import open_device_nodes, repo_holders, stop_holder
+        from rediacc_core.plugins import get_plugins
+
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
         self._holders: HolderLookup = holders or (lambda repo: repo_holders(machine, repo))
@@ -283,6 +286,8 @@ class GrantStore:
                 _write_grants(self.machine, result)
         for old in {h.repo.id: h.repo for h in stopped}.values():
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
+                from rediacc_core.holdings import record_handover
+
                 record_handover(self.machine, old, repo, wanted, stopped)
         return outcomes
 
@@ -299,6 +304,8 @@ class GrantStore:
         """Every name well formed, defined by a spec the repo daemons read, and accepted by the plugins."""
         if not devices:
             raise ValidationError("no device given", _NAME_ONE)
+        from rediacc_core.cdi.registry import Registry
+
         registry = Registry.for_machine(self.machine)
         defined = registry.names()
         problems: list[str] = []
@@ -404,6 +411,8 @@ class GrantStore:
             listing = "; ".join(
                 f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in in_the_way
             )
+            from rediacc_core.holdings import stop_command
+
             commands = " and ".join(dict.fromkeys(f"`{stop_command(h)}`" for h, _ in in_the_way))
             what = ", ".join(devices)
             raise RefusedError(
@@ -481,6 +490,8 @@ def _pair_text(pair: tuple[str, str]) -> str:
 
 
 def _nearest(name: str, names: Iterable[str]) -> str:
+    from rediacc_core.cdi.registry import suggest
+
     close = suggest(name, names)
     return f" (did you mean {', '.join(close[:3])}?)" if close else ""
 

@@ -11,15 +11,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import ValidationError
-from rediacc_core.files import LiveFile, StatKey, atomic_write_json, read_text_keyed, schema_errors
-from rediacc_core.model import CdiDevice, Gpu, GpuPartition, Inventory
+from rediacc_core.files import (
+    LiveFile,
+    StatKey,
+    atomic_write_json,
+    file_schema_errors,
+    read_text_keyed,
+    schema_errors,
+)
 
 if TYPE_CHECKING:
     from rediacc_core.cdi.registry import Registry
     from rediacc_core.machine import Machine
+    from rediacc_core.model import Gpu, GpuPartition, Inventory
 
 SCHEMA = "inventory.schema.json"
 SCHEMA_VERSION = 1
@@ -99,6 +107,9 @@ def gpu_record(gpu: Gpu, defined: frozenset[str] | None = None) -> dict[str, Any
 
 def inventory_from_document(document: Mapping[str, Any]) -> Inventory:
     """The typed `Inventory` of a document that passed `check_inventory` (camelCase to fields)."""
+    # The typed model is imported here: a listing (`rdc machine gpu list`) reads the document only.
+    from rediacc_core.model import CdiDevice, Inventory
+
     return Inventory(
         machine=document["machine"],
         platform=document["platform"],
@@ -112,6 +123,8 @@ def inventory_from_document(document: Mapping[str, Any]) -> Inventory:
 
 
 def _gpu(record: Mapping[str, Any]) -> Gpu:
+    from rediacc_core.model import Gpu, GpuPartition
+
     return Gpu(
         vendor=record["vendor"],
         source=record["source"],
@@ -137,8 +150,9 @@ def _gpu(record: Mapping[str, Any]) -> Gpu:
     )
 
 
-def check_inventory(document: Any, source: str) -> None:
-    """Raise ValidationError naming `source` when `document` is not a valid inventory."""
+def check_inventory(document: Any, source: str, *, text: str | None = None) -> None:
+    """Raise ValidationError naming `source` when `document` is not a valid inventory. With `text`
+    (what the file `source` holds), a text that passed before is not checked again."""
     if isinstance(document, Mapping) and isinstance(document.get("schemaVersion"), int):
         version = document["schemaVersion"]
         if version > SCHEMA_VERSION:
@@ -147,7 +161,10 @@ def check_inventory(document: Any, source: str) -> None:
                 f"({SCHEMA_VERSION})",
                 "upgrade rdc, or run `rdc machine setup` again with this version to rewrite it",
             )
-    problems = schema_errors(document, SCHEMA)
+    if text is None:
+        problems = schema_errors(document, SCHEMA)
+    else:
+        problems = file_schema_errors(document, text, Path(source), SCHEMA)
     if problems:
         raise ValidationError(
             f"inventory {source} does not match its schema: " + "; ".join(problems[:5]),
@@ -190,7 +207,7 @@ def _parse(text: str, source: str) -> dict[str, Any]:
             f"inventory {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
             "run `rdc machine setup` to regenerate it",
         ) from exc
-    check_inventory(document, source)
+    check_inventory(document, source, text=text)
     result: dict[str, Any] = document
     return result
 

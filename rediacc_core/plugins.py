@@ -15,13 +15,9 @@ from functools import cache
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-import pluggy
-
-from rediacc_core import hookspecs
-from rediacc_core.hookspecs import PROJECT
-
 if TYPE_CHECKING:
     import click
+    import pluggy
 
     from rediacc_core.machine import Machine
     from rediacc_core.model import (
@@ -101,7 +97,12 @@ def _hook_names(pm: pluggy.PluginManager, plugin: object) -> tuple[str, ...]:
 
 def load_plugins(extra: list[tuple[str, object]] | None = None) -> Plugins:
     """Build a plugin manager from the `rediacc` entry points (and `extra`, for tests)."""
-    pm = pluggy.PluginManager(PROJECT)
+    # pluggy and the hook specs are imported here: `rdc --version` lists plugins without them.
+    import pluggy
+
+    from rediacc_core import hookspecs
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     wanted = _wanted()
     infos: list[PluginInfo] = []
@@ -134,6 +135,8 @@ def load_plugins(extra: list[tuple[str, object]] | None = None) -> Plugins:
 
 def _register(pm: pluggy.PluginManager, name: str, plugin: object) -> str | None:
     """Register one plugin and check it alone, so a bad plugin is dropped rather than breaking rdc."""
+    import pluggy
+
     try:
         pm.register(plugin, name=name)
         # Checked per plugin: every plugin before this one already passed, so a failure is this one's.
@@ -171,6 +174,20 @@ def set_plugins(plugins: Plugins | None) -> None:
     """Make `get_plugins()` answer `plugins` (tests, embedders); None goes back to the entry points."""
     global _chosen
     _chosen = plugins
+
+
+def installed() -> list[PluginInfo]:
+    """The plugins `get_plugins()` would load, from their distributions' metadata alone: nothing is
+    imported (`rdc --version`). Whether each loads, and its hooks, is `rdc plugins`' to say."""
+    if _chosen is not None:
+        return list(_chosen.infos)
+    wanted = _wanted()
+    infos: dict[str, PluginInfo] = {}
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if (wanted is None or ep.name in wanted) and ep.name not in infos:
+            dist = ep.dist.name if ep.dist is not None else None
+            infos[ep.name] = PluginInfo(ep.name, dist, ep.dist.version if ep.dist is not None else None)
+    return list(infos.values())
 
 
 def get_plugin_manager() -> pluggy.PluginManager:

@@ -12,11 +12,13 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-
-import filelock
+from typing import TYPE_CHECKING
 
 from rediacc_core.errors import BusyError
 from rediacc_core.machine import Machine
+
+if TYPE_CHECKING:
+    import filelock
 
 DEFAULT_TIMEOUT = 10.0
 TIMEOUT_ENV = "REDIACC_LOCK_TIMEOUT"
@@ -64,6 +66,8 @@ def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]
     wait = lock_timeout() if timeout is None else timeout
     path = lock_path(machine)
     path.parent.mkdir(parents=True, exist_ok=True)
+    import filelock  # here: a read takes no lock, and filelock costs a read a tenth of its time
+
     lock = filelock.FileLock(str(path), timeout=wait)
     try:
         _acquire(lock, wait, machine)
@@ -87,6 +91,8 @@ def state_lock(machine: Machine, timeout: float | None = None) -> Iterator[None]
 
 
 def _acquire(lock: filelock.FileLock, wait: float, machine: Machine) -> None:
+    import filelock
+
     try:
         lock.acquire(timeout=0)
         return

@@ -6,20 +6,17 @@ the process exits with the error's code (see `rediacc_core.errors`), so scripts 
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-import traceback
 import warnings
 from typing import Any
 
 import click
 
 from rediacc_core import __version__
-from rediacc_core.cli.groups import HintingGroup
+from rediacc_core.cli.groups import COMPLETE_VAR, HintingGroup
 from rediacc_core.cli.output import waiting
 from rediacc_core.errors import EXIT_GENERAL, EXIT_INTERRUPTED, RdcError, from_os_error
-from rediacc_core.plugins import PluginLoadWarning, get_plugins
 from rediacc_core.statelock import notify_waits
 
 DEBUG_ENV = "RDC_DEBUG"
@@ -42,6 +39,8 @@ class RdcGroup(HintingGroup):
             raise click.exceptions.Exit(exc.exit_code) from exc
         except OSError as exc:  # forgetting sudo, a file in the way: the operator's to fix, not a bug
             if os.environ.get(DEBUG_ENV):
+                import traceback
+
                 traceback.print_exc()
             error = from_os_error(exc)
             report_error(error)
@@ -49,18 +48,31 @@ class RdcGroup(HintingGroup):
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    """`rdc --version`: the core's version, then each plugin's (a bug report needs them all)."""
+    """`rdc --version`: the core's version, then each plugin's (a bug report needs them all), read
+    from the installed distributions without loading the plugins (`rdc plugins` loads them)."""
     if not value or ctx.resilient_parsing:
         return
+    from rediacc_core.plugins import installed
+
     click.echo(f"rdc {__version__}")
-    for info in get_plugins().infos:
+    for info in installed():
         where = f" ({info.distribution})" if info.distribution else ""
         state = f" (failed to load: {info.error})" if info.error else ""
         click.echo(f"plugin {info.name} {info.version or 'unknown'}{where}{state}")
     ctx.exit()
 
 
-@click.group(cls=RdcGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# Where each top-level command lives: imported only when that command runs (or help lists it).
+COMMANDS = {
+    "machine": "rediacc_core.cli.machine:machine",
+    "repo": "rediacc_core.cli.repo:repo",
+    "plugins": "rediacc_core.cli.plugins:plugins",
+    "demo": "rediacc_core.cli.demo:demo",
+    "completion": "rediacc_core.cli.completion:completion",
+}
+
+
+@click.group(cls=RdcGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,
@@ -81,37 +93,6 @@ def cli() -> None:
     notify_waits(waiting)  # a command blocked on another's lock says so rather than hang silently
 
 
-def _add_groups() -> None:
-    from rediacc_core.cli.completion import completion
-    from rediacc_core.cli.demo import demo
-    from rediacc_core.cli.machine import machine
-    from rediacc_core.cli.plugins import plugins
-
-    for command in (machine, plugins, demo, completion):
-        cli.add_command(command)
-    importlib.import_module("rediacc_core.remote.cli")  # attaches `machine trust|install`
-    # Written separately and attached when present, so the CLI works while they are being built.
-    try:
-        from rediacc_core.cli.repo import repo
-    except ImportError as exc:
-        if exc.name != "rediacc_core.cli.repo":
-            raise
-    else:
-        cli.add_command(repo)
-        try:  # importing it attaches its commands to `repo`
-            importlib.import_module("rediacc_core.cli.repo_run")
-        except ImportError as exc:
-            if exc.name != "rediacc_core.cli.repo_run":
-                raise
-
-    from rediacc_core.cli.completion import attach_completers
-
-    attach_completers(cli)
-
-
-_add_groups()
-
-
 def _show_warning(
     message: Warning | str,
     category: type[Warning],
@@ -120,6 +101,8 @@ def _show_warning(
     file: Any = None,
     line: str | None = None,
 ) -> None:
+    from rediacc_core.plugins import PluginLoadWarning  # loaded already: a plugin load warned
+
     if issubclass(category, PluginLoadWarning):
         click.echo(f"Warning: {message}", err=True)
     else:
@@ -132,6 +115,10 @@ _default_showwarning = warnings.showwarning
 def main(argv: list[str] | None = None) -> None:
     """The `rdc` console script."""
     warnings.showwarning = _show_warning
+    if os.environ.get(COMPLETE_VAR):  # only a shell asking for completions needs every completer
+        from rediacc_core.cli.completion import attach_completers
+
+        attach_completers(cli)
     try:
         from rediacc_core.remote.dispatch import forward_if_remote
 
@@ -165,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(from_os_error(exc).exit_code)
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
+            import traceback
+
             traceback.print_exc()
         click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)
         click.echo(

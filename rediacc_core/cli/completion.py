@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterable
 import click
 from click.shell_completion import CompletionItem, get_completion_class
 
-from rediacc_core.cdi.registry import Registry
+from rediacc_core.cli.groups import COMPLETE_VAR, walk
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoRef, RepoStore, resolve_ref
 
 SHELLS = ("bash", "zsh", "fish")
-COMPLETE_VAR = "_RDC_COMPLETE"
 
 Completer = Callable[[click.Context, click.Parameter, str], list[CompletionItem]]
 
@@ -74,6 +73,8 @@ def complete_devices(ctx: click.Context, param: click.Parameter, incomplete: str
         machines = [resolve_ref(ref, config)[0]] if isinstance(ref, str) else _machines()
     except RdcError:
         machines = _machines()
+    from rediacc_core.cdi.registry import Registry  # CDI specs are parsed only to complete a name
+
     names: list[str] = []
     for machine in _local(machines):
         names += Registry.for_machine(machine).names()
@@ -91,17 +92,15 @@ def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer |
     return None
 
 
-def attach_completers(group: click.Group, path: tuple[str, ...] = ()) -> None:
+def attach_completers(root: click.Group) -> None:
     """Give every parameter of the core's command tree its completer (see the module docstring).
 
-    Only the commands attached to the groups are walked: plugins' commands are not loaded for this.
+    Loads the whole tree: only a shell asking for completions pays for it.
     """
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
-            attach_completers(command, (*path, name))
-            continue
+    ctx = click.Context(root, info_name="rdc")
+    for path, command in walk(root, ctx):
         for param in command.params:
-            completer = _completer_for((*path, name), param)
+            completer = _completer_for(path, param)
             if completer is not None:
                 # click's own hook for `shell_complete=`: set here so the commands stay free of it.
                 param._custom_shell_complete = completer

@@ -13,11 +13,8 @@ import click
 from rediacc_core.cli.machine import TerminalProgress, live_grants, render_gpu_table
 from rediacc_core.cli.output import note
 from rediacc_core.config import CONFIG_ENV, Config
-from rediacc_core.demo import DEMO_MACHINE, build_demo_machine, is_demo_root, walkthrough
 from rediacc_core.errors import StateError
 from rediacc_core.inventory import load_inventory
-from rediacc_core.plugins import get_plugins
-from rediacc_core.setup import run_setup
 
 
 @click.command("demo")
@@ -38,6 +35,11 @@ def demo(workdir: Path | None) -> None:
       rdc demo
       REDIACC_CONFIG=/tmp/rdc.yaml rdc demo --workdir /tmp/rdc-demo
     """
+    # Here, not at the top: `rdc --help` lists this command without loading the walkthrough.
+    from rediacc_core.demo import DEMO_MACHINE, build_demo_machine, is_demo_root, walkthrough
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.setup import run_setup
+
     config = Config.load()
     old_root = config.machine(DEMO_MACHINE, present=False).root if config.has(DEMO_MACHINE) else None
     if workdir is None:

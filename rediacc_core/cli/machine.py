@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import click
 
@@ -15,16 +15,24 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, fitted, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
-from rediacc_core.grants import GrantStore, prune_orphans
+from rediacc_core.grants import prune_orphans, read_grants
 from rediacc_core.inventory import age, load_inventory, read_inventory_text
 from rediacc_core.machine import Machine
-from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import RepoStore
 from rediacc_core.settings import SETTINGS, change_settings, read_settings
-from rediacc_core.setup import SetupReport, run_setup
+
+if TYPE_CHECKING:
+    from rediacc_core.setup import SetupReport
+
+# The reads here (list, gpu list, config) import only the above; setup (plugins, CDI specs) is
+# imported by the command that runs it.
 
 
-@click.group(cls=HintingGroup)
+# Commands of this group defined elsewhere, imported when used.
+_ELSEWHERE = {"trust": "rediacc_core.remote.cli", "install": "rediacc_core.remote.cli"}
+
+
+@click.group(cls=HintingGroup, lazy=_ELSEWHERE)
 def machine() -> None:
     """Machines: where their root is, their settings, setup and GPUs.
 
@@ -260,6 +268,8 @@ class _SetupCommand(click.Command):
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         params = super().get_params(ctx)
         taken = {p.name for p in params}
+        from rediacc_core.plugins import get_plugins
+
         for option in get_plugins().setup_options():
             if option.name in taken:
                 # Said once per process: click asks for the parameters several times per call.
@@ -335,6 +345,9 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
       rdc machine setup lab1 --help          # the options the installed plugins add
     """
     target = Config.load().machine(name)
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.setup import run_setup
+
     report = run_setup(
         target, get_plugins(), options, dry_run=dry_run, progress=None if dry_run else TerminalProgress()
     )
@@ -440,7 +453,7 @@ def gpu_prune(name: str, fmt: str) -> None:
 
 def live_grants(target: Machine) -> dict[str, list[str]]:
     """Device name -> holders such as `alpha:gpu (exclusive)`, read from the machine now."""
-    grants = GrantStore(target, get_plugins()).all()
+    grants = read_grants(target)
     # An unreadable repos file is an error here as in every other command, never "unknown repo".
     labels = {repo.id: repo.label for repo in RepoStore(target).list()} if grants else {}
     held: dict[str, list[str]] = {}

@@ -19,7 +19,6 @@ from contextvars import ContextVar
 from typing import Any, TextIO, TypeVar
 
 import click
-import yaml
 
 FORMATS = ("table", "wide", "json", "yaml")
 _MIN_COLUMN = 8  # narrower than this a wrapped column is unreadable: the table overflows instead
@@ -48,6 +47,8 @@ def to_json(data: Any) -> str:
 
 
 def to_yaml(data: Any) -> str:
+    import yaml  # here: only `-o yaml` needs it
+
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip("\n")
 
 

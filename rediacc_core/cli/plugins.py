@@ -7,7 +7,6 @@ from dataclasses import asdict
 import click
 
 from rediacc_core.cli.output import emit, output_option, table
-from rediacc_core.plugins import get_plugins
 
 
 @click.command("plugins")
@@ -20,6 +19,8 @@ def plugins(fmt: str) -> None:
       rdc plugins
       rdc plugins -o json
     """
+    from rediacc_core.plugins import get_plugins  # here: `rdc --help` lists this command without loading
+
     rows = [
         {**asdict(info), "hooks": list(info.hooks), "loaded": info.error is None}
         for info in get_plugins().infos

@@ -12,14 +12,11 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
-from rediacc_core.grants import Grant, GrantStore, read_grants
-from rediacc_core.holdings import repo_holders, stop_command, stop_holder
-from rediacc_core.leases import lease_end
-from rediacc_core.plugins import get_plugins
+from rediacc_core.grants import Grant, read_grants
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
-from rediacc_core.runtime import filesmount
-from rediacc_core.runtime import fork as fork_copy
-from rediacc_core.runtime.lifecycle import running_parts
+
+# The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
+# registry, the daemons) is imported by the command that makes it.
 
 
 def _grant_json(grant: Grant) -> dict[str, Any]:
@@ -59,7 +56,14 @@ def _status(running: list[str]) -> str:
     return "partial" if running else "down"
 
 
-@click.group(cls=HintingGroup)
+# Commands of this group defined elsewhere, imported when used.
+_ELSEWHERE = {
+    **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
+    **dict.fromkeys(("env", "tunnel"), "rediacc_core.remote.cli"),
+}
+
+
+@click.group(cls=HintingGroup, lazy=_ELSEWHERE)
 def repo() -> None:
     """Repos: isolated Docker workloads on a machine, each with its own daemon behind the gate.
 
@@ -113,6 +117,8 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
+    from rediacc_core.runtime.lifecycle import running_parts
+
     if every or machine_name is None:
         from rediacc_core.remote.fleet import fleet_repo_list
 
@@ -159,6 +165,8 @@ def delete(ref: str, yes: bool) -> None:
     Examples:
       rdc repo delete gpu-a@localhost --yes
     """
+    from rediacc_core.runtime.lifecycle import running_parts
+
     machine, found = resolve_ref(ref, Config.load())
     running = running_parts(machine, found)
     if running:
@@ -175,6 +183,8 @@ def delete(ref: str, yes: bool) -> None:
             )
         if not confirm_delete(found.ref):
             raise click.Abort()
+    from rediacc_core.runtime import filesmount
+
     filesmount.release_repo(machine, found.id)  # left by units stopped without `rdc repo down`
     dropped = RepoStore(machine).delete(found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
@@ -199,6 +209,9 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
       rdc repo fork gpu-a --tag exp
       rdc repo fork gpu-a --tag scratch --empty -o json
     """
+    from rediacc_core.runtime import fork as fork_copy
+    from rediacc_core.runtime.lifecycle import running_parts
+
     machine, found = resolve_ref(ref, Config.load())
     if not empty:
         fork_copy.require_down(found, running_parts(machine, found))  # before anything is created
@@ -284,6 +297,10 @@ def grant(
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive --stop-holders
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
+    from rediacc_core.grants import GrantStore
+    from rediacc_core.leases import lease_end
+    from rediacc_core.plugins import get_plugins
+
     if stop_holders and not exclusive:
         raise ValidationError(
             "--stop-holders goes with --exclusive", "add --exclusive, or leave --stop-holders out"
@@ -334,6 +351,10 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 --stop
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
+    from rediacc_core.grants import GrantStore
+    from rediacc_core.holdings import repo_holders, stop_command, stop_holder
+    from rediacc_core.plugins import get_plugins
+
     machine, found = resolve_ref(ref, Config.load())
     removed = GrantStore(machine, get_plugins()).revoke(found, devices)
     names = [g.device for g in removed]
@@ -395,6 +416,10 @@ def renew(
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --for 8h
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --forever
     """
+    from rediacc_core.grants import GrantStore
+    from rediacc_core.leases import lease_end
+    from rediacc_core.plugins import get_plugins
+
     expires_at = lease_end(duration, until)
     if forever == (expires_at is not None):
         raise ValidationError("say when the grant ends", "give one of --for, --until or --forever")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from importlib import metadata
 from typing import IO, Any
 
 VERSION = 1
@@ -32,6 +31,8 @@ class ProtocolError(Exception):
 
 def versions() -> dict[str, str]:
     """The installed rediacc-core and plugin distributions and their versions."""
+    from importlib import metadata  # here: only a command that reaches an SSH machine asks
+
     found = {CORE_DISTRIBUTION: metadata.version(CORE_DISTRIBUTION)}
     for group in PLUGIN_GROUPS:
         for ep in metadata.entry_points(group=group):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import http.client
 import json
 import os
 import shlex
@@ -37,10 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rediacc_core import unixhttp
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
-from rediacc_core.runtime import guard as runtime_guard
 from rediacc_core.runtime.netns import UPLINK_DNS, RepoNetwork
 
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
@@ -104,6 +101,8 @@ class Guard:
 def guard_script(root: Path, guard: Guard) -> str:
     """The daemon's default runtime: a shell wrapper that calls the Python guard only for the runc
     subcommands after which the container's processes run (the rest go straight to runc)."""
+    from rediacc_core.runtime import guard as runtime_guard
+
     runc = guard.runc or shutil.which("runc") or "/usr/bin/runc"
     import yaml  # where PyYAML lives, for the guard's interpreter started without site-packages
 
@@ -145,6 +144,8 @@ def daemon_config(
     with `network`, the daemon runs in that namespace of its own (`netns`)."""
     runtimes: dict[str, Any] = {}
     if guard is not None:
+        from rediacc_core.runtime import guard as runtime_guard  # only a daemon with a guard names it
+
         runtimes = {
             "runtimes": {runtime_guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}},
             "default-runtime": runtime_guard.GUARD_RUNTIME,
@@ -252,6 +253,10 @@ def prepare(
 
 def ping(sock: Path, timeout: float = 2.0) -> bool:
     """True when something at `sock` answers `GET /_ping` with 200."""
+    import http.client  # here: a command that only reads paths and pidfiles needs no HTTP client
+
+    from rediacc_core import unixhttp
+
     try:
         status, _ = unixhttp.request(sock, "GET", "/_ping", headers={"Connection": "close"}, timeout=timeout)
     except (OSError, http.client.HTTPException):

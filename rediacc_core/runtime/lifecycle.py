@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
-from rediacc_core.gate import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
-from rediacc_core.runtime import daemon, filesmount, netns, teardown
+from rediacc_core.runtime import daemon, netns
+
+# Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
+# are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
 
 GATE_START_TIMEOUT = 30.0
 _GATE_SOCKET_NAME = "gate.sock"
@@ -185,6 +187,8 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
             f"repo {repo.ref} uses the Docker daemon at {repo.docker_host}, which does not answer",
             "start that daemon first, then run rdc repo up again",
         )
+    from rediacc_core.runtime import filesmount
+
     filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
     start_daemon(machine, repo, runtime, detach=True)
     if daemon.ping(runtime.gate_socket):
@@ -240,6 +244,9 @@ def running_parts(machine: Machine, repo: Repo) -> list[str]:
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
     """Unmount the repo's pinned bind sources (with its gate down, no new container can use them)
     and its files directory's nosuid,nodev mount."""
+    from rediacc_core.gate import pins
+    from rediacc_core.runtime import filesmount
+
     released = pins.release_all(pins.directory_for(machine.run_dir, repo.id))
     filesmount.release_repo(machine, repo.id)
     return [f"released {len(released)} pinned bind source(s)"] if released else []
@@ -261,6 +268,8 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     if not runtime.owns_daemon:
         stopped += _release_pins(machine, repo)
         return stopped  # the daemon and its containers are not the repo's to stop
+    from rediacc_core.runtime import teardown
+
     before = teardown.footprint(runtime.daemon_paths)
     pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
     if pid is not None:

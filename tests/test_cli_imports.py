@@ -1,0 +1,102 @@
+"""A read command loads only what it runs.
+
+Operators run `rdc` dozens of times a day and scripts run it in loops, so a read (`repo gpu list`,
+`machine gpu list`, `repo list`, `--help`) must not pay for the gate's decision engine, the CDI
+spec machinery and jsonschema, the vendor plugins, pluggy or the YAML parser (`bench/cli_reads.py`
+measures what that is worth). Each command runs in a fresh interpreter on a demo machine, twice:
+the first run may parse the config and validate the state files once; the second must not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+RUN_AND_LIST_MODULES = """
+import json, os, sys
+sys.argv = ["rdc", *json.loads(os.environ["RDC_TEST_ARGV"])]
+from rediacc_core.launcher import main
+try:
+    main()
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+with open(os.environ["RDC_TEST_OUT"], "w") as out:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+"""
+
+# What no read command needs.
+NEVER = (
+    "jsonschema",
+    "yaml",
+    "rediacc_core.gate",
+    "rediacc_core.cdi.spec",
+    "rediacc_core.cdi.registry",
+    "rediacc_core.setup",
+    "rediacc_core.demo",
+    "rediacc_core.runtime.guard",
+    "rediacc_core.remote.tunnel",
+    "http.client",
+)
+# What only a command that works with plugins needs.
+PLUGINS = (
+    "pluggy",
+    "importlib.metadata",
+    "rediacc_core.plugins",
+    "rediacc_nvidia",
+    "rediacc_dri",
+    "rediacc_amd",
+)
+
+READS: list[tuple[list[str], tuple[str, ...]]] = [
+    (["repo", "gpu", "list", "alpha@demo"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
+    (["repo", "list", "demo"], NEVER + PLUGINS),
+    (["machine", "gpu", "list", "demo"], NEVER + PLUGINS + ("rediacc_core.runtime", "rediacc_core.model")),
+    (["machine", "list"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
+    (["--help"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
+    (["machine", "gpu", "--help"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
+    # Each plugin's version comes from its distribution's metadata: no plugin is imported.
+    (["--version"], (*NEVER, "rediacc_core.runtime", "rediacc_nvidia", "rediacc_dri", "rediacc_amd")),
+]
+
+
+@pytest.fixture(scope="module")
+def demo_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    base = tmp_path_factory.mktemp("reads")
+    env = {**os.environ, "REDIACC_CONFIG": str(base / "rdc.yaml")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    built = subprocess.run(
+        [sys.executable, "-m", "rediacc_core.cli", "demo", "--workdir", str(base / "demo")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    yield env
+
+
+def loaded(env: dict[str, str], argv: list[str], out: Path) -> set[str]:
+    run_env = {**env, "RDC_TEST_ARGV": json.dumps(argv), "RDC_TEST_OUT": str(out)}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST_MODULES], env=run_env, capture_output=True, text=True, timeout=120
+    )
+    result = json.loads(out.read_text())
+    assert result["code"] in (0, None), proc.stderr
+    return set(result["modules"])
+
+
+@pytest.mark.parametrize(("argv", "forbidden"), READS, ids=[" ".join(a) for a, _ in READS])
+def test_a_read_command_imports_only_what_it_runs(
+    demo_env: dict[str, str], tmp_path: Path, argv: list[str], forbidden: tuple[str, ...]
+) -> None:
+    loaded(demo_env, argv, tmp_path / "first.json")  # may parse the config and check the files once
+    modules = loaded(demo_env, argv, tmp_path / "second.json")
+    pulled = sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+    assert pulled == [], f"`rdc {' '.join(argv)}` imported {pulled}"
