@@ -41,7 +41,8 @@ def source_path(tree: Path) -> str:
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, timeout=120)
+    # From a neutral directory: `python -m` puts the working directory first on sys.path.
+    proc = subprocess.run(argv, env=env, capture_output=True, timeout=120, cwd="/")
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()}")
