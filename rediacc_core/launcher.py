@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import sys
 
+# Asked of this rdc, never of a machine: no config to read for them.
+LOCAL_ONLY = frozenset({"--version", "--help", "-h"})
+
 
 def main() -> None:
     argv = sys.argv[1:]
+    if not argv or argv[0] in LOCAL_ONLY:
+        from rediacc_core.cli import main as cli_main
+
+        cli_main(argv)
+        return
     try:
         from rediacc_core.remote.dispatch import forward_if_remote
 
