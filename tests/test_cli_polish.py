@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from grants_kit import GPU, build_machine, fake_plugins
 
 from rediacc_core.cli import cli
+from rediacc_core.cli.groups import walk
 from rediacc_core.cli.output import table
 from rediacc_core.config import Config
 from rediacc_core.machine import Machine
@@ -230,15 +231,19 @@ def test_on_a_terminal_tables_fit_its_width_and_wide_does_not_wrap(completion_en
 # --- help ----------------------------------------------------------------------------------------------
 
 
-def _commands(
-    group: click.Group, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    for name, command in sorted(group.commands.items()):
-        if command.hidden:
-            continue
-        yield (*path, name), command
-        if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
+def _commands(group: click.Group) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every visible command of the tree, the lazily loaded ones too."""
+    for path, command in walk(group, click.Context(group, info_name="rdc")):
+        if not command.hidden and not any(_hidden_parent(group, path[:n]) for n in range(1, len(path))):
+            yield path, command
+
+
+def _hidden_parent(group: click.Group, path: tuple[str, ...]) -> bool:
+    command: click.Command | None = group
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.get_command(click.Context(command), name)
+    return command is not None and command.hidden
 
 
 @pytest.mark.parametrize("path", [path for path, _ in _commands(cli)], ids=" ".join)
