@@ -194,6 +194,57 @@ def test_a_table_wider_than_the_width_wraps_its_widest_column() -> None:
     assert table(["NAME", "NAMES"], [["a", "one, two"]], width=None).splitlines()[1] == "a     one, two"
 
 
+MIG = "nvidia.com/gpu=MIG-00000001-0000-0000-0000-000000000001"
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+def test_a_narrow_table_never_breaks_a_cdi_name_or_a_pci_address(width: int) -> None:
+    rows = [
+        ["1", "NVIDIA H100 80GB HBM3", "590.48.01", "0000:65:00.0", f"nvidia.com/gpu=1, {MIG}"],
+        [
+            "2",
+            "AMD Instinct MI210",
+            "-",
+            "00000000:83:00.0",
+            "rediacc.io/amd=gpu1, rediacc.io/dri=renderD130",
+        ],
+    ]
+    text = table(["GPU", "NAME", "DRIVER", "PCI BUS ID", "CDI NAMES"], rows, width=width)
+    for whole in (
+        MIG,
+        "nvidia.com/gpu=1",
+        "0000:65:00.0",
+        "00000000:83:00.0",
+        "rediacc.io/dri=renderD130",
+        "590.48.01",
+    ):
+        assert any(whole in line for line in text.splitlines()), (whole, text)
+
+
+def test_a_card_two_plugins_report_is_one_row_with_both_names() -> None:
+    from rediacc_core.cli.machine import render_gpu_table
+
+    amd = {"index": 1, "name": "AMD Instinct MI210", "vendor": "amd", "memoryMiB": 65536}
+    inventory = {
+        "machine": "box",
+        "platform": "native",
+        "gpus": [
+            {
+                "name": "AMD GPU 1002:740f",
+                "vendor": "amd",
+                "pciBusId": "0000:83:00.0",
+                "cdiNames": ["rediacc.io/dri=renderD130"],
+            },
+            {**amd, "pciBusId": "0000:83:00.0", "cdiNames": ["rediacc.io/amd=gpu1"]},
+        ],
+        "devices": [],
+    }
+    rows = [line for line in render_gpu_table(inventory, {}).splitlines() if "0000:83:00.0" in line]
+    assert len(rows) == 1
+    assert rows[0].split()[:2] == ["1", "AMD"]
+    assert rows[0].endswith("rediacc.io/amd=gpu1, rediacc.io/dri=renderD130")
+
+
 def _on_a_terminal(args: list[str], env: dict[str, str], columns: int) -> str:
     """`rdc ARGS` with stdout on a pseudo-terminal `columns` wide; its output."""
     main, child = pty.openpty()

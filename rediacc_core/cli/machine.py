@@ -471,7 +471,7 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
         f"inventory written {age(generated)} ({generated})",
         "",
     ]
-    gpus = inventory.get("gpus", [])
+    gpus = _one_per_card(inventory.get("gpus", []))
     if gpus:
         rows: list[list[object]] = []
         for g in gpus:
@@ -520,6 +520,29 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
     else:
         out.append("Grantable CDI devices: none")
     return "\n".join(out)
+
+
+def _one_per_card(gpus: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One row per card: where two plugins report the same PCI device (the AMD plugin's KFD GPU and
+    the DRI plugin's render node of it), the fuller record leads and the CDI names of both are shown."""
+    cards: dict[str, list[Mapping[str, Any]]] = {}
+    alone: list[list[Mapping[str, Any]]] = []
+    for gpu in gpus:
+        bus = gpu.get("pciBusId")
+        if bus:
+            if bus not in cards:
+                cards[bus] = []
+                alone.append(cards[bus])
+            cards[bus].append(gpu)
+        else:
+            alone.append([gpu])
+    merged: list[Mapping[str, Any]] = []
+    for same in alone:
+        lead = max(same, key=lambda g: sum(v not in (None, "", [], {}) for v in g.values()))
+        names = [n for g in [lead, *same] for n in g.get("cdiNames", [])]
+        parts = [p for g in same for p in g.get("partitions", [])]
+        merged.append({**lead, "cdiNames": list(dict.fromkeys(names)), "partitions": parts})
+    return merged
 
 
 def _mib(value: object) -> str | None:

@@ -8,6 +8,7 @@ width, wrapping the widest cells; `wide` never wraps (and off a terminal nothing
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -23,6 +24,12 @@ import click
 FORMATS = ("table", "wide", "json", "yaml")
 _MIN_COLUMN = 8  # narrower than this a wrapped column is unreadable: the table overflows instead
 _SHORT_COLUMN = 16  # columns this narrow are wrapped only when the long ones cannot give more
+# What a person copies from a table into a command must stay whole: CDI device names and PCI
+# addresses. A column is never narrower than the longest of them it holds; other columns give way.
+_WHOLE = re.compile(
+    r"[a-z0-9][a-z0-9.-]*/[A-Za-z0-9_.-]+=[^\s,]+"  # vendor.example/class=name
+    r"|\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"  # PCI domain:bus:device.function
+)
 _width: ContextVar[int | None] = ContextVar("table_width", default=None)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -128,7 +135,8 @@ def table(
             widths[i] = max(widths[i], len(value))
     limit = width if width is not None else _width.get()
     if limit is not None:
-        widths = _narrowed(widths, limit - len(indent) - 2 * (len(widths) - 1))
+        whole = [_kept_whole([headers[i], *(row[i] for row in cells)]) for i in range(len(widths))]
+        widths = _narrowed(widths, limit - len(indent) - 2 * (len(widths) - 1), whole)
     lines = []
     for row in [list(headers), *cells]:
         wrapped = [_wrap(value, widths[i]) for i, value in enumerate(row)]
@@ -140,15 +148,25 @@ def table(
     return "\n".join(lines)
 
 
-def _narrowed(widths: list[int], room: int) -> list[int]:
+def _kept_whole(column: Sequence[str]) -> int:
+    """How narrow a column may get: its longest CDI name or PCI address, and its longest short word
+    (a version, a size, a header), so that wrapping happens only between words of longer text."""
+    names = max((len(m) for value in column for m in _WHOLE.findall(value)), default=0)
+    words = max((len(w) for value in column for w in value.split() if len(w) <= _SHORT_COLUMN), default=0)
+    return max(names, words)
+
+
+def _narrowed(widths: list[int], room: int, whole: Sequence[int]) -> list[int]:
     """Narrow the widest columns first; short columns (ids, numbers) keep their width while the
-    long ones can still give way, and nothing goes below `_MIN_COLUMN`."""
+    long ones can still give way, nothing goes below `_MIN_COLUMN`, and no column below the longest
+    name it must keep whole (`whole[i]`): then the table overflows instead."""
     widths = list(widths)
     for floor in (_SHORT_COLUMN, _MIN_COLUMN):
         while sum(widths) > room:
-            widest = max(range(len(widths)), key=lambda i: widths[i])
-            if widths[widest] <= floor:
+            can_give = [i for i in range(len(widths)) if widths[i] > max(floor, whole[i])]
+            if not can_give:
                 break
+            widest = max(can_give, key=lambda i: widths[i])
             widths[widest] -= 1
     return widths
 
