@@ -47,6 +47,12 @@ class Setting:
     default: str
     help: str
     check: Callable[[str], str | None] | None = None
+    form: str = ""  # the shape of a free-form value, as `machine config` shows it (`1-16`, `DIR[:ro],…`)
+
+    @property
+    def values(self) -> str:
+        """What the setting accepts, in a few characters: its choices, or the shape of its value."""
+        return "|".join(self.choices) if self.choices else self.form
 
 
 def split_list(value: str) -> list[str]:
@@ -133,6 +139,7 @@ SETTINGS: dict[str, Setting] = {
             "host directories containers may bind besides the repo's own files directory, comma-separated; "
             "':ro' after one forces read-only binds (/data/datasets:ro,/srv/shared)",
             _check_bind_roots,
+            form="DIR[:ro],…",
         ),
         Setting(
             "extra-capabilities",
@@ -140,6 +147,7 @@ SETTINGS: dict[str, Setting] = {
             "",
             "capabilities beyond Docker's default set that containers may add, comma-separated (NET_ADMIN)",
             _check_capabilities,
+            form="CAPABILITY,…",
         ),
         Setting(
             "volume-drivers",
@@ -147,6 +155,7 @@ SETTINGS: dict[str, Setting] = {
             "",
             "volume drivers besides 'local' that repos may use, comma-separated",
             _check_names,
+            form="DRIVER,…",
         ),
         Setting(
             "lease-end",
@@ -162,6 +171,7 @@ SETTINGS: dict[str, Setting] = {
             "host addresses a repo container's published port (-p 8080:80) listens on, through the repo's "
             "uplink, comma-separated IPv4 (0.0.0.0 = every address; none = publish nowhere)",
             _check_addresses,
+            form="IPv4,…|none",
         ),
         Setting(
             "pids-limit",
@@ -171,6 +181,7 @@ SETTINGS: dict[str, Setting] = {
             "asks for no limit or for unlimited, and a request for more refused, so that no container "
             "can use up the host's process ids",
             _check_pids,
+            form="1-4194304",
         ),
         Setting(
             "registries",
@@ -180,6 +191,7 @@ SETTINGS: dict[str, Setting] = {
             "pushes, logins, build remotes, imports), comma-separated host or host:port "
             "(localhost:5000,[::1]:5000); a host without a port allows each of its ports",
             _check_registries,
+            form="HOST[:PORT],…",
         ),
         Setting(
             "gate-workers",
@@ -188,6 +200,7 @@ SETTINGS: dict[str, Setting] = {
             "processes each repo's gate serves from (1 to 16): more let a repo's API calls use more CPUs "
             "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
             _check_workers,
+            form="1-16",
         ),
     ]
 }

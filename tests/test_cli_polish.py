@@ -316,3 +316,13 @@ def test_completion_offers_ssh_machines_but_fetches_nothing_from_them(
     assert complete(["rdc", "machine", "setup", ""], completion_env) == ["box", "far", "localhost"]
     assert complete(["rdc", "repo", "up", ""], completion_env) == ["alpha@box", "beta:exp@box"]
     assert complete(["rdc", "repo", "gpu", "grant", "a@far", "--device", ""], completion_env) == []
+
+
+def test_machine_config_help_lists_every_setting_with_what_it_accepts() -> None:
+    from rediacc_core.settings import SETTINGS
+
+    text = ok("machine", "config", "--help").stdout
+    for setting in SETTINGS.values():
+        assert f"{setting.name}={setting.values}  [{setting.default or 'none'}]" in text
+        assert setting.values, f"{setting.name} says nothing of what it accepts"
+    assert "gate-workers=1-16" in text

@@ -189,6 +189,13 @@ def remove(name: str) -> None:
     note(f"Removed machine {name}; nothing under {where} was changed.")
 
 
+def _settings_help(text: str | None) -> str:
+    """The command's help with every setting listed: what it accepts and its default."""
+    lines = ["\b", "Settings (default in brackets):"]
+    lines += [f"  {s.name}={s.values}  [{s.default or 'none'}]" for s in SETTINGS.values()]
+    return (text or "").replace("{settings}", "\n    ".join(lines))  # the docstring's indent
+
+
 @machine.command("config")
 @click.argument("name")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set a per-machine setting.")
@@ -200,9 +207,7 @@ def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], f
     Settings are kept on the machine, in /etc/rediacc/settings.json under its root; running repo
     gates apply a change at their next request.
 
-    \b
-    Settings:
-      legacy-visible-devices=refuse|translate
+    {settings}
 
     \b
     Examples:
@@ -243,18 +248,21 @@ def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], f
         rows,
         fmt,
         lambda data: table(
-            ["SETTING", "VALUE", "SOURCE", "CHOICES"],
+            ["SETTING", "VALUE", "SOURCE", "ACCEPTS"],
             [
                 [
                     r["setting"],
                     r["value"] or "-",
                     r["source"],
-                    "|".join(r["choices"]) or "comma-separated list",
+                    SETTINGS[r["setting"]].values,
                 ]
                 for r in data
             ],
         ),
     )
+
+
+configure.help = _settings_help(configure.help)
 
 
 # --- setup ------------------------------------------------------------------------------------
