@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rediacc_core.cdi.names import is_qualified_name
 
 if TYPE_CHECKING:
+    from rediacc_core.errors import RdcError
     from rediacc_core.machine import Machine
 
 Scalar = str | int | float | bool | None
@@ -154,7 +155,10 @@ class SetupStep:
     """One step of `rdc machine setup`.
 
     `plan` lines are what a dry run prints (each command, each file); `apply` does the work and is
-    never called on a dry run. Steps run in ascending `order`, then in plugin order.
+    never called on a dry run. Steps run in ascending `order`, then in plugin order. A step that
+    already knows it cannot succeed (a missing tool it may not install) gives the error as `refusal`:
+    the real run raises it instead of calling `apply`, and a dry run, after printing the plan, exits
+    with it too, so `--dry-run` answers as the real run would.
     """
 
     title: str
@@ -162,6 +166,7 @@ class SetupStep:
     apply: Callable[[], None] | None = None
     order: int = 50
     slow: bool = False  # e.g. a package install: the CLI shows a spinner
+    refusal: RdcError | None = None
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ class SetupReport:
     dry_run: bool
     gpus: list[Gpu] = field(default_factory=list)
     plan: list[PlannedStep] = field(default_factory=list)
+    refusal: RdcError | None = None  # on a dry run: the error the real run would stop with
     written: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)
     inventory: dict[str, Any] | None = None
@@ -128,6 +129,11 @@ def run_setup(
     ctx = SetupContext(machine, tuple(report.gpus), dict(options), dry_run)
     for step in plugins.setup_steps(ctx):
         report.plan.append(PlannedStep(step.title, step.plan))
+        if step.refusal is not None:
+            if not dry_run:
+                raise step.refusal
+            report.refusal = report.refusal or step.refusal
+            continue
         if not dry_run and step.apply is not None:
             with _step(progress, step.title, step.slow):
                 step.apply()
@@ -141,6 +147,8 @@ def run_setup(
     )
     report.plan.append(PlannedStep("Write the inventory", (inventory_line,)))
     if dry_run:
+        if report.refusal is not None:
+            return report  # the specs come after the step that refuses: the real run never gets there
         for spec_file in spec_files:
             if spec_file.spec is not None:
                 _validated_text(spec_file.spec, machine.cdi_dir / spec_file.filename, machine)

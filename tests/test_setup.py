@@ -119,6 +119,25 @@ def test_an_invalid_plugin_option_value_is_a_usage_error(vendor: FakeVendor, fm:
     assert "sometimes" in result.stderr
 
 
+def test_a_step_that_cannot_succeed_makes_the_dry_run_exit_as_the_real_run(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    vendor.gpus = [example_gpu(0)]
+    refusal = ToolError("example-ctk is not installed", "install example-toolkit yourself")
+    vendor.steps = [SetupStep("Install the example toolkit", ("refuse: no example-ctk",), refusal=refusal)]
+    with_generator(vendor, fm)
+    before = snapshot(fm.root)
+
+    dry = rdc("machine", "setup", "box", "--dry-run")
+    real = rdc("machine", "setup", "box")
+
+    assert dry.exit_code == real.exit_code == EXIT_TOOL
+    assert "refuse: no example-ctk" in dry.stdout  # the plan is printed first
+    assert "Error: example-ctk is not installed" in dry.stderr
+    assert "Error: example-ctk is not installed" in real.stderr
+    assert snapshot(fm.root) == before  # neither wrote a spec or the inventory
+
+
 def test_dry_run_prints_every_step_command_and_file_and_changes_nothing(
     vendor: FakeVendor, fm: FakeMachine
 ) -> None:

@@ -361,6 +361,8 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
     )
     if dry_run:
         print_plan(report)
+        if report.refusal is not None:  # exit as the real run would, saying why
+            raise report.refusal
         return
     for warning in report.warnings:
         note(f"Warning: {warning}")

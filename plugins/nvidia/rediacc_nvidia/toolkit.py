@@ -161,36 +161,29 @@ def install_step(ctx: SetupContext) -> SetupStep:
         # network belong to the host, never to it.
         where = f"machine {machine.name}'s root is {machine.root}, not /"
 
-        def refuse_here() -> None:
-            raise ToolError(
+        return SetupStep(
+            title,
+            (f"refuse: nvidia-ctk is not on PATH and {where}: no package manager or network is used for it",),
+            order=20,
+            refusal=ToolError(
                 f"nvidia-ctk is not on PATH and {where}: setup never installs packages for such a machine "
                 "(the host's apt-get, dnf and network are left alone)",
                 "put nvidia-ctk on PATH (install nvidia-container-toolkit on the host yourself), "
                 "or run setup with --install-nvidia-toolkit=false",
-            )
-
-        return SetupStep(
-            title,
-            (f"refuse: nvidia-ctk is not on PATH and {where}: no package manager or network is used for it",),
-            refuse_here,
-            order=20,
+            ),
         )
     plan = install_plan(machine)
     if plan is None:
-
-        def refuse() -> None:
-            raise ToolError(
+        return SetupStep(
+            title,
+            ("no apt-get, dnf or yum found: cannot install nvidia-container-toolkit",),
+            order=20,
+            refusal=ToolError(
                 "no supported package manager (apt-get, dnf or yum) was found to install the "
                 "NVIDIA Container Toolkit",
                 f"install {PACKAGE} by hand so that nvidia-ctk is on PATH, "
                 "or run setup with --install-nvidia-toolkit=false",
-            )
-
-        return SetupStep(
-            title,
-            ("no apt-get, dnf or yum found: cannot install nvidia-container-toolkit",),
-            refuse,
-            order=20,
+            ),
         )
 
     def apply() -> None:
