@@ -326,3 +326,18 @@ def test_machine_config_help_lists_every_setting_with_what_it_accepts() -> None:
         assert f"{setting.name}={setting.values}  [{setting.default or 'none'}]" in text
         assert setting.values, f"{setting.name} says nothing of what it accepts"
     assert "gate-workers=1-16" in text
+
+
+@pytest.mark.parametrize(
+    "path", ["/nonexistent", os.environ.get("PATH", "")], ids=["rdc-not-on-path", "as-is"]
+)
+def test_the_demos_next_commands_run_as_printed(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    import shlex
+
+    from rediacc_core.cli.demo import runnable_rdc
+
+    monkeypatch.setenv("PATH", path)
+    printed = runnable_rdc()
+    ran = subprocess.run([*shlex.split(printed), "--version"], capture_output=True, text=True, env=os.environ)
+    assert ran.returncode == 0, (printed, ran.stderr)
+    assert ran.stdout.startswith("rdc ")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -93,5 +95,16 @@ def demo(workdir: Path | None) -> None:
     click.echo("")
     # A config other than the default must be named, or the next command would not find `demo`.
     prefix = f"REDIACC_CONFIG={config.path} " if os.environ.get(CONFIG_ENV) else ""
-    click.echo(f"Next: {prefix}rdc machine gpu list {DEMO_MACHINE}   (grants now in force)")
-    click.echo(f"      {prefix}rdc repo gpu list alpha@{DEMO_MACHINE}")
+    rdc = runnable_rdc()
+    click.echo(f"Next: {prefix}{rdc} machine gpu list {DEMO_MACHINE}   (grants now in force)")
+    click.echo(f"      {prefix}{rdc} repo gpu list alpha@{DEMO_MACHINE}")
+
+
+def runnable_rdc() -> str:
+    """How to run this rdc from the user's shell: `rdc` when PATH finds this one, else its full
+    path (after `tox -e demo`, rdc lives in the env's bin, which is not on the user's PATH)."""
+    here = Path(sys.executable).parent / "rdc"
+    found = shutil.which("rdc")
+    if found is not None and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "rdc"
+    return shlex.quote(str(here)) if here.exists() else f"{shlex.quote(sys.executable)} -m rediacc_core.cli"
