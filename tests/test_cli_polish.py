@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shlex
 import shutil
 import subprocess
 import sys
@@ -173,6 +174,46 @@ def test_bash_completes_the_cdi_names_of_the_repos_machine(completion_env: dict[
     ok("machine", "add", "other", "--root", str(other.root))
     offered = complete(["rdc", "repo", "gpu", "grant", "alpha@box", "--device", "vendor"], completion_env)
     assert offered and not any("tpu" in name for name in offered)
+
+
+def complete_line(line: str, env: dict[str, str]) -> list[str]:
+    """What bash, given `line` with the cursor at its end, leaves in the word being typed for each
+    answer: readline keeps the word up to its last break character (`@`, `=`, `:`) and inserts the
+    answer after it."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("needs bash")
+    script = (
+        "source <(rdc completion bash) || exit 3\n"
+        f"COMP_LINE={shlex.quote(line)}; COMP_POINT=${{#COMP_LINE}}; COMP_WORDS=(); COMP_CWORD=0\n"
+        '_rdc_completion rdc\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    result = subprocess.run(
+        [bash, "--norc", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "PATH": path, "REDIACC_LOAD_PLUGINS": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    word = "" if line.endswith(" ") else line.split()[-1]
+    cut = max(word.rfind(char) for char in "@=:")
+    return [word[: cut + 1] + answer for answer in result.stdout.splitlines() if answer]
+
+
+def test_bash_completes_whole_words_across_its_break_characters(completion_env: dict[str, str]) -> None:
+    assert complete_line("rdc repo up alpha@", completion_env) == ["alpha@box"]
+    assert complete_line("rdc repo up beta:", completion_env) == ["beta:exp@box"]
+    assert complete_line("rdc repo create gamma@lo", completion_env) == ["gamma@localhost"]
+    offered = complete_line(f"rdc repo gpu grant alpha@box --device {GPU}=", completion_env)
+    assert f"{GPU}=0" in offered and f"{GPU}=all" in offered
+
+
+def test_bash_completes_a_repos_own_grants_for_revoke(completion_env: dict[str, str]) -> None:
+    ok("repo", "gpu", "grant", "alpha@box", "--device", f"{GPU}=0")
+    assert complete_line("rdc repo gpu revoke alpha@box --device ", completion_env) == [f"{GPU}=0"]
+    assert complete_line("rdc repo gpu revoke beta:exp@box --device ", completion_env) == []
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])

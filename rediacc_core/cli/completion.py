@@ -7,10 +7,17 @@ commands need no completion code: `ref` arguments complete repo references, a ma
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 
 import click
-from click.shell_completion import CompletionItem, get_completion_class
+from click.shell_completion import (
+    BashComplete,
+    CompletionItem,
+    add_completion_class,
+    get_completion_class,
+    split_arg_string,
+)
 
 from rediacc_core.cli.groups import COMPLETE_VAR, walk
 from rediacc_core.config import Config
@@ -19,6 +26,54 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoRef, RepoStore, resolve_ref
 
 SHELLS = ("bash", "zsh", "fish")
+# bash's default: readline ends a word at each of these, so `alpha@box` and `vendor/gpu=0` reach a
+# completion function in pieces.
+_BASH_BREAKS = " \t\n\"'@><=;|&(:"
+
+
+class _Bash(BashComplete):
+    """bash completion that sees the whole word being typed.
+
+    bash splits the command line at its COMP_WORDBREAKS (`@`, `=`, `:` among them), so click's own
+    script would complete `alpha@` as a new empty word and stop at the `=` of a CDI name. This script
+    also hands over the line up to the cursor and the break characters: the word is read whole from
+    the line, and each answer loses what readline keeps before the word's last break character.
+    """
+
+    source_template = BashComplete.source_template.replace(
+        "COMP_CWORD=$COMP_CWORD ",
+        'COMP_CWORD=$COMP_CWORD RDC_COMP_LINE="${COMP_LINE:0:$COMP_POINT}" '
+        'RDC_COMP_BREAKS="${COMP_WORDBREAKS}" ',
+    )
+
+    def get_completion_args(self) -> tuple[list[str], str]:
+        line = os.environ.get("RDC_COMP_LINE")
+        if not line:  # a caller that sets only COMP_WORDS (as click's own script does)
+            return super().get_completion_args()
+        words = split_arg_string(line)
+        if line[-1].isspace() or not words:
+            return words[1:], ""
+        return words[1:-1], words[-1]
+
+    def format_completion(self, item: CompletionItem) -> str:
+        kept = self._kept_by_readline()
+        value = str(item.value)
+        if kept and value.startswith(kept):
+            value = value[len(kept) :]
+        return f"{item.type},{value}"
+
+    def _kept_by_readline(self) -> str:
+        """The part of the word being typed that readline leaves in place (up to its last break)."""
+        line = os.environ.get("RDC_COMP_LINE")
+        if not line or line[-1].isspace():
+            return ""
+        word = split_arg_string(line)[-1]
+        breaks = os.environ.get("RDC_COMP_BREAKS", _BASH_BREAKS)
+        cut = max((word.rfind(char) for char in breaks if not char.isspace()), default=-1)
+        return word[: cut + 1]
+
+
+add_completion_class(_Bash, "bash")
 
 Completer = Callable[[click.Context, click.Parameter, str], list[CompletionItem]]
 
@@ -81,6 +136,24 @@ def complete_devices(ctx: click.Context, param: click.Parameter, incomplete: str
     return _items(names, incomplete)
 
 
+def complete_granted(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The CDI names the repo holds (for `revoke` and `renew`), read from its machine's grants."""
+    ref = ctx.params.get("ref") or next((arg for arg in ctx.args if not arg.startswith("-")), None)
+    if not isinstance(ref, str):
+        return []
+    try:
+        config = Config.load()
+        on = RepoRef.parse(ref).machine
+        if on is not None and config.machine(on, present=False).remote is not None:
+            return []  # its grants are on the SSH machine: not fetched for a completion
+        machine, repo = resolve_ref(ref, config)
+        from rediacc_core.grants import read_grants
+
+        return _items((g.device for g in read_grants(machine) if g.repo_id == repo.id), incomplete)
+    except RdcError:
+        return []
+
+
 def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer | None:
     if param.name == "ref":
         return complete_new_repo if path[-2:] == ("repo", "create") else complete_repos
@@ -88,7 +161,7 @@ def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer |
     if param.name == "machine_name" or names_a_machine:
         return complete_machines
     if param.name == "devices":
-        return complete_devices
+        return complete_granted if path[-1] in ("revoke", "renew") else complete_devices
     return None
 
 
