@@ -86,10 +86,14 @@ def _read_document(path: Path) -> Any:
         key = list(stat_key(os.fstat(handle.fileno())))
         raw = handle.read()
     copy = parsed_copy(path)
-    with contextlib.suppress(OSError, ValueError):
-        kept = json.loads(copy.read_text(encoding="utf-8"))
-        if isinstance(kept, dict) and kept.get("key") == key:
-            return kept.get("document")
+    with contextlib.suppress(OSError, ValueError), copy.open("rb") as kept_file:
+        # Anyone can read a file's StatKey: only a copy this user wrote, which no one else may
+        # change, is trusted (a config in a shared directory such as /tmp is then parsed each time).
+        st = os.fstat(kept_file.fileno())
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+            kept = json.loads(kept_file.read().decode("utf-8"))
+            if isinstance(kept, dict) and kept.get("key") == key:
+                return kept.get("document")
     import yaml
 
     try:

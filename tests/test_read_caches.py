@@ -125,3 +125,14 @@ def test_broken_yaml_is_still_an_error_naming_the_file(tmp_path: Path) -> None:
     path.write_text("machines: [unclosed\n")
     with pytest.raises(ValidationError, match="is not valid YAML"):
         Config.load(path)
+
+
+def test_a_kept_copy_someone_else_could_write_is_not_trusted(tmp_path: Path) -> None:
+    path = config_file(tmp_path, tmp_path)
+    Config.load(path)
+    copy = parsed_copy(path)
+    kept = json.loads(copy.read_text())
+    forged = {"key": kept["key"], "document": {"machines": {"evil": {"root": str(tmp_path)}}}}
+    copy.write_text(json.dumps(forged))
+    os.chmod(copy, 0o666)  # as if planted in a shared directory, with the file's key copied
+    assert Config.load(path).names() == ["localhost", "lab"]
