@@ -95,15 +95,23 @@ def down(ref: str) -> None:
 
 @repo.command("docker-host")
 @click.argument("ref", metavar="REPO-REF")
-def docker_host(ref: str) -> None:
-    """Print the DOCKER_HOST value of the repo: its gate's socket.
+@output_option("table", "json", "yaml")
+def docker_host(ref: str, fmt: str) -> None:
+    """Print the DOCKER_HOST value of the repo: its gate's socket (a local tunnel's, for an SSH machine).
+
+    `-o json` prints the repo, its id and the DOCKER_HOST.
 
     \b
     Examples:
       export DOCKER_HOST=$(rdc repo docker-host gpu-a)
+      rdc repo docker-host gpu-a -o json
     """
     machine, found = _resolve(ref)
-    click.echo(lifecycle.runtime_for(machine, found).docker_host_url)
+    url = lifecycle.runtime_for(machine, found).docker_host_url
+    if fmt == "table":
+        click.echo(url)
+        return
+    emit({"repo": found.ref, "repoId": found.id, "dockerHost": url}, fmt, lambda _: "")
 
 
 class _GateGroup(click.Group):

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from rediacc_core.cli.machine import machine
-from rediacc_core.cli.output import note
+from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, RefusedError, StateError, ToolError, ValidationError
@@ -27,6 +27,7 @@ def add_ssh_machine(
 ) -> None:
     added = config.add_ssh(name, SshAddress.parse(ssh, identity), root)
     config.save()
+    tunnel.close_tunnels(config, name)  # left from an earlier machine of this name, if any
     note(f"Added machine {name} at {added.remote}, root {added.root} there.")
     target = ssh_machine(config, added)
     try:
@@ -46,7 +47,8 @@ def add_ssh_machine(
 
 
 def forget_ssh_machine(config: Config, target: Machine) -> None:
-    closed = tunnel.close_all(config, target)  # a tunnel is a way into a repo: none outlives its machine
+    # A tunnel is a way into a repo: none outlives the machine it was opened to.
+    closed = tunnel.close_tunnels(config, target.name)
     if closed:
         note(f"Closed {closed} tunnel(s) to machine {target.name}.")
     ssh = ssh_machine(config, target)
@@ -82,7 +84,8 @@ def trust(name: str, fingerprint: str | None) -> None:
             "check the fingerprint with the machine's operator (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub)",
         )
     old = fingerprints(ssh.trusted_keys()) if ssh.trusted_keys() else []
-    ssh.close_master()  # a master made under the old key must not outlive it
+    ssh.close_master()  # a master made under the old key must not outlive it, nor its tunnels
+    tunnel.close_tunnels(_config, name)
     ssh.remember_keys(keys)
     if old and set(old) != set(prints):
         note(f"Replaced the old host key of {name} ({', '.join(old)}).")
@@ -164,23 +167,61 @@ def env(ref: str) -> None:
 
 
 @repo.command("tunnel")
-@click.argument("ref", metavar="REPO")
+@click.argument("ref", metavar="REPO", required=False)
 @click.option("--close", is_flag=True, help="Close the tunnel instead.")
-def tunnel_command(ref: str, close: bool) -> None:
+@click.option("--list", "listing", is_flag=True, help="List this config's tunnels and whether each answers.")
+@output_option()
+def tunnel_command(ref: str | None, close: bool, listing: bool, fmt: str) -> None:
     """Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST.
+
+    A tunnel is found again only while it leads to the same machine (address and host key), root,
+    repo (its id) and gate, and its gate answers; otherwise a new one replaces it.
 
     \b
     Examples:
       export DOCKER_HOST=$(rdc repo tunnel gpu-a@gpu-box)
+      rdc repo tunnel --list
       rdc repo tunnel gpu-a@gpu-box --close
     """
+    if listing:
+        if ref is not None or close:
+            raise ValidationError("--list takes no REPO and no --close", "run `rdc repo tunnel --list`")
+        _list_tunnels(Config.load(), fmt)
+        return
+    if ref is None:
+        raise ValidationError("name the repo to tunnel to", "e.g. rdc repo tunnel gpu-a@gpu-box, or --list")
     config, target, parsed = _remote_repo(ref)
     if close:
-        closed = tunnel.close_tunnel(config, target, parsed)
+        closed = tunnel.close_tunnels(config, target.name, parsed)
         note(f"Closed the tunnel to {parsed}." if closed else f"No tunnel to {parsed} was open.")
         return
-    click.echo(f"unix://{tunnel.open_tunnel(config, target, parsed)}")
+    opened = tunnel.open_tunnel(config, target, parsed)
+    emit(opened.to_json(), fmt, lambda data: str(data["dockerHost"]))
     note(f"Close it with: rdc repo tunnel {parsed} --close")
+
+
+def _list_tunnels(config: Config, fmt: str) -> None:
+    rows = [
+        {
+            **t.to_json(),
+            "machine": t.far.machine,
+            "address": t.far.address,
+            "root": t.far.root,
+            "gate": t.far.gate,
+            "state": tunnel.state(t),
+        }
+        for t in tunnel.tunnels(config)
+    ]
+    emit(
+        rows,
+        fmt,
+        lambda data: table(
+            ["REPO", "REPO ID", "STATE", "DOCKER HOST", "MACHINE", "GATE THERE"],
+            [[r["repo"], r["repoId"], r["state"], r["dockerHost"], r["machine"], r["gate"]] for r in data],
+        ),
+    )
+    if not rows and fmt == "table":
+        note("No tunnels are open; `rdc repo env REPO` opens one.")
 
 
 def _placed(config: Config, ref: str) -> str:
@@ -208,7 +249,7 @@ def _docker_host(ref: str) -> str:
     ref = _placed(config, ref)
     parsed = RepoRef.parse(ref)
     if parsed.machine is not None and config.machine(parsed.machine).remote is not None:
-        return f"unix://{tunnel.open_tunnel(config, config.machine(parsed.machine), ref)}"
+        return tunnel.open_tunnel(config, config.machine(parsed.machine), ref).docker_host
     from rediacc_core.runtime.lifecycle import runtime_for
 
     machine, found = resolve_ref(ref, config)

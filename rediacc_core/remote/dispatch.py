@@ -191,24 +191,16 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
     machine = config.machine(name)
     if machine.remote is None:
         return None
-    if target.path == ("repo", "docker-host"):
+    if target.path == ("repo", "docker-host") and _output_of(argv) in ("table", "json", "yaml"):
         # The machine's socket path means nothing here: hand out the local end of a tunnel to it.
-        from rediacc_core.remote.tunnel import open_tunnel
-
-        ref = next(a for a in argv if a.endswith(f"@{name}"))
-        try:
-            Stream(sys.stdout).write(f"unix://{open_tunnel(config, machine, ref)}\n")
-        except RdcError as exc:
-            report(exc, Stream(sys.stderr))
-            return exc.exit_code
-        return 0
+        return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv))
     if target.path == ("repo", "delete") and "--yes" not in argv and sys.stdin.isatty():
         # The machine side has no terminal to ask on: ask here, as the local command does.
         import click
 
         from rediacc_core.cli.repo import confirm_delete
 
-        ref = next((a for a in argv if a.endswith(f"@{name}")), name)
+        ref = _ref_on(argv, name)
         try:
             agreed = confirm_delete(ref)
         except click.Abort as exc:  # Ctrl-C or the end of input at the prompt
@@ -219,7 +211,49 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
             Stream(sys.stderr).write("Aborted.\n")  # as the local command says it
             return EXIT_GENERAL
         argv = [*argv, "--yes"]
-    return run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
+    code = run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
+    if target.path == ("repo", "delete") and code == 0:
+        from rediacc_core.remote.tunnel import close_tunnels
+
+        close_tunnels(config, name, _ref_on(argv, name))  # no tunnel outlives its repo
+    return code
+
+
+def _ref_on(argv: Sequence[str], machine: str) -> str:
+    return next((a for a in argv if a.endswith(f"@{machine}")), machine)
+
+
+def _output_of(argv: Sequence[str]) -> str:
+    """The value of `-o/--output` on the line (the last one given), `table` without one."""
+    fmt = "table"
+    for i, arg in enumerate(argv):
+        if arg in ("-o", "--output") and i + 1 < len(argv):
+            fmt = argv[i + 1]
+        elif arg.startswith("--output="):
+            fmt = arg.partition("=")[2]
+        elif arg.startswith("-o") and len(arg) > 2:
+            fmt = arg[2:]
+    return fmt
+
+
+def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str) -> int:
+    from rediacc_core.remote.tunnel import open_tunnel
+
+    try:
+        opened = open_tunnel(config, machine, ref)
+    except RdcError as exc:
+        report(exc, Stream(sys.stderr))
+        return exc.exit_code
+    if fmt == "table":
+        text = opened.docker_host
+    elif fmt == "json":
+        text = json.dumps(opened.to_json(), indent=2, ensure_ascii=False)
+    else:
+        import yaml
+
+        text = yaml.safe_dump(opened.to_json(), sort_keys=False).rstrip("\n")
+    Stream(sys.stdout).write(text + "\n")
+    return 0
 
 
 def place_repo(config: Config, ref: str) -> str | None:
