@@ -3,13 +3,15 @@ and docker from the laptop (`rdc repo env`, `rdc repo tunnel`)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import click
 
-from rediacc_core.cli.machine import machine
+from rediacc_core.cli.machine import TerminalProgress, machine
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
@@ -18,7 +20,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.remote import install, protocol, tunnel
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.remote.dispatch import agent_path, machine_versions, place_repo, ssh_machine
-from rediacc_core.remote.ssh import SshMachine, classify, fingerprints, stderr_file
+from rediacc_core.remote.ssh import CONNECT_TIMEOUT, SshMachine, classify, fingerprints, stderr_file
 from rediacc_core.repos import RepoRef, resolve_ref
 
 
@@ -27,6 +29,9 @@ def add_ssh_machine(
 ) -> None:
     added = config.add_ssh(name, SshAddress.parse(ssh, identity), root)
     config.save()
+    key_file = added.remote.identity if added.remote is not None else None
+    if key_file and not Path(key_file).is_file():
+        note(f"Warning: the key file {key_file} does not exist (yet); ssh will not log in without it.")
     tunnel.close_tunnels(config, name)  # left from an earlier machine of this name, if any
     note(f"Added machine {name} at {added.remote}, root {added.root} there.")
     target = ssh_machine(config, added)
@@ -75,7 +80,7 @@ def trust(name: str, fingerprint: str | None) -> None:
       rdc machine trust gpu-box
       rdc machine trust gpu-box --fingerprint SHA256:…
     """
-    _config, _target, ssh = _ssh_target(name)
+    config, _target, ssh = _ssh_target(name)
     keys = ssh.scan_keys()
     prints = fingerprints(keys)
     if fingerprint is not None and not any(p.split()[0] == fingerprint for p in prints):
@@ -84,12 +89,38 @@ def trust(name: str, fingerprint: str | None) -> None:
             "check the fingerprint with the machine's operator (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub)",
         )
     old = fingerprints(ssh.trusted_keys()) if ssh.trusted_keys() else []
+    if old and set(old) != set(prints) and fingerprint is None:
+        _confirm_replacement(name, old, prints)
     ssh.close_master()  # a master made under the old key must not outlive it, nor its tunnels
-    tunnel.close_tunnels(_config, name)
+    tunnel.close_tunnels(config, name)
     ssh.remember_keys(keys)
     if old and set(old) != set(prints):
         note(f"Replaced the old host key of {name} ({', '.join(old)}).")
     note(f"Trusted the host key of {name}: {', '.join(prints)}.")
+
+
+def on_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _confirm_replacement(name: str, old: list[str], new: list[str]) -> None:
+    """A changed key replaces the trusted one only when the user names it, or types yes here."""
+    what = (
+        f"the host key of machine {name} has CHANGED: trusted {', '.join(old)}, "
+        f"presented now {', '.join(new)}"
+    )
+    given = new[0].split()[0] if new else "SHA256:…"
+    if not on_terminal():
+        raise RefusedError(
+            f"{what}; nothing was trusted",
+            f"check the new fingerprint with the machine's operator, then: rdc machine trust {name} "
+            f"--fingerprint {given}",
+        )
+    note(f"Warning: {what}.")
+    if click.prompt("Type yes to trust the new key", default="", show_default=False, err=True) != "yes":
+        raise RefusedError(
+            f"the new host key of {name} was not trusted", f"rdc machine trust {name} --fingerprint {given}"
+        )
 
 
 @machine.command("install")
@@ -105,31 +136,38 @@ def install_command(name: str, force: bool) -> None:
     """
     config, target, ssh = _ssh_target(name)
     wanted = protocol.versions()
-    if not force:
-        try:
-            if machine_versions(config, target) == wanted:
-                note(f"Machine {name} already runs these versions ({_pins(wanted)}); nothing to do.")
-                return
-        except StateError as exc:
-            if "not installed" not in exc.what and "other rediacc versions" not in exc.what:
-                raise
+    prefix = agent_path(target).removesuffix("/bin/rdc-agent")
+    progress = TerminalProgress()
+    progress.start(f"Comparing {name}'s installation with this client's")
+    digests = install.fingerprints(list(wanted))
+    same = (
+        not force
+        and install.UNKNOWN not in digests.values()
+        and _installed_record(ssh, prefix) == digests
+        and _runs(config, target) == wanted
+    )
+    progress.finish(True)
+    if same:
+        note(f"Machine {name} already has exactly these wheels ({_pins(wanted)}); nothing to do.")
+        return
     if not ssh.trusted_keys():
         raise StateError(
             f"the host key of machine {name} is not trusted yet", f"run `rdc machine trust {name}`"
         )
-    prefix = agent_path(target).removesuffix("/bin/rdc-agent")
-    note(f"Building wheels of {_pins(wanted)} …")
+    progress.start(f"Building wheels of {_pins(wanted)}", slow=True)
     with install.scratch_dir() as scratch:
         wheels = install.build_wheels(list(wanted), Path(scratch))
         archive = install.wheelhouse_tar(wheels)
-    note(f"Installing them into {prefix} on {name} …")
-    argv = ssh.argv("sh -c " + shlex.quote(install.install_script(prefix, wanted)))
+    progress.finish(True)
+    progress.start(f"Installing them into {prefix} on {name}", slow=True)
+    argv = ssh.argv("sh -c " + shlex.quote(install.install_script(prefix, wanted, digests)))
     with stderr_file() as errfile:
         proc = subprocess.run(
             argv, input=archive, stdout=errfile, stderr=errfile, timeout=install.PIP_TIMEOUT
         )
         errfile.seek(0)
         output = errfile.read().decode(errors="replace")
+    progress.finish(proc.returncode == 0)
     if proc.returncode == 255:
         raise classify(ssh, proc.returncode, output)
     if proc.returncode != 0:
@@ -143,6 +181,27 @@ def install_command(name: str, force: bool) -> None:
         raise ToolError(f"machine {name} still reports {_pins(got)} after installing", "rerun with --force")
     note(f"Installed {_pins(wanted)} on {name} ({prefix}).")
     note(f"Next: rdc machine setup {name}")
+
+
+def _installed_record(ssh: SshMachine, prefix: str) -> dict[str, str] | None:
+    """What the last whole install on the machine recorded of its wheels (None: nothing known)."""
+    argv = ssh.argv("cat " + shlex.quote(f"{prefix}/{install.RECORD}"))
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CONNECT_TIMEOUT + 20, check=False)
+    if proc.returncode == 255:
+        raise classify(ssh, proc.returncode, proc.stderr)
+    try:
+        found = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _runs(config: Config, target: Machine) -> dict[str, str] | None:
+    """The versions the machine's agent runs; None when it has none (or other ones)."""
+    try:
+        return machine_versions(config, target)
+    except StateError:
+        return None
 
 
 def _pins(versions: dict[str, str]) -> str:

@@ -191,7 +191,7 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
     machine = config.machine(name)
     if machine.remote is None:
         return None
-    if target.path == ("repo", "docker-host") and _output_of(argv) in ("table", "json", "yaml"):
+    if target.path == ("repo", "docker-host") and _output_of(argv) in _FORMATS:
         # The machine's socket path means nothing here: hand out the local end of a tunnel to it.
         return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv))
     if target.path == ("repo", "delete") and "--yes" not in argv and sys.stdin.isatty():
@@ -211,12 +211,23 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
             Stream(sys.stderr).write("Aborted.\n")  # as the local command says it
             return EXIT_GENERAL
         argv = [*argv, "--yes"]
+    if target.path == ("repo", "up") and "--foreground" not in argv and _output_of(argv) in _FORMATS:
+        # Up there; DOCKER_HOST here is the local end of a tunnel to its gate.
+        answer = Stream()
+        code = run_remote(config, machine, [*argv, "-o", "json"], answer, Stream(sys.stderr))
+        if code != 0:
+            Stream(sys.stdout).write(answer.value())
+            return code
+        return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv), up=True)
     code = run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
     if target.path == ("repo", "delete") and code == 0:
         from rediacc_core.remote.tunnel import close_tunnels
 
         close_tunnels(config, name, _ref_on(argv, name))  # no tunnel outlives its repo
     return code
+
+
+_FORMATS = ("table", "json", "yaml")
 
 
 def _ref_on(argv: Sequence[str], machine: str) -> str:
@@ -236,7 +247,9 @@ def _output_of(argv: Sequence[str]) -> str:
     return fmt
 
 
-def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str) -> int:
+def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str, *, up: bool = False) -> int:
+    """Print the DOCKER_HOST of `ref` here, a tunnel's socket, as `rdc repo docker-host` (or, with
+    `up`, `rdc repo up`) prints it locally."""
     from rediacc_core.remote.tunnel import open_tunnel
 
     try:
@@ -244,15 +257,20 @@ def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str) -> 
     except RdcError as exc:
         report(exc, Stream(sys.stderr))
         return exc.exit_code
-    if fmt == "table":
-        text = opened.docker_host
-    elif fmt == "json":
-        text = json.dumps(opened.to_json(), indent=2, ensure_ascii=False)
-    else:
+    data = opened.to_json()
+    if fmt == "json":
+        Stream(sys.stdout).write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    elif fmt == "yaml":
         import yaml
 
-        text = yaml.safe_dump(opened.to_json(), sort_keys=False).rstrip("\n")
-    Stream(sys.stdout).write(text + "\n")
+        Stream(sys.stdout).write(yaml.safe_dump(data, sort_keys=False))
+    elif not up:
+        Stream(sys.stdout).write(opened.docker_host + "\n")
+    if up:
+        Stream(sys.stderr).write(
+            f"Repo {data['repo']} is up. Use it with: export DOCKER_HOST={opened.docker_host} "
+            f'(a local socket tunnelled to its gate; or eval "$(rdc repo env {data["repo"]})")\n'
+        )
     return 0
 
 
@@ -398,13 +416,13 @@ class AgentCall:
             )
         if self.exit is not None:
             return self.exit
-        if returncode == 127 or "rdc-agent: not found" in ssh_stderr or "No such file" in ssh_stderr:
+        if returncode == 255 and self.received == 0 and _never_connected(ssh_stderr):
+            raise classify(self.ssh, returncode, ssh_stderr)  # ssh's own failure, said as what it is
+        if returncode == 127 and self.received == 0:  # the machine's shell found no agent to exec
             raise StateError(
                 f"rdc is not installed on machine {name} (no {agent_path(self.machine)} there)",
                 f"install it: rdc machine install {name}",
             )
-        if returncode == 255 and self.received == 0 and _never_connected(ssh_stderr):
-            raise classify(self.ssh, returncode, ssh_stderr)
         detail = (
             ssh_stderr.strip().splitlines()[-1] if ssh_stderr.strip() else f"ssh exited with {returncode}"
         )
@@ -422,6 +440,7 @@ def _never_connected(stderr: str) -> bool:
         "Connection refused",
         "Connection timed out",
         "Could not resolve",
+        "not accessible",
         "No route to host",
         "Network is unreachable",
         "Permission denied",
@@ -443,6 +462,7 @@ def run_remote(config: Config, machine: Machine, argv: Sequence[str], out: Strea
         root=str(machine.root),
         argv=list(argv),
         columns=shutil.get_terminal_size().columns,
+        tty=err.target is not None and err.target.isatty(),  # progress of long steps, as locally
         versions=protocol.versions(),
     )
     try:
