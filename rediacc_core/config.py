@@ -55,6 +55,12 @@ def pin_machine(name: str, root: str) -> None:
     _pinned = (name, root)
 
 
+def serving_client() -> bool:
+    """Whether this process runs a command for a client elsewhere (`pin_machine` was called): what
+    it prints about local paths (a socket to export) means nothing there, the client says it."""
+    return _pinned is not None
+
+
 def default_path() -> Path:
     env = os.environ.get(CONFIG_ENV)
     if env:
@@ -211,7 +217,8 @@ class Config:
             raise ValidationError(f"--root {root!r} must be an absolute path on the machine", "e.g. --root /")
         entry: dict[str, Any] = {"ssh": str(address)}
         if address.identity:
-            entry["identity"] = address.identity
+            # Stored absolute: ssh runs from whatever directory the next command is typed in.
+            entry["identity"] = os.path.abspath(os.path.expanduser(address.identity))
         if root not in (None, "/"):
             entry["root"] = root
         self.entries[name] = entry

@@ -91,12 +91,16 @@ def note(message: str) -> None:
 
 
 @contextmanager
-def waiting(what: str, stream: TextIO | None = None, interval: float = 1.0) -> Iterator[None]:
-    """Say what a command waits for: one line off a terminal; on one, with the seconds waited so far."""
+def waiting(
+    what: str, stream: TextIO | None = None, interval: float = 1.0, *, only_terminal: bool = False
+) -> Iterator[None]:
+    """Say what a command waits for: one line off a terminal (none with `only_terminal`); on one,
+    with the seconds waited so far."""
     out = stream if stream is not None else sys.stderr
     if not out.isatty():
-        out.write(f"{what} …\n")
-        out.flush()
+        if not only_terminal:
+            out.write(f"{what} …\n")
+            out.flush()
         yield
         return
     started = time.monotonic()

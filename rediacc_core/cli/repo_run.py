@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from rediacc_core.cli.output import emit, note, output_option
+from rediacc_core.cli.output import emit, note, output_option, waiting
 from rediacc_core.cli.repo import repo
-from rediacc_core.config import Config
+from rediacc_core.config import Config, serving_client
 from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
@@ -52,6 +52,8 @@ def up(ref: str, foreground: bool, fmt: str) -> None:
         return
     runtime = lifecycle.repo_up(machine, found)
     emit({"repo": found.ref, "repoId": found.id, "dockerHost": runtime.docker_host_url}, fmt, lambda _: "")
+    if serving_client():  # the client prints the DOCKER_HOST of where it is: a tunnel's socket
+        return
     note(f"Repo {found.ref} is up. Use it with: export DOCKER_HOST={runtime.docker_host_url}")
 
 
@@ -81,7 +83,9 @@ def down(ref: str) -> None:
       sudo rdc repo down gpu-a
     """
     machine, found = _resolve(ref)
-    done = lifecycle.repo_down(machine, found)
+    # A container that ignores SIGTERM holds this up for the daemon's whole stop timeout.
+    with waiting(f"Stopping repo {found.ref}", only_terminal=True):
+        done = lifecycle.repo_down(machine, found)
     stopped = [what for what in done if not what.startswith(("killed ", "unmounted "))]
     note(
         f"Stopped {', '.join(stopped)} of repo {found.ref}."
@@ -95,15 +99,23 @@ def down(ref: str) -> None:
 
 @repo.command("docker-host")
 @click.argument("ref", metavar="REPO-REF")
-def docker_host(ref: str) -> None:
-    """Print the DOCKER_HOST value of the repo: its gate's socket.
+@output_option("table", "json", "yaml")
+def docker_host(ref: str, fmt: str) -> None:
+    """Print the DOCKER_HOST value of the repo: its gate's socket (a local tunnel's, for an SSH machine).
+
+    `-o json` prints the repo, its id and the DOCKER_HOST.
 
     \b
     Examples:
       export DOCKER_HOST=$(rdc repo docker-host gpu-a)
+      rdc repo docker-host gpu-a -o json
     """
     machine, found = _resolve(ref)
-    click.echo(lifecycle.runtime_for(machine, found).docker_host_url)
+    url = lifecycle.runtime_for(machine, found).docker_host_url
+    if fmt == "table":
+        click.echo(url)
+        return
+    emit({"repo": found.ref, "repoId": found.id, "dockerHost": url}, fmt, lambda _: "")
 
 
 class _GateGroup(click.Group):
@@ -207,13 +219,19 @@ def _gate_log_line(entry: dict[str, Any]) -> str:
     cdi = ",".join(admitted) if admitted else (",".join(asked) + " (refused)" if asked else "-")
     cells = (
         str(entry.get("time", "")),
-        f"pid {peer.get('pid', '?')} uid {peer.get('uid', '?')}",
+        f"pid {peer.get('pid', '?')} uid {peer.get('uid', '?')}" + _ssh_cell(peer.get("ssh")),
         str(entry.get("method", "")),
         str(entry.get("endpoint") or entry.get("path", "")),
         f"{entry.get('decision', '?')} {entry.get('status', '')}",
         ",".join(entry.get("rules") or []) or "-",
     )
     return "  ".join([*(f"{c:<{w}}" for c, w in zip(cells, _GATE_LOG_WIDTHS, strict=True)), cdi])
+
+
+def _ssh_cell(ssh: object) -> str:
+    if not isinstance(ssh, dict):
+        return ""
+    return f" ssh {ssh.get('user', '?')}@{ssh.get('client', '?')}"
 
 
 @repo.command("dockerd", hidden=True)

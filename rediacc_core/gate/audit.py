@@ -10,7 +10,9 @@ plugins, services...) and every request the gate refuses, for whatever reason, i
      "decision": "refused", "status": 403, "rules": ["grant"],
      "cdi_asked": ["vendor.example/gpu=1"], "cdi_admitted": [], "ms": 0.41, "message": "..."}
 
-`peer` is what the kernel says about the client process (SO_PEERCRED, read once per connection).
+`peer` is what the kernel says about the client process (SO_PEERCRED, read once per connection);
+for a request sshd forwarded (a tunnel from a laptop) it also holds `ssh`: the user the SSH client
+logged in as and the client's address (`rediacc_core.gate.sshpeer`).
 Requests that pass without a decision (reads, pings, logs, attach) are counted in the metrics, not
 logged one by one: they are most of the traffic and carry nothing to decide.
 
@@ -49,6 +51,8 @@ from typing import Any, TextIO
 
 import orjson
 
+from rediacc_core.gate.sshpeer import ssh_client
+
 MAX_LINE = 4096  # bytes of one audit line
 MAX_FIELD = 512  # characters of one free-text field (path, message) before it is cut
 MAX_NAMES = 32  # CDI names listed in one line
@@ -67,6 +71,13 @@ class Peer:
     pid: int
     uid: int
     gid: int
+    ssh: tuple[str, str] | None = None  # (user, client address) when sshd forwarded the connection
+
+    def to_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"pid": self.pid, "uid": self.uid, "gid": self.gid}
+        if self.ssh is not None:
+            found["ssh"] = {"user": self.ssh[0], "client": self.ssh[1]}
+        return found
 
 
 NO_PEER = Peer(0, -1, -1)
@@ -80,7 +91,8 @@ def peer_of(transport: Any) -> Peer:
     except (AttributeError, OSError):
         return NO_PEER
     pid, uid, gid = struct.unpack("3i", raw)
-    return Peer(pid, uid, gid)
+    found = ssh_client(pid, uid)  # a tunnelled request: name the SSH client, not only sshd
+    return Peer(pid, uid, gid, None if found is None else (found["user"], found.get("client", "?")))
 
 
 def _cut(text: str) -> str:
@@ -280,7 +292,7 @@ class Audit:
         entry: dict[str, Any] = {
             "time": _stamp(time.time()),
             "repo": self.repo,
-            "peer": {"pid": peer.pid, "uid": peer.uid, "gid": peer.gid},
+            "peer": peer.to_json(),
             "method": _cut(method),
             "endpoint": endpoint,
             "path": _cut(path),

@@ -22,9 +22,10 @@ EXIT_PROTOCOL = 3
 class _Chunks(io.TextIOBase):
     """A text stream whose writes become `{"out": …}` or `{"err": …}` lines as they happen."""
 
-    def __init__(self, sender: protocol.Sender, key: str) -> None:
+    def __init__(self, sender: protocol.Sender, key: str, tty: bool = False) -> None:
         self.sender = sender
         self.key = key
+        self.tty = tty  # the client's stream is a terminal: progress may be shown on it
 
     def write(self, text: str | bytes) -> int:
         # click.echo writes bytes to a stream it cannot prove is text.
@@ -33,7 +34,7 @@ class _Chunks(io.TextIOBase):
         return len(text)
 
     def isatty(self) -> bool:
-        return False
+        return self.tty
 
     encoding = "utf-8"
 
@@ -78,7 +79,7 @@ def serve(message: dict[str, Any], sender: protocol.Sender) -> int:
     columns = message.get("columns")
     if isinstance(columns, int) and columns > 0:
         os.environ["COLUMNS"] = str(columns)
-    return run_command(argv, name, root, sender)
+    return run_command(argv, name, root, sender, tty=message.get("tty") is True)
 
 
 def _bad(sender: protocol.Sender, what: str) -> int:
@@ -86,14 +87,14 @@ def _bad(sender: protocol.Sender, what: str) -> int:
     return EXIT_PROTOCOL
 
 
-def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender) -> int:
+def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender, tty: bool = False) -> int:
     from rediacc_core import cli, config
     from rediacc_core.remote.dispatch import READ_ONLY, parse_target
 
     config.pin_machine(name, root)
     target = parse_target(argv)
     sender.stop_when_gone = target is not None and target.path in READ_ONLY
-    sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err")
+    sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err", tty)
     try:
         cli.main(argv)
     except SystemExit as exc:

@@ -191,24 +191,16 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
     machine = config.machine(name)
     if machine.remote is None:
         return None
-    if target.path == ("repo", "docker-host"):
+    if target.path == ("repo", "docker-host") and _output_of(argv) in _FORMATS:
         # The machine's socket path means nothing here: hand out the local end of a tunnel to it.
-        from rediacc_core.remote.tunnel import open_tunnel
-
-        ref = next(a for a in argv if a.endswith(f"@{name}"))
-        try:
-            Stream(sys.stdout).write(f"unix://{open_tunnel(config, machine, ref)}\n")
-        except RdcError as exc:
-            report(exc, Stream(sys.stderr))
-            return exc.exit_code
-        return 0
+        return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv))
     if target.path == ("repo", "delete") and "--yes" not in argv and sys.stdin.isatty():
         # The machine side has no terminal to ask on: ask here, as the local command does.
         import click
 
         from rediacc_core.cli.repo import confirm_delete
 
-        ref = next((a for a in argv if a.endswith(f"@{name}")), name)
+        ref = _ref_on(argv, name)
         try:
             agreed = confirm_delete(ref)
         except click.Abort as exc:  # Ctrl-C or the end of input at the prompt
@@ -219,7 +211,67 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
             Stream(sys.stderr).write("Aborted.\n")  # as the local command says it
             return EXIT_GENERAL
         argv = [*argv, "--yes"]
-    return run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
+    if target.path == ("repo", "up") and "--foreground" not in argv and _output_of(argv) in _FORMATS:
+        # Up there; DOCKER_HOST here is the local end of a tunnel to its gate.
+        answer = Stream()
+        code = run_remote(config, machine, [*argv, "-o", "json"], answer, Stream(sys.stderr))
+        if code != 0:
+            Stream(sys.stdout).write(answer.value())
+            return code
+        return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv), up=True)
+    code = run_remote(config, machine, argv, Stream(sys.stdout), Stream(sys.stderr))
+    if target.path == ("repo", "delete") and code == 0:
+        from rediacc_core.remote.tunnel import close_tunnels
+
+        close_tunnels(config, name, _ref_on(argv, name))  # no tunnel outlives its repo
+    return code
+
+
+_FORMATS = ("table", "json", "yaml")
+
+
+def _ref_on(argv: Sequence[str], machine: str) -> str:
+    return next((a for a in argv if a.endswith(f"@{machine}")), machine)
+
+
+def _output_of(argv: Sequence[str]) -> str:
+    """The value of `-o/--output` on the line (the last one given), `table` without one."""
+    fmt = "table"
+    for i, arg in enumerate(argv):
+        if arg in ("-o", "--output") and i + 1 < len(argv):
+            fmt = argv[i + 1]
+        elif arg.startswith("--output="):
+            fmt = arg.partition("=")[2]
+        elif arg.startswith("-o") and len(arg) > 2:
+            fmt = arg[2:]
+    return fmt
+
+
+def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str, *, up: bool = False) -> int:
+    """Print the DOCKER_HOST of `ref` here, a tunnel's socket, as `rdc repo docker-host` (or, with
+    `up`, `rdc repo up`) prints it locally."""
+    from rediacc_core.remote.tunnel import open_tunnel
+
+    try:
+        opened = open_tunnel(config, machine, ref)
+    except RdcError as exc:
+        report(exc, Stream(sys.stderr))
+        return exc.exit_code
+    data = opened.to_json()
+    if fmt == "json":
+        Stream(sys.stdout).write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    elif fmt == "yaml":
+        import yaml
+
+        Stream(sys.stdout).write(yaml.safe_dump(data, sort_keys=False))
+    elif not up:
+        Stream(sys.stdout).write(opened.docker_host + "\n")
+    if up:
+        Stream(sys.stderr).write(
+            f"Repo {data['repo']} is up. Use it with: export DOCKER_HOST={opened.docker_host} "
+            f'(a local socket tunnelled to its gate; or eval "$(rdc repo env {data["repo"]})")\n'
+        )
+    return 0
 
 
 def place_repo(config: Config, ref: str) -> str | None:
@@ -364,13 +416,13 @@ class AgentCall:
             )
         if self.exit is not None:
             return self.exit
-        if returncode == 127 or "rdc-agent: not found" in ssh_stderr or "No such file" in ssh_stderr:
+        if returncode == 255 and self.received == 0 and _never_connected(ssh_stderr):
+            raise classify(self.ssh, returncode, ssh_stderr)  # ssh's own failure, said as what it is
+        if returncode == 127 and self.received == 0:  # the machine's shell found no agent to exec
             raise StateError(
                 f"rdc is not installed on machine {name} (no {agent_path(self.machine)} there)",
                 f"install it: rdc machine install {name}",
             )
-        if returncode == 255 and self.received == 0 and _never_connected(ssh_stderr):
-            raise classify(self.ssh, returncode, ssh_stderr)
         detail = (
             ssh_stderr.strip().splitlines()[-1] if ssh_stderr.strip() else f"ssh exited with {returncode}"
         )
@@ -388,6 +440,7 @@ def _never_connected(stderr: str) -> bool:
         "Connection refused",
         "Connection timed out",
         "Could not resolve",
+        "not accessible",
         "No route to host",
         "Network is unreachable",
         "Permission denied",
@@ -409,6 +462,7 @@ def run_remote(config: Config, machine: Machine, argv: Sequence[str], out: Strea
         root=str(machine.root),
         argv=list(argv),
         columns=shutil.get_terminal_size().columns,
+        tty=err.target is not None and err.target.isatty(),  # progress of long steps, as locally
         versions=protocol.versions(),
     )
     try:

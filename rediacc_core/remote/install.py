@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -24,6 +25,44 @@ from pathlib import Path
 from rediacc_core.errors import ToolError
 
 PIP_TIMEOUT = 600
+RECORD = "installed.json"  # beside the venv: what `fingerprints` said of the wheels installed
+UNKNOWN = "unknown"
+# Never part of a wheel, and slow or large to read.
+_SKIPPED = {"__pycache__", "build", "dist", "node_modules"}
+
+
+def fingerprints(names: list[str]) -> dict[str, str]:
+    """A digest of what each distribution's wheel would hold, without building it: a checkout's
+    files, or an installed wheel's RECORD. Equal digests on both sides: nothing to install."""
+    found = {}
+    for name in names:
+        dist = metadata.distribution(name)
+        source = _source_dir(dist)
+        digest = hashlib.sha256()
+        record = dist.read_text("RECORD")
+        if source is None and record is None:
+            found[name] = UNKNOWN  # nothing to tell this copy by: always installed
+            continue
+        if source is None:
+            digest.update(str(record).encode())
+        else:
+            for path in _source_files(source):
+                digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes() + b"\0")
+        found[name] = f"{dist.version} sha256:{digest.hexdigest()}"
+    return found
+
+
+def _source_files(top: Path) -> list[Path]:
+    files = []
+    for here, dirs, names in os.walk(top):
+        keep = [
+            d for d in dirs if not d.startswith(".") and d not in _SKIPPED and not d.endswith(".egg-info")
+        ]
+        dirs[:] = sorted(d for d in keep if not (Path(here) / d / "pyvenv.cfg").exists())
+        files += [
+            Path(here) / n for n in sorted(names) if not n.endswith((".pyc", ".so")) and not n.startswith(".")
+        ]
+    return files
 
 
 def build_wheels(names: list[str], into: Path) -> list[Path]:
@@ -103,7 +142,7 @@ def wheelhouse_tar(wheels: list[Path]) -> bytes:
     return buffer.getvalue()
 
 
-def install_script(prefix: str, pins: dict[str, str]) -> str:
+def install_script(prefix: str, pins: dict[str, str], record: dict[str, str] | None = None) -> str:
     """The shell run on the machine: unpack the wheels, make or reuse the venv, install the pins.
 
     The first pip call resolves and fetches the dependencies; the second puts exactly these wheels
@@ -123,6 +162,7 @@ def install_script(prefix: str, pins: dict[str, str]) -> str:
             f"{pip} --find-links {shlex.quote(wheels)} {specs} >&2",
             f"{pip} --no-deps --force-reinstall {shlex.quote(wheels)}/*.whl >&2",
             f"test -x {p}/bin/rdc-agent",
+            f"printf '%s\\n' {shlex.quote(json.dumps(record or {}, sort_keys=True))} > {p}/{RECORD}",
         ]
     )
 

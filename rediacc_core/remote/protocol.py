@@ -2,10 +2,11 @@
 
 The client sends one request line:
 
-    {"v": 1, "op": "run", "machine": "gpu1", "root": "/", "argv": [...], "columns": 120,
+    {"v": 1, "op": "run", "machine": "gpu1", "root": "/", "argv": [...], "columns": 120, "tty": true,
      "versions": {"rediacc-core": "0.1.0", "rediacc-example": "0.1.0"}}
 
-(`op` "versions" asks only for the agent's versions). The agent answers with lines, in order:
+(`tty`: the client's stderr is a terminal, so long steps may show progress on it; `op` "versions"
+asks only for the agent's versions). The agent answers with lines, in order:
 `{"started": pid}` once the command runs, `{"out": text}` and `{"err": text}` chunks as the command
 writes them, then `{"exit": code}`.
 A version skew is answered with `{"skew": {...machine's versions...}}` before the exit.

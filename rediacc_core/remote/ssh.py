@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -199,8 +201,20 @@ def no_ssh_client() -> ToolError:
 def unreachable(machine: SshMachine, why: str) -> ToolError:
     return ToolError(
         f"cannot reach machine {machine.name} at {machine.address}: {why}",
-        f"check that the host is up and sshd answers: ssh {machine.address} true",
+        f"check that the host is up and sshd answers: {try_command(machine)}",
     )
+
+
+def try_command(machine: SshMachine) -> str:
+    """The plain `ssh` line that logs in as rdc does, for the user to try by hand."""
+    address = machine.address
+    argv = ["ssh"]
+    if address.port:
+        argv += ["-p", str(address.port)]
+    if address.identity:
+        argv += ["-i", shlex.quote(address.identity)]
+    argv.append(f"{address.user}@{address.host}" if address.user else address.host)
+    return " ".join([*argv, "true"])
 
 
 def key_unknown(machine: SshMachine) -> StateError:
@@ -210,24 +224,53 @@ def key_unknown(machine: SshMachine) -> StateError:
     )
 
 
+def changed_key(machine: SshMachine) -> StateError:
+    """A host key other than the trusted one: both fingerprints, and the only way to accept it."""
+    old = ", ".join(fingerprints(machine.trusted_keys())) or "none"
+    try:
+        new = ", ".join(fingerprints(machine.scan_keys()))
+    except RdcError:
+        new = "unknown (the machine did not show it again)"
+    return StateError(
+        f"the host key of machine {machine.name} ({machine.address}) has CHANGED since it was trusted; "
+        f"refusing to connect (someone may be intercepting the connection). Trusted: {old}; "
+        f"presented now: {new}",
+        "if the machine was reinstalled, check the new fingerprint with its operator, then accept exactly "
+        f"that key: rdc machine trust {machine.name} --fingerprint SHA256:…",
+    )
+
+
+_MISSING_IDENTITY = re.compile(r"Identity file (?P<path>.+?) not accessible")
+
+
 def classify(machine: SshMachine, returncode: int, stderr: str) -> RdcError:
     """The RdcError for ssh's own failure (exit 255) or a remote shell's."""
     text = stderr.strip()
     last = text.splitlines()[-1] if text else f"ssh exited with {returncode}"
     if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or ("Host key for" in text and "has changed" in text):
-        return StateError(
-            f"the host key of machine {machine.name} ({machine.address}) has CHANGED since it was trusted; "
-            "refusing to connect (someone may be intercepting the connection)",
-            f"if the machine was reinstalled, check the new fingerprint with its operator, then run "
-            f"`rdc machine trust {machine.name}`",
-        )
+        return changed_key(machine)
     if "Host key verification failed" in text or ("No " in text and "host key is known" in text):
         return key_unknown(machine)
+    missing = _MISSING_IDENTITY.search(text)
+    if missing is not None:
+        return RdcError(
+            f"the key file of machine {machine.name}, {missing['path']}, does not exist or cannot be read "
+            f"(ssh: {last})",
+            f"restore it, or register the machine again with the right key: rdc machine remove "
+            f"{machine.name}, then rdc machine add {machine.name} --ssh {machine.address} --identity FILE",
+            exit_code=EXIT_UNREACHABLE,
+        )
     if "Permission denied" in text or "Too many authentication failures" in text:
         return RdcError(
             f"machine {machine.name} ({machine.address}) refused the login: {last}",
             "check the user and key: ssh-add -l, the --identity given to `rdc machine add`, and the "
-            "machine's authorized_keys",
+            f"machine's authorized_keys; try it by hand: {try_command(machine)}",
             exit_code=EXIT_UNREACHABLE,
+        )
+    if "Could not resolve hostname" in text:
+        return ToolError(
+            f"the host of machine {machine.name}, {machine.address.host}, is not known here: {last}",
+            "check the name (DNS, /etc/hosts, a Host of ~/.ssh/config), or register the machine by its "
+            "address",
         )
     return unreachable(machine, last)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shlex
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -139,8 +140,17 @@ def test_a_changed_host_key_is_refused(fleet: Fleet) -> None:
     )
     refused = client.rdc("repo", "list", "m1")
     assert refused.returncode == EXIT_STATE, refused.stderr
-    assert "has CHANGED" in refused.stderr and "rdc machine trust m1" in refused.stderr
+    assert "has CHANGED" in refused.stderr and "rdc machine trust m1 --fingerprint" in refused.stderr
     ok(client.rdc("repo", "list", "m2"))  # the other machine's key is still trusted
+    # Both fingerprints are shown; a bare `trust` (no terminal to type yes on) replaces nothing.
+    public = f"{fleet.sshd.host_key}.pub"
+    new_print = ok(subprocess.run(["ssh-keygen", "-lf", public], capture_output=True, text=True)).split()[1]
+    assert f"presented now: {new_print}" in refused.stderr
+    kept = client.rdc("machine", "trust", "m1")
+    assert kept.returncode == EXIT_REFUSED and f"--fingerprint {new_print}" in kept.stderr
+    assert client.rdc("repo", "list", "m1").returncode == EXIT_STATE
+    ok(client.rdc("machine", "trust", "m1", "--fingerprint", new_print))
+    ok(client.rdc("repo", "list", "m1"))
 
 
 def test_a_key_the_machine_does_not_accept_is_a_login_error(fleet: Fleet, tmp_path: Path) -> None:
@@ -163,6 +173,43 @@ def test_an_unreachable_machine_is_a_clear_error(fleet: Fleet, tmp_path: Path) -
     refused = client.rdc("repo", "list", "m1")
     assert refused.returncode == EXIT_TOOL
     assert "cannot reach machine m1" in refused.stderr and "What to do: " in refused.stderr
+    advice = refused.stderr.split("sshd answers: ", 1)[1].strip()
+    assert advice.startswith(f"ssh -p {fleet.sshd.port} ")
+    fleet.sshd.start()
+    trusted = ["-o", f"UserKnownHostsFile={client.known_hosts}", "-o", "HostKeyAlias=rdc.m1"]
+    tried = subprocess.run([*shlex.split(advice)[:-1], *trusted, "true"], capture_output=True, text=True)
+    assert tried.returncode == 0, tried.stderr  # the advice is a command that runs
+
+
+def test_a_relative_identity_works_from_any_directory(fleet: Fleet, tmp_path: Path) -> None:
+    client = fleet.new_client(tmp_path)
+    key = fleet.keys["m1"]
+    args = ["machine", "add", "m1", "--ssh", fleet.sshd.address, "--root", str(fleet.machines["m1"].root)]
+    added = subprocess.run(
+        [str(BIN / "rdc"), *args, "--identity", key.name, "--accept-host-key"],
+        cwd=key.parent, env=client.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    elsewhere = subprocess.run(
+        [str(BIN / "rdc"), "repo", "list", "m1"],
+        cwd="/",
+        env=client.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert elsewhere.returncode == 0, elsewhere.stderr
+
+
+def test_a_missing_key_file_is_said_as_such(fleet: Fleet, tmp_path: Path) -> None:
+    client = fleet.new_client(tmp_path)
+    args = ["machine", "add", "m1", "--ssh", fleet.sshd.address, "--root", str(fleet.machines["m1"].root)]
+    added = client.rdc(*args, "--identity", str(tmp_path / "no-such-key"), "--accept-host-key")
+    assert added.returncode == 0 and "does not exist" in added.stderr
+    refused = client.rdc("repo", "list", "m1")
+    assert refused.returncode == EXIT_TOOL, refused.stderr
+    assert f"key file of machine m1, {tmp_path / 'no-such-key'}, does not exist" in refused.stderr
+    assert "not installed" not in refused.stderr
 
 
 # --- the agent --------------------------------------------------------------------------------------
@@ -306,8 +353,11 @@ def test_machine_install_puts_this_clients_versions_in_a_venv_there_once(
     installed = client.rdc("machine", "install", "fresh", timeout=900)
     assert installed.returncode == 0, installed.stderr
     assert (bare / "opt/rediacc/bin/rdc-agent").is_file()
+    started = time.monotonic()
     again = client.rdc("machine", "install", "fresh", timeout=300)
+    took = time.monotonic() - started
     assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert took < 10, f"an install with nothing to do took {took:.1f}s"  # no wheels built nor sent
     listing = client.rdc("repo", "list", "fresh")
     assert listing.returncode == 0 and "No repos on fresh" in listing.stderr
 

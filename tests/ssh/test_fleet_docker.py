@@ -77,3 +77,52 @@ def test_the_docker_cli_on_the_client_is_admitted_with_a_grant_and_refused_gpus_
         down = rdc("repo", "down", "dock@m1", timeout=120)
         assert down.returncode == 0, down.stderr
         rdc("repo", "delete", "dock@m1", "--yes")
+
+
+def test_the_docker_cli_reaches_a_fresh_tunnel_after_the_repo_and_the_machine_came_back(
+    fleet: Fleet, docker_ready: None
+) -> None:
+    """`repo up` prints the DOCKER_HOST of here; after the repo is created again and the machine
+    registered again, docker gets a new tunnel to the new repo, and the gate's audit names the SSH
+    client behind each tunnelled request."""
+    rdc = fleet.client.rdc
+    machine = fleet.machines["m1"].machine
+    assert rdc("machine", "setup", "m1").returncode == 0
+
+    def bring_up() -> str:
+        assert rdc("repo", "create", "again@m1").returncode == 0
+        up = rdc("repo", "up", "again@m1", "-o", "json", timeout=180)
+        assert up.returncode == 0, up.stderr
+        host = json.loads(up.stdout)["dockerHost"]
+        assert str(fleet.client.home) in host and f"export DOCKER_HOST={host}" in up.stderr
+        runtime = lifecycle.runtime_for(machine, RepoStore(machine).get_by_label("again"))
+        import_busybox(runtime.upstream_socket)
+        return str(host)
+
+    def docker(host: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, DOCKER_HOST=host)
+        return subprocess.run(["docker", *args], env=env, capture_output=True, text=True, timeout=120)
+
+    def take_down() -> None:
+        assert rdc("repo", "down", "again@m1", timeout=120).returncode == 0
+        assert rdc("repo", "delete", "again@m1", "--yes").returncode == 0
+
+    first = bring_up()
+    try:
+        assert docker(first, "run", "--rm", "--network", "none", "bb", "true").returncode == 0
+        log = rdc("repo", "gate", "log", "again@m1", "-o", "json")
+        peers = [json.loads(line)["peer"] for line in log.stdout.splitlines()]
+        assert peers and all(p.get("ssh", {}).get("client", "").startswith("127.0.0.1:") for p in peers), (
+            peers
+        )
+        assert peers[0]["ssh"]["user"] == "root"
+        take_down()
+        second = bring_up()  # the same name, a new repo
+        assert docker(second, "run", "--rm", "--network", "none", "bb", "true").returncode == 0
+        assert rdc("machine", "remove", "m1").returncode == 0
+        assert fleet.add(fleet.client, "m1", "--accept-host-key").returncode == 0
+        third = rdc("repo", "docker-host", "again@m1").stdout.strip()
+        ran = docker(third, "run", "--rm", "--network", "none", "bb", "true")
+        assert ran.returncode == 0, ran.stderr
+    finally:
+        take_down()
