@@ -533,8 +533,8 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
 
 
 def _one_per_card(gpus: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """One row per card: where two plugins report the same PCI device (the AMD plugin's KFD GPU and
-    the DRI plugin's render node of it), the fuller record leads and the CDI names of both are shown."""
+    """One row per card: where two plugins report the same PCI device (a vendor plugin's GPU and a
+    render-node plugin's node of it), the fuller record leads and the CDI names of both are shown."""
     cards: dict[str, list[Mapping[str, Any]]] = {}
     alone: list[list[Mapping[str, Any]]] = []
     for gpu in gpus:
