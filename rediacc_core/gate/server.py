@@ -18,9 +18,10 @@ decider, write, pause or resume reading, close), and keeps the limits and the au
 Built on asyncio buffered protocols rather than streams: the data path is a few method calls per
 read, every read lands in one shared 256 KiB buffer (nothing is allocated per read, nothing held per
 idle connection), and flow control is transport pause/resume in both directions. uvloop's loop is
-used when it is installed. A `101` answer (attach, exec start, BuildKit's h2c), or an answer whose
+used when it is installed. A `101` answer (attach, exec start, BuildKit's session), or an answer whose
 body runs until the daemon closes (a hijacked stream), turns the connection into a raw tunnel that
-forwards each half-close to the other side.
+forwards each half-close to the other side; BuildKit's `/grpc` after its `101` goes to a
+`grpc_relay.GrpcRelay` instead, which relays and checks it call by call.
 
 Limits (`GateLimits`, defaults below), so that one tenant cannot exhaust the gate's memory: at most
 `max_connections` client connections (one more is answered 503 and closed); a request head must be
