@@ -275,3 +275,67 @@ def post(path: str, body: bytes, *extra_headers: str, content_type: str = "appli
     return (
         f"POST {path} HTTP/1.1\r\n".encode() + "".join(h + "\r\n" for h in headers).encode() + b"\r\n" + body
     )
+
+
+# --- BuildKit's gRPC API, spoken by hand --------------------------------------------------------
+
+
+def h2c_upgrade(path: str) -> bytes:
+    """BuildKit's h2c upgrade request for `path`, as buildx sends it."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+        "X-Docker-Expose-Session-Uuid: e2e\r\nX-Docker-Expose-Session-Name: e2e\r\n"
+        "X-Docker-Expose-Session-Sharedkey: e2e\r\n\r\n".encode()
+    )
+
+
+def buildkit_call(sock_path: Path, method: str, message: bytes, timeout: float = 30) -> tuple[int, str]:
+    """One unary call on `/grpc` through the gate; its grpc-status and grpc-message."""
+    import urllib.parse
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(str(sock_path))
+    try:
+        sock.sendall(h2c_upgrade("/grpc"))
+        data = b""
+        while b"\r\n\r\n" not in data:
+            piece = sock.recv(65536)
+            assert piece, data
+            data += piece
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.initiate_connection()
+        stream = conn.get_next_available_stream_id()
+        headers = [
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
+            (b":authority", b"docker"), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+        ]  # fmt: skip
+        conn.send_headers(stream, headers)
+        conn.send_data(stream, b"\x00" + len(message).to_bytes(4, "big") + message, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        found: dict[bytes, bytes] = {}
+        while True:
+            events = conn.receive_data(rest) if rest else []
+            rest = b""
+            for event in events:
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    found.update(dict(event.headers or []))
+                if isinstance(event, h2.events.DataReceived):
+                    conn.acknowledge_received_data(event.flow_controlled_length or 0, stream)
+                if (
+                    isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
+                    and event.stream_id == stream
+                ):
+                    status = int(found.get(b"grpc-status", b"-1"))
+                    return status, urllib.parse.unquote(found.get(b"grpc-message", b"").decode())
+            sock.sendall(conn.data_to_send())
+            rest = sock.recv(65536)
+            assert rest, f"the gate closed the connection; headers so far {found}"
+    finally:
+        sock.close()

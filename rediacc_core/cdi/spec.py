@@ -28,6 +28,9 @@ SPEC_SUFFIXES = (".yaml", ".json")  # what the reference loader reads; `.yml` is
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 _MAX_PROBLEMS_SHOWN = 8
 _EDIT_LISTS = ("env", "deviceNodes", "mounts", "hooks", "additionalGids", "netDevices")
+# BuildKit (Engine 28's builder) lets every build step have a device whose spec or entry carries
+# this annotation, with no entitlement: in a repo daemon, any repo's build, whatever its grants.
+BUILDKIT_AUTOALLOW = "org.mobyproject.buildkit.device.autoallow"
 
 
 class CdiSpecError(ValidationError):
@@ -235,9 +238,26 @@ def _feature_uses(document: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]
             yield "1.1.0", f"{where}.netDevices", "netDevices"
 
 
+def autoallow_problems(document: Any) -> list[str]:
+    """Where `document` (a spec, read leniently) hands its devices to every BuildKit build step."""
+    if not isinstance(document, Mapping):
+        return []
+    holders = [("$", document)]
+    devices = document.get("devices")
+    if isinstance(devices, list):
+        holders += [(f"$.devices[{i}]", d) for i, d in enumerate(devices) if isinstance(d, Mapping)]
+    return [
+        f"at {where}.annotations: {BUILDKIT_AUTOALLOW} is refused: BuildKit would give the device to "
+        "every build step of every repo, whatever its grants; remove the annotation"
+        for where, holder in holders
+        if isinstance(holder.get("annotations"), Mapping) and BUILDKIT_AUTOALLOW in holder["annotations"]
+    ]
+
+
 def _semantic_problems(document: Mapping[str, Any]) -> list[str]:
-    """What the schema cannot say: duplicate names, devices that edit nothing, version gates."""
-    problems: list[str] = []
+    """What the schema cannot say: duplicate names, devices that edit nothing, version gates, and
+    BuildKit's auto-allow annotation."""
+    problems: list[str] = autoallow_problems(document)
     first_seen: dict[str, int] = {}
     for index, device in enumerate(document["devices"]):
         name = device["name"]
@@ -376,6 +396,23 @@ def parse_spec_text(text: str, fmt: str, source: str) -> Any:
     except RecursionError:
         problem = "nested too deeply to be a CDI spec"
     raise CdiSpecError(source, [problem])
+
+
+def autoallowed_specs(directory: Path) -> list[str]:
+    """One line per spec file in `directory` that BuildKit would auto-allow (see
+    `autoallow_problems`); files that cannot be read or parsed are left to the loader's errors."""
+    found: list[str] = []
+    try:
+        paths = sorted(p for p in directory.iterdir() if p.suffix in SPEC_SUFFIXES)
+    except OSError:
+        return found
+    for path in paths:
+        try:
+            document = parse_spec_text(path.read_text(encoding="utf-8"), path.suffix[1:], str(path))
+        except (OSError, UnicodeDecodeError, CdiSpecError):
+            continue
+        found += [f"{path}: {problem}" for problem in autoallow_problems(document)]
+    return found
 
 
 def load_spec(path: Path) -> Spec:

@@ -34,6 +34,7 @@ from rediacc_core.gate.decode import (
 )
 from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
 from rediacc_core.gate.findings import Finding
+from rediacc_core.gate.llb import BuildPolicy
 from rediacc_core.gate.pins import Pins
 from rediacc_core.gate.pins import directory_for as pins_directory
 from rediacc_core.model import ApiRequest, GateContext, Inventory, Refusal, Rewrite
@@ -386,6 +387,11 @@ class Decider:
             pids_limit=allowances.pids_limit,
             registries=allowances.registries,
         )
+
+    def build_policy(self) -> BuildPolicy:
+        """What BuildKit's build steps may use, from the machine's settings (read live)."""
+        allowances = self._current_allowances(self._read_settings())
+        return BuildPolicy(allowances.extra_capabilities, registries=allowances.registries)
 
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each

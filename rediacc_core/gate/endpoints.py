@@ -30,11 +30,11 @@ SWARM_REFUSED = "swarm mode is refused: a repo's daemon is a single node with no
 SWARM_INSTEAD = "containers (docker run, docker compose) in this repo"
 PLUGIN_REFUSED = "installing, configuring or enabling daemon plugins is the machine operator's job"
 PLUGIN_INSTEAD = "ask the machine's operator; containers get GPUs through CDI grants"
-BUILDKIT_REFUSED = (
-    "BuildKit's gRPC API (buildx) is refused: its build steps can carry settings the gate refuses "
-    "on /build (a cgroup parent), inside requests it cannot read"
+# `/build?version=2` (BuildKit behind /build, with no place for the gate to check its steps).
+BUILDKIT_INSTEAD = (
+    "docker build with buildx installed (BuildKit through /grpc, whose build steps the gate checks), "
+    "or DOCKER_BUILDKIT=0 docker build (the classic builder)"
 )
-BUILDKIT_INSTEAD = "the classic builder (DOCKER_BUILDKIT=0 docker build), whose options the gate checks"
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,10 @@ ROUTES: tuple[Route, ...] = (
     # BuildKit's session (h2c upgrade): the daemon calls the client's file, secret and auth
     # services over it; no build option travels on it (a `/build?version=2` build uses it).
     _fwd("POST", "/session"),
-    # BuildKit's control API (gRPC over h2c), which buildx drives: a solve request carries its own
-    # build graph, whose steps may name a cgroup parent (no entitlement governs that) inside
-    # protobuf the gate does not decode.
-    Route("POST", "/grpc", "refuse", why=BUILDKIT_REFUSED, instead=BUILDKIT_INSTEAD),
+    # BuildKit's control API (gRPC over h2c), which buildx and Compose drive: after the daemon's
+    # 101 the gate relays it call by call and checks every request that carries build steps
+    # (`grpc_relay.py`, `buildkit.py`).
+    _fwd("POST", "/grpc"),
     # Pull (`fromImage`) and import (`fromSrc`): the daemon fetches from the registry or URL named.
     Route("POST", "/images/create", "query", "image-create"),
     _fwd("GET", "/images/get"),

@@ -36,7 +36,8 @@ body that runs until it closes), or the response ended.
 `ResponseFramer.feed(data)` takes what the daemon sent and returns, in order: the `ResponseHead`
 of each head, the bytes to relay to the client (the daemon frames its answers and the gate
 relays them as sent, head and body together where they arrived together), `END`, `TUNNEL` once
-the connection carries raw bytes both ways, and `ProtocolError` when the daemon's bytes cannot
+the connection carries raw bytes both ways (after the switching head, before the new protocol's
+first bytes), and `ProtocolError` when the daemon's bytes cannot
 be relayed safely (then the connection must close; status 502 when the client may still be
 answered, 0 when part of the response is already out). `eof()` says what the daemon closing
 the connection means in the current state.
@@ -422,8 +423,10 @@ class ResponseFramer:
                 # 101, or a hijacked stream without an upgrade (old clients): raw bytes both ways.
                 how = "switching-head" if kind == SWITCHED else "head-until-close"
                 self.state = RESPONSE_TRANSITIONS[self.state][how]
-                events.append(head + rest)
+                events.append(head)
                 events.append(TUNNEL)
+                if rest:  # the new protocol's first bytes: its relay may not be a raw one (/grpc)
+                    events.append(rest)
                 return events
             if kind == BODY_NONE:
                 self.state = RESPONSE_TRANSITIONS[self.state]["head-without-body"]

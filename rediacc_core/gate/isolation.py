@@ -339,13 +339,14 @@ def build_query(query: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:
             yield refuse("cgroup-parent", "cgroupparent", f"build cgroupparent={value} is refused", None)
     for value in query.get("version", ()):
         if value not in ("", "1"):
-            # version=2 is BuildKit behind /build: a `# syntax=` frontend image of the tenant's
-            # choosing then submits its own build steps, which may name a cgroup parent.
+            # version=2 is BuildKit behind /build: the daemon makes the frontend's attributes from
+            # the query itself, so the gate cannot pin the built-in frontend there (buildkit.py), and
+            # a `# syntax=` line would hand the build to a frontend image sending its own steps.
             yield refuse(
                 "build-option",
                 "version",
-                f"build version={value} (BuildKit) is refused: a Dockerfile frontend image can give its "
-                "build steps settings the gate cannot see (a cgroup parent)",
+                f"build version={value} (BuildKit behind /build) is refused: a `# syntax=` frontend image "
+                "would send build steps the gate never sees (a cgroup parent)",
                 BUILDKIT_INSTEAD,
             )
     for value in query.get("isolation", ()):

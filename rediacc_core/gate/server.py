@@ -18,9 +18,10 @@ decider, write, pause or resume reading, close), and keeps the limits and the au
 Built on asyncio buffered protocols rather than streams: the data path is a few method calls per
 read, every read lands in one shared 256 KiB buffer (nothing is allocated per read, nothing held per
 idle connection), and flow control is transport pause/resume in both directions. uvloop's loop is
-used when it is installed. A `101` answer (attach, exec start, BuildKit's h2c), or an answer whose
+used when it is installed. A `101` answer (attach, exec start, BuildKit's session), or an answer whose
 body runs until the daemon closes (a hijacked stream), turns the connection into a raw tunnel that
-forwards each half-close to the other side.
+forwards each half-close to the other side; BuildKit's `/grpc` after its `101` goes to a
+`grpc_relay.GrpcRelay` instead, which relays and checks it call by call.
 
 Limits (`GateLimits`, defaults below), so that one tenant cannot exhaust the gate's memory: at most
 `max_connections` client connections (one more is answered 503 and closed); a request head must be
@@ -45,7 +46,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from rediacc_core.gate import buildkit
 from rediacc_core.gate.audit import NO_PEER, Audit, peer_of
+from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.framing import (
     COMPLETE,
     END,
@@ -58,6 +61,7 @@ from rediacc_core.gate.framing import (
     RequestFramer,
     ResponseFramer,
 )
+from rediacc_core.gate.grpc_relay import GrpcRelay
 from rediacc_core.gate.http import (
     LAST_CHUNK,
     MAX_INSPECTED_BODY,
@@ -67,6 +71,7 @@ from rediacc_core.gate.http import (
     error_response,
 )
 from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
+from rediacc_core.gate.llb import BuildPolicy
 
 Log = Callable[[str], None]
 
@@ -134,6 +139,14 @@ class DeciderLike(Protocol):
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
 
 
+def _grpc_upgrade(req: RequestHead | None) -> bool:
+    """Is `req` BuildKit's `/grpc` upgrade, whose connection the gate relays call by call?"""
+    if req is None or req.method != "POST":
+        return False
+    path = req.target.partition("?")[0]
+    return path == "/grpc" or (path.startswith("/v") and path.endswith("/grpc") and path.count("/") == 2)
+
+
 class _Upstream(asyncio.BufferedProtocol):
     """The daemon side of one connection: hands everything to its `_Client`."""
 
@@ -188,6 +201,7 @@ class _Client(asyncio.BufferedProtocol):
         self.responses = ResponseFramer()
         self.closed = False
         self.tunnel = False  # raw bytes both ways (after a 101, or a hijacked stream)
+        self.relay: GrpcRelay | None = None  # BuildKit's /grpc after its 101: relayed call by call
         self.paused: set[str] = set()
         self.req: RequestHead | None = None  # the request being served
         self.refused: DecisionLike | None = None  # refused from its head: its body is read and dropped
@@ -227,13 +241,20 @@ class _Client(asyncio.BufferedProtocol):
         return self.lent
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.tunnel:
+        if self.relay is not None:
+            self.relay.client_data(bytes(self.lent[:nbytes]))
+            self._pump_relay()
+        elif self.tunnel:
             self._to_upstream(self.lent[:nbytes])
         else:
             self._frame(self.requests.feed(self.lent[:nbytes]))
 
     def eof_received(self) -> bool:
         self.client_eof = True
+        if self.relay is not None:
+            self.relay.client_eof()
+            self._pump_relay()
+            return False
         if self.tunnel:
             up = self.upstream
             if up is not None and up.transport is not None and up.transport.can_write_eof():
@@ -312,6 +333,8 @@ class _Client(asyncio.BufferedProtocol):
         if self.closed:
             return
         held = len(self.requests.held)
+        if self.relay is not None:
+            held += self.relay.held
         if self.inspect is not None:
             held += len(self.inspect)
         if self.unsent:
@@ -612,6 +635,10 @@ class _Client(asyncio.BufferedProtocol):
 
     # --- the response side ----------------------------------------------------------------------
     def upstream_data(self, data: memoryview) -> None:
+        if self.relay is not None:
+            self.relay.upstream_data(bytes(data))
+            self._pump_relay()
+            return
         if self.tunnel:
             self._write(data)
             return
@@ -619,7 +646,11 @@ class _Client(asyncio.BufferedProtocol):
         # `_frame` this loop need not look for a close between events.
         for event in self.responses.feed(data):
             if type(event) is bytes or type(event) is memoryview:
-                self._write(event)
+                if self.relay is not None:  # the daemon's first HTTP/2 bytes, read with its 101
+                    self.relay.upstream_data(bytes(event))
+                    self._pump_relay()
+                else:
+                    self._write(event)
             elif event is END:
                 self._response_complete()
             elif type(event) is ResponseHead:
@@ -649,6 +680,15 @@ class _Client(asyncio.BufferedProtocol):
     def _tunnel(self) -> None:
         self.tunnel = True
         rest = self.requests.switch_to_tunnel()
+        if _grpc_upgrade(self.req):
+            self.relay = GrpcRelay(self._judge_grpc, self._grpc_report)
+            if rest:
+                self.relay.client_data(rest)
+            if self.client_eof:
+                self.relay.client_eof()
+            self._pump_relay()
+            self.resume_reading("pipeline")
+            return
         if rest:
             self._to_upstream(rest)
         if self.client_eof:
@@ -659,6 +699,10 @@ class _Client(asyncio.BufferedProtocol):
 
     def upstream_eof(self) -> bool:
         self.upstream_eof_seen = True
+        if self.relay is not None:
+            self.relay.upstream_eof()
+            self._pump_relay()
+            return False
         if self.tunnel:
             if self.transport is not None and not self.closed and self.transport.can_write_eof():
                 self.transport.write_eof()
@@ -673,6 +717,43 @@ class _Client(asyncio.BufferedProtocol):
         else:
             self._response_failed(failure)
         return False
+
+    # --- BuildKit's /grpc ------------------------------------------------------------------------
+    def _pump_relay(self) -> None:
+        """Send what the relay has for each side; close once it is done."""
+        relay = self.relay
+        assert relay is not None
+        to_client = relay.for_client()
+        if to_client:
+            self._write(to_client)
+        to_upstream = relay.for_upstream()
+        if to_upstream:
+            self._to_upstream(to_upstream)
+        if relay.closed:
+            self.close()
+        elif relay.held != self.held:
+            self._account()
+
+    def _judge_grpc(self, path: str, message: bytes) -> Verdict:
+        return buildkit.check(path, message, self.gate.build_policy())
+
+    def _grpc_report(self, path: str, status: int, message: str, rules: tuple[str, ...]) -> None:
+        """A checked or refused gRPC call, for the gate's log and the audit trail."""
+        if status:
+            self.gate.log(f"refused grpc-status {status} {path}: {message}")
+        elif message:
+            self.gate.log(f"admitted {path}: {message}")
+        audit = self.gate.audit
+        if audit is not None:
+            audit.record(
+                self.peer,
+                "POST",
+                f"/grpc{path}",
+                status=403 if status else 200,
+                endpoint="grpc",
+                rules=rules,
+                message=message if status else "",
+            )
 
     def upstream_lost(self, protocol: _Upstream) -> None:
         if self.upstream is not protocol:
@@ -712,8 +793,10 @@ class GateServer:
         socket_mode: int = 0o660,
         limits: GateLimits | None = None,
         audit: Audit | None = None,
+        build_policy: Callable[[], BuildPolicy] = BuildPolicy,
     ) -> None:
         self.listen_path = listen_path
+        self.build_policy = build_policy  # what BuildKit's build steps may use (the machine's settings)
         self.upstream_path = upstream_path
         self.decider = decider
         self.log: Log = log or (lambda line: None)

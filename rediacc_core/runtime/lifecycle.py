@@ -190,6 +190,8 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
     from rediacc_core.runtime import filesmount
 
     filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
+    if runtime.owns_daemon:
+        _refuse_autoallowed_devices(machine)
     start_daemon(machine, repo, runtime, detach=True)
     if daemon.ping(runtime.gate_socket):
         return runtime  # already up
@@ -215,6 +217,19 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
             f"read {runtime.gate_log}",
         )
     return runtime
+
+
+def _refuse_autoallowed_devices(machine: Machine) -> None:
+    """A repo daemon's BuildKit reads the machine's CDI specs itself: none may hand a device to
+    every build step (`cdi.spec.BUILDKIT_AUTOALLOW`)."""
+    from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW, autoallowed_specs
+
+    found = autoallowed_specs(machine.cdi_dir)
+    if found:
+        raise StateError(
+            "a CDI spec on this machine lets any build step have its device: " + "; ".join(found),
+            f"remove the {BUILDKIT_AUTOALLOW} annotation (or the spec), then run rdc repo up again",
+        )
 
 
 def _stop_by_pidfile(pidfile: Path, timeout: float) -> int | None:

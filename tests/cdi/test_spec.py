@@ -21,6 +21,7 @@ from rediacc_core.cdi import (
     validate_spec,
     write_spec,
 )
+from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW, autoallowed_specs
 from rediacc_core.errors import EXIT_VALIDATION, NotFoundError, ValidationError
 
 SpecFactory = Callable[..., dict[str, Any]]
@@ -617,3 +618,29 @@ def test_dump_spec_chooses_the_format_from_the_file_name(make_spec: SpecFactory)
     assert yaml.safe_load(dump_spec(document, Path("x.yaml"))) == document
     # Device names that look like numbers stay strings in YAML, or the spec would change meaning.
     assert "name: '0'" in dump_spec(document, Path("x.yaml"))
+
+
+# --- BuildKit's auto-allow annotation ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["spec", "device"])
+def test_buildkits_auto_allow_annotation_is_refused_wherever_it_sits(
+    make_spec: SpecFactory, where: str
+) -> None:
+    """Engine 28's BuildKit hands a device so annotated to every build step, no entitlement asked."""
+    document = make_spec("0", version="0.6.0")
+    holder = document if where == "spec" else document["devices"][0]
+    holder["annotations"] = {BUILDKIT_AUTOALLOW: "true"}
+    said = problems_of(document)
+    assert f"{BUILDKIT_AUTOALLOW} is refused" in said and "remove the annotation" in said
+
+
+def test_rdc_repo_up_finds_the_spec_files_buildkit_would_auto_allow(
+    tmp_path: Path, make_spec: SpecFactory
+) -> None:
+    document = make_spec("0", version="0.6.0")
+    document["annotations"] = {BUILDKIT_AUTOALLOW: "1"}
+    (tmp_path / "vendor.yaml").write_text(yaml.safe_dump(document))
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(make_spec("1")))
+    (found,) = autoallowed_specs(tmp_path)
+    assert found.startswith(f"{tmp_path / 'vendor.yaml'}: at $.annotations")

@@ -1,5 +1,6 @@
 """Everything that is not about hardware passes through the gate untouched: attach and exec with
-stdin EOF, logs, big archives both ways, a classic build, long chunked responses."""
+stdin EOF, logs, big archives both ways, a classic build, long chunked responses, BuildKit's
+session and its gRPC API."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, raw_exchange
+from e2e_kit import E2E, IMAGE, buildkit_call, h2c_upgrade, raw_exchange
+
+from rediacc_core.gate import buildkit
 
 
 @pytest.fixture
@@ -126,21 +129,15 @@ def test_one_connection_carries_many_requests(e2e: E2E) -> None:
         conn.close()
 
 
-def _h2c_upgrade(path: str) -> bytes:
-    """BuildKit's h2c upgrade request for `path`, as buildx sends it."""
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
-        "X-Docker-Expose-Session-Uuid: e2e\r\nX-Docker-Expose-Session-Name: e2e\r\n"
-        "X-Docker-Expose-Session-Sharedkey: e2e\r\n\r\n".encode()
-    )
-
-
 def test_buildkits_session_upgrade_passes_through(e2e: E2E) -> None:
-    status, _ = raw_exchange(e2e.alpha.gate, _h2c_upgrade("/session"), timeout=10)
+    status, _ = raw_exchange(e2e.alpha.gate, h2c_upgrade("/session"), timeout=10)
     assert status == 101
 
 
-def test_buildkits_grpc_api_is_refused_with_the_classic_builder_named(e2e: E2E) -> None:
-    """buildx's solve requests carry build steps that may set a cgroup parent, unreadable to the gate."""
-    status, said = raw_exchange(e2e.alpha.gate, _h2c_upgrade("/grpc"), timeout=10)
-    assert status == 403 and b"DOCKER_BUILDKIT=0" in said, said
+def test_buildkits_grpc_api_is_relayed_call_by_call(e2e: E2E) -> None:
+    """buildx's /grpc connection: the gate ends it, relays each call to the daemon and back (a
+    call that carries no build steps passes as it is), and answers a call it does not know itself."""
+    status, message = buildkit_call(e2e.alpha.gate, buildkit.CONTROL + "ListWorkers", b"")
+    assert status == 0, message
+    status, message = buildkit_call(e2e.alpha.gate, "/moby.buildkit.v1.Control/Unheard", b"")
+    assert status == 7 and "not a BuildKit call the gate knows" in message, message

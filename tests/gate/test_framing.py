@@ -432,12 +432,13 @@ RESPONSE_CASES = [
         said="no request outstanding",
     ),
     Case(
-        "101 switches to a tunnel; the rest of the read goes out with the head",
+        "101 switches to a tunnel; the rest of the read comes after the switch, as tunnel data",
         (sent("POST"), b"HTTP/1.1 101 UPGRADED\r\nUpgrade: tcp\r\n\r\nhello", b"more"),
         (
             ("head", 101),
-            ("data", b"HTTP/1.1 101 UPGRADED\r\nUpgrade: tcp\r\n\r\nhello"),
+            ("data", b"HTTP/1.1 101 UPGRADED\r\nUpgrade: tcp\r\n\r\n"),
             ("tunnel",),
+            ("data", b"hello"),
             ("data", b"more"),
         ),
         ((IDLE, "request-sent", H), (H, "switching-head", T)),
