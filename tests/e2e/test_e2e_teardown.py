@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 from collections.abc import Iterator
@@ -13,7 +14,9 @@ from e2e_kit import E2E, IMAGE, RepoEnv
 
 from rediacc_core.runtime import daemon
 
-TOKEN = "987654"  # the sleep's argument: how this test finds its container's process in /proc
+# The sleep's argument: how this test finds its container's process in /proc. Drawn per run, so that
+# another run of this suite on the same host (its own sleep) is never taken for this one's.
+TOKEN = str(9_000_000 + secrets.randbelow(1_000_000))
 
 
 @pytest.fixture
