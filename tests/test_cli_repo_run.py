@@ -18,7 +18,8 @@ from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
 from rediacc_core.gate.audit import Audit, Peer
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle, netns
+from rediacc_core.runtime import containerd, lifecycle, netns
+from rediacc_core.runtime.daemon import DaemonPaths
 from rediacc_core.runtime.guard import GUARD_RUNTIME
 from rediacc_core.testing import FakeMachine
 
@@ -162,13 +163,22 @@ def test_the_dockerd_unit_runs_the_daemon_under_the_runtime_guard(
     monkeypatch.setattr(os, "execvp", lambda program, argv: ran.append(list(argv)))
     networks: list[netns.RepoNetwork] = []  # made for real by the unit; here only recorded
     monkeypatch.setattr(netns, "bring_up", lambda net, root, sock: networks.append(net))
+    started: list[DaemonPaths] = []  # its own containerd first, recorded here
+
+    def record(paths: DaemonPaths, network: netns.RepoNetwork) -> int:
+        started.append(paths)
+        return 1
+
+    monkeypatch.setattr(containerd, "start_containerd", record)
     created = rdc("repo", "create", "gamma@box")
     assert created.exit_code == 0, created.stderr
     assert rdc("repo", "dockerd", "gamma@box").exit_code == 0
     (argv,) = ran
+    (paths,) = started
     (network,) = networks
     assert argv[:2] == [argv[0], f"--net={network.path}"]  # dockerd runs inside the repo's namespace
     config = json.loads(Path(argv[argv.index("--config-file") + 1]).read_text())
+    assert config["containerd"] == str(paths.containerd_socket)  # never the host's containerd
     assert config["default-runtime"] == GUARD_RUNTIME
     guard_script = Path(config["runtimes"][GUARD_RUNTIME]["path"])
     assert "--repo-ref gamma@box" in guard_script.read_text()

@@ -254,6 +254,10 @@ def dockerd(ref: str) -> None:
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
     netns.bring_up(runtime.network, machine.root, paths.socket)
     daemon.prepare(machine.root, paths, lifecycle.daemon_guard(found, runtime), runtime.network)
+    from rediacc_core.runtime.containerd import start_containerd
+
+    # Its own containerd first (in the unit's cgroup, so stopping the unit stops it too).
+    start_containerd(paths, runtime.network)
     argv = daemon.dockerd_argv(paths, network=runtime.network)
     os.execvp(argv[0], argv)
 

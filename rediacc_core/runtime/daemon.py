@@ -78,6 +78,31 @@ class DaemonPaths:
     def guard_script(self) -> Path:
         return self.workdir / "runtime-guard"
 
+    # The daemon's own containerd (`runtime.containerd`), where dockerd would put a supervised one.
+    @property
+    def containerd_socket(self) -> Path:
+        return self.exec_root / "containerd" / "containerd.sock"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.exec_root / "containerd" / "daemon"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.data_root / "containerd" / "daemon"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.workdir / "containerd.toml"
+
+    @property
+    def containerd_pidfile(self) -> Path:
+        return self.workdir / "containerd.pid"
+
+    @property
+    def containerd_log(self) -> Path:
+        return self.workdir / "containerd.log"
+
     def too_long(self) -> list[str]:
         """The sockets of this layout that would not fit in a Unix socket address."""
         problems = []
@@ -157,6 +182,8 @@ def daemon_config(
         **(_namespaced() if network is not None else _host_namespace()),
         "data-root": str(paths.data_root),
         "exec-root": str(paths.exec_root),
+        # Its own containerd, never the host's (`runtime.containerd`): no two repos share one.
+        "containerd": str(paths.containerd_socket),
         "pidfile": str(paths.pidfile),
         "hosts": [f"unix://{paths.socket}"],
         # No TCP, no extra groups: the socket directory is 0700 and only the gate connects.
@@ -334,10 +361,14 @@ class RunningDaemon:
         return pid_alive(self.pid)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop dockerd (and so its containers), then its containerd."""
+        from rediacc_core.runtime.containerd import stop_containerd
+
         if self.alive():
             stop_pid(self.pid, timeout, self.process)
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
+        stop_containerd(self.paths, timeout)
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -376,6 +407,9 @@ def start_dockerd(
     prepare(root, paths, guard, network)
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
+    from rediacc_core.runtime.containerd import start_containerd, stop_containerd
+
+    start_containerd(paths, network, detach=detach)
     log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         process = subprocess.Popen(
@@ -386,6 +420,7 @@ def start_dockerd(
             start_new_session=detach,
         )
     except OSError as exc:
+        stop_containerd(paths)
         raise ToolError(f"cannot run {dockerd}: {exc.strerror}", "install Docker Engine >= 25") from exc
     finally:
         log.close()

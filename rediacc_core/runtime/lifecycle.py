@@ -289,6 +289,11 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
     if pid is not None:
         stopped.append(f"dockerd (pid {pid})")
+    from rediacc_core.runtime.containerd import stop_containerd
+
+    pid = stop_containerd(runtime.daemon_paths, timeout)  # after dockerd: it stopped the containers
+    if pid is not None:
+        stopped.append(f"containerd (pid {pid})")
     swept = teardown.sweep(before)
     stopped += [f"killed {what}" for what in swept.killed]
     stopped += [f"unmounted {point}" for point in swept.unmounted]

@@ -1,0 +1,150 @@
+"""A repo daemon's own containerd, started by rdc before its dockerd and named to it.
+
+dockerd uses the host's containerd whenever `/run/containerd/containerd.sock` exists (every host
+with Docker CE, or Debian's docker.io under systemd, has one), and only otherwise starts one of its
+own. On such a host every repo's containers, shims and (with the containerd image store) images
+would live in that one containerd, in one namespace, under the host's `/var/lib/containerd`, where
+neither `rdc repo down`, `fork` nor `delete` can see them. So each repo daemon gets a containerd of
+its own, whatever the host runs, laid out exactly as dockerd lays out the one it would supervise
+(state under its exec-root, data under its data-root): teardown, fork and the socket-length check
+find it where they always did.
+
+    start_containerd(paths, network) -> pid   # returns once its socket accepts connections
+    stop_containerd(paths) -> pid | None
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from rediacc_core.errors import ToolError
+from rediacc_core.files import atomic_write_text
+from rediacc_core.runtime import daemon as daemon_mod
+from rediacc_core.runtime.daemon import DaemonPaths
+from rediacc_core.runtime.netns import RepoNetwork
+
+START_TIMEOUT = 30.0
+
+# The CRI plugin is Kubernetes' (it would look for CNI and serve a second API); none of it is used.
+_DISABLED = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime")
+
+
+def _quoted(value: object) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def config_toml(paths: DaemonPaths) -> str:
+    """The containerd config of one repo daemon: version 2 (containerd 1.6 and 1.7 read it; 2.x
+    migrates it), everything under the repo's own directories, its socket 0600 root."""
+    disabled = ", ".join(_quoted(p) for p in _DISABLED)
+    return (
+        "# rdc: this repo daemon's own containerd (rediacc_core/runtime/containerd.py)\n"
+        "version = 2\n"
+        f"root = {_quoted(paths.containerd_root)}\n"
+        f"state = {_quoted(paths.containerd_state)}\n"
+        f"disabled_plugins = [{disabled}]\n"
+        "oom_score = -500\n"
+        "\n[grpc]\n"
+        f"  address = {_quoted(paths.containerd_socket)}\n"
+        "  uid = 0\n  gid = 0\n"
+        "\n[ttrpc]\n"
+        f"  address = {_quoted(str(paths.containerd_socket) + '.ttrpc')}\n"
+        "\n[debug]\n"
+        f"  address = {_quoted(paths.containerd_state.parent / 'containerd-debug.sock')}\n"
+        '  level = "info"\n'
+    )
+
+
+def containerd_argv(
+    paths: DaemonPaths, containerd: str = "containerd", network: RepoNetwork | None = None
+) -> list[str]:
+    argv = [containerd, "--config", str(paths.containerd_config)]
+    return network.enter(argv) if network is not None else argv
+
+
+def answers(sock: Path) -> bool:
+    """True when something accepts connections at `sock` (containerd speaks gRPC there)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(sock))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def running_pid(paths: DaemonPaths) -> int | None:
+    """The repo's containerd when it runs and answers (a dockerd restarted alone reuses it)."""
+    pid = daemon_mod.read_pid(paths.containerd_pidfile)
+    if pid is not None and daemon_mod.pid_alive(pid) and answers(paths.containerd_socket):
+        return pid
+    return None
+
+
+def start_containerd(
+    paths: DaemonPaths,
+    network: RepoNetwork | None = None,
+    *,
+    containerd: str = "containerd",
+    detach: bool = False,
+    timeout: float = START_TIMEOUT,
+) -> int:
+    """Start the repo daemon's containerd unless it already runs; its pid, once its socket answers."""
+    running = running_pid(paths)
+    if running is not None:
+        return running
+    for directory in (paths.containerd_root, paths.containerd_state):
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+    atomic_write_text(paths.containerd_config, config_toml(paths), mode=0o600)
+    for stale in (paths.containerd_socket, Path(str(paths.containerd_socket) + ".ttrpc")):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    log = open(paths.containerd_log, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        process = subprocess.Popen(
+            containerd_argv(paths, containerd, network),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=detach,
+        )
+    except OSError as exc:
+        raise ToolError(
+            f"cannot run {containerd}: {exc.strerror}", "install containerd (Docker Engine needs it)"
+        ) from exc
+    finally:
+        log.close()
+    # nsenter execs containerd in its own place: the pid is containerd's.
+    atomic_write_text(paths.containerd_pidfile, f"{process.pid}\n")
+    deadline = time.monotonic() + timeout
+    while not answers(paths.containerd_socket):
+        if process.poll() is not None or time.monotonic() > deadline:
+            daemon_mod.stop_pid(process.pid, 5, process)
+            raise ToolError(
+                f"the repo daemon's containerd did not answer on {paths.containerd_socket}; last log "
+                "lines:\n" + daemon_mod.log_tail(paths.containerd_log),
+                f"read {paths.containerd_log}",
+            )
+        time.sleep(0.05)
+    return process.pid
+
+
+def stop_containerd(paths: DaemonPaths, timeout: float = daemon_mod.STOP_TIMEOUT) -> int | None:
+    """Stop the repo daemon's containerd (after its dockerd); its pid, or None when none ran."""
+    pid = daemon_mod.read_pid(paths.containerd_pidfile)
+    if pid is None or not daemon_mod.pid_alive(pid):
+        with contextlib.suppress(FileNotFoundError):
+            paths.containerd_pidfile.unlink()
+        return None
+    daemon_mod.stop_pid(pid, timeout)
+    with contextlib.suppress(FileNotFoundError):
+        paths.containerd_pidfile.unlink()
+    return pid
