@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
@@ -67,6 +68,7 @@ class Decision:
     status: int = 200  # refusal status (400/403) when not forward
     message: str = ""  # refusal text (sent as Docker's {"message": ...} JSON)
     body: bytes | None = None  # canonical re-encoded body to forward instead of the original
+    answer: bytes | None = None  # not forwarded: the gate answers 200 with this JSON itself (`views`)
     log: tuple[str, ...] = ()  # lines for the gate's log
     # For the audit trail: the endpoint's name, the refusing rules' ids, the CDI names asked and admitted.
     endpoint: str = ""
@@ -176,6 +178,7 @@ class Decider:
         settings: SettingsReader | None = None,
         pins: Pins | None = None,
         containers: ContainerLookup | None = None,
+        upstream: Path | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -189,6 +192,7 @@ class Decider:
         self._settings_error: str | None = None
         # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
         self.containers = containers
+        self.upstream = upstream  # the repo daemon's socket, for the answers the gate makes (`_info`)
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
         if pins is None:
             from rediacc_core.repos import repo_state_dir
@@ -269,6 +273,8 @@ class Decider:
             return early
         if endpoint is None or endpoint.action != "inspect":
             return Decision(True)
+        if endpoint.name == "info":
+            return self._info(raw_target)
         where = f"{method} {target.path}"
         version = target.api_version
         if version is not None and version < MIN_API_VERSION:
@@ -338,6 +344,30 @@ class Decider:
             for name in missing
         ]
         return self._refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+
+    def _info(self, raw_target: str) -> Decision:
+        """`GET /info` as this repo may see it: asked of the daemon, its CDI devices cut to the grants."""
+        from rediacc_core.gate import views
+        from rediacc_core.gate.images import may_block
+
+        if self.upstream is None:
+            return Decision(True)  # no daemon behind this decider (unit tests of other routes)
+        may_block()
+        import http.client
+
+        from rediacc_core import unixhttp
+
+        try:
+            status, raw = unixhttp.request(self.upstream, "GET", raw_target, timeout=30)
+        except (OSError, http.client.HTTPException) as exc:
+            return Decision(False, 502, f"the repo's daemon did not answer GET /info: {exc}", endpoint="info")
+        if status != 200:
+            return Decision(True, endpoint="info")  # its error, as the daemon phrases it
+        granted, _ = self._read_grants()  # unreadable grants: no device is shown
+        try:
+            return Decision(False, 200, answer=views.info_body(raw, granted), endpoint="info")
+        except ValueError:
+            return Decision(False, 502, "the repo's daemon answered GET /info with no JSON", endpoint="info")
 
     def _read_grants(self) -> tuple[frozenset[str], str | None]:
         try:

@@ -66,7 +66,8 @@ ROUTES: tuple[Route, ...] = (
     _fwd("HEAD", "/_ping"),
     # The daemon logs in to the body's `serveraddress` from the host's network.
     Route("POST", "/auth", "inspect", "auth", StructRef("AuthConfig")),
-    _fwd("GET", "/info"),
+    # Answered by the gate from the daemon's, CDI devices cut to the repo's grants (`views`).
+    Route("GET", "/info", "inspect", "info"),
     _fwd("GET", "/version"),
     _fwd("GET", "/events"),
     _fwd("GET", "/system/df"),

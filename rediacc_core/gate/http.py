@@ -432,6 +432,14 @@ def chunk_frame(pieces: list[memoryview]) -> list[bytes | memoryview]:
 LAST_CHUNK = b"0\r\n\r\n"
 
 
+def json_response(body: bytes, *, close: bool = False) -> bytes:
+    """A 200 response the gate makes itself, with a JSON body (`views`: what a tenant may see)."""
+    lines = ["HTTP/1.1 200 OK", "Content-Type: application/json", f"Content-Length: {len(body)}"]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
 def error_response(status: int, message: str, *, head_only: bool = False, close: bool = False) -> bytes:
     """A Docker-style error response: `{"message": "..."}` as JSON, which the docker CLI shows."""
     body = (json.dumps({"message": message}) + "\n").encode("utf-8")

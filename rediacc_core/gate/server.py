@@ -69,6 +69,7 @@ from rediacc_core.gate.http import (
     ResponseHead,
     chunk_frame,
     error_response,
+    json_response,
 )
 from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
 from rediacc_core.gate.llb import BuildPolicy
@@ -560,11 +561,17 @@ class _Client(asyncio.BufferedProtocol):
         if self.closed:
             return
         if not decision.forward:
-            if not decision.log:
-                self.gate.log(f"refused {decision.status} {req.method} {req.target}: {decision.message}")
             head_only = req.method == "HEAD"
             closing = not req.keep_alive
-            self._write(error_response(decision.status, decision.message, head_only=head_only, close=closing))
+            answer = getattr(decision, "answer", None)
+            if answer is not None:  # the gate's own answer (`views`), not a refusal
+                self._write(json_response(answer, close=closing))
+            else:
+                if not decision.log:
+                    self.gate.log(f"refused {decision.status} {req.method} {req.target}: {decision.message}")
+                self._write(
+                    error_response(decision.status, decision.message, head_only=head_only, close=closing)
+                )
             if closing:
                 self.close()
                 return

@@ -159,7 +159,13 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
 
     log = GateLog()
     decider = Decider(
-        machine, repo, get_plugins(), ImageConfigs(upstream), log, containers=DaemonContainers(upstream)
+        machine,
+        repo,
+        get_plugins(),
+        ImageConfigs(upstream),
+        log,
+        containers=DaemonContainers(upstream),
+        upstream=upstream,
     )
     restored = decider.restore_pins()
     if restored:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, post, raw_exchange, refused
+from e2e_kit import E2E, ENGINE_PREFIX, GPU0, GPU1, IMAGE, post, raw_exchange, refused
 
 from rediacc_core.settings import set_setting, unset_setting
 
@@ -203,3 +203,25 @@ def test_allowed_the_pull_is_forwarded_yet_reaches_only_the_repos_own_loopback(
 def test_git_remotes_are_never_cloned(e2e: E2E, remote: str) -> None:
     status, answer = build_remote(e2e, remote)
     assert status == 403 and b"the daemon would clone it with git as the host's root" in answer, answer
+
+
+def test_info_lists_only_the_cdi_devices_the_repo_holds(e2e: E2E) -> None:
+    """Engine 28+ lists in /info every CDI device of the machine; through the gate a tenant sees its own."""
+    e2e.grant(e2e.alpha, GPU0)
+    try:
+        status, direct = e2e.alpha.daemon_api("GET", "/info")
+        assert status == 200, direct
+        listed = json.loads(
+            raw_exchange(e2e.alpha.gate, b"GET /info HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")[
+                1
+            ]
+        )
+        seen = [d["ID"] for d in listed.get("DiscoveredDevices") or []]
+        assert "DiscoveredDevices" in direct or not ENGINE_PREFIX  # Engine 28.5 lists them
+        if "DiscoveredDevices" in direct:  # Engine 28+: the daemon lists the machine's devices
+            assert GPU1 in [d["ID"] for d in direct["DiscoveredDevices"]]
+            assert seen == [GPU0]
+        assert GPU1 not in seen
+        assert listed["ID"] == direct["ID"]  # the rest of the answer is the daemon's
+    finally:
+        e2e.revoke(e2e.alpha, GPU0)
