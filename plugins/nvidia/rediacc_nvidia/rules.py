@@ -60,6 +60,26 @@ def replacement_for(cdi: list[str]) -> str:
     return f"docker run {flags} (Compose: {compose})"
 
 
+def usable_replacement(wanted: list[str], ctx: GateContext | None) -> str:
+    """The replacement this repo can use now: the names asked when it holds them all; else the
+    NVIDIA names it holds (a request for `all` GPUs is all of those); else the grant to ask for.
+
+    Without a context (a caller outside a gate), the names asked, as before."""
+    if ctx is None:
+        return replacement_for(wanted)
+    held = sorted(name for name in ctx.grants if name.startswith(names.PREFIX))
+    if all(name in ctx.grants for name in wanted):
+        return replacement_for(wanted)
+    if held:
+        mine = replacement_for(held)
+        return f"{mine}: the GPUs this repo holds ({', '.join(wanted)} is not granted to it)"
+    devices = " ".join(f"--device {name}" for name in wanted)
+    return (
+        f"{replacement_for(wanted)} once an operator grants it: rdc repo gpu grant {ctx.repo_ref} {devices} "
+        "(this repo holds no GPU now)"
+    )
+
+
 # --- 1. non-CDI device requests and the nvidia runtime ----------------------------------------------
 
 
@@ -78,7 +98,7 @@ def _names_for_ids(device_ids: Any) -> list[str]:
     return cdi if cdi and len(cdi) == len(ids) else [names.ALL]
 
 
-def device_request_refusals(host_config: Mapping[str, Any]) -> list[Verdict]:
+def device_request_refusals(host_config: Mapping[str, Any], ctx: GateContext | None = None) -> list[Verdict]:
     verdicts: list[Verdict] = []
     requests = host_config.get("DeviceRequests")
     for entry in requests if isinstance(requests, list) else []:
@@ -95,14 +115,14 @@ def device_request_refusals(host_config: Mapping[str, Any]) -> list[Verdict]:
         verdicts.append(
             Refusal(
                 message=f"{shown} is refused: GPUs reach a repo only as granted CDI devices",
-                replacement=replacement_for(_names_for_ids(request.get("DeviceIDs"))),
+                replacement=usable_replacement(_names_for_ids(request.get("DeviceIDs")), ctx),
                 rule=RULE_DEVICE_REQUEST,
             )
         )
     return verdicts
 
 
-def runtime_refusal(host_config: Mapping[str, Any]) -> list[Verdict]:
+def runtime_refusal(host_config: Mapping[str, Any], ctx: GateContext | None = None) -> list[Verdict]:
     runtime = host_config.get("Runtime")
     if not isinstance(runtime, str) or not runtime.lower().startswith("nvidia"):
         return []
@@ -112,7 +132,11 @@ def runtime_refusal(host_config: Mapping[str, Any]) -> list[Verdict]:
                 f"runtime {runtime!r} is refused: containers here run with runc, and a GPU comes from a "
                 "granted CDI device"
             ),
-            replacement=f"{_COMPOSE_ALL} in Compose, not runtime: (docker run --device {names.ALL})",
+            replacement=(
+                f"{_COMPOSE_ALL} in Compose, not runtime: (docker run --device {names.ALL})"
+                if ctx is None
+                else f"no runtime: {usable_replacement([names.ALL], ctx)}"
+            ),
             rule=RULE_RUNTIME,
         )
     ]
@@ -122,7 +146,7 @@ def runtime_refusal(host_config: Mapping[str, Any]) -> list[Verdict]:
 
 
 def legacy_visible(
-    env: Mapping[str, str], gpus: list[Gpu], settings: Mapping[str, Any]
+    env: Mapping[str, str], gpus: list[Gpu], settings: Mapping[str, Any], ctx: GateContext | None = None
 ) -> tuple[list[Verdict], list[str]]:
     """Verdicts for the legacy variables, and the CDI names they were translated to (if they were)."""
     try:
@@ -160,7 +184,7 @@ def legacy_visible(
                 f"{shown} asks for GPUs the way the old NVIDIA runtime did, which runc ignores; "
                 "GPUs reach a repo only as granted CDI devices"
             ),
-            replacement=replacement_for(wanted),
+            replacement=usable_replacement(wanted, ctx),
             rule=RULE_VISIBLE,
         )
     ], []
@@ -267,14 +291,14 @@ def request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
         return []
     body = request.body
     host_config = _mapping(body.get("HostConfig"))
-    verdicts = device_request_refusals(host_config) + runtime_refusal(host_config)
+    verdicts = device_request_refusals(host_config, ctx) + runtime_refusal(host_config, ctx)
 
     raw_env = body.get("Env")
     request_env = environment(raw_env if isinstance(raw_env, list) else [])
     requested = [name for name in request.cdi_devices if name.startswith(names.PREFIX)]
     gpus = nvidia_gpus(ctx.inventory)
     if not requested:
-        legacy, translated = legacy_visible(request_env, gpus, ctx.settings)
+        legacy, translated = legacy_visible(request_env, gpus, ctx.settings, ctx)
         verdicts += legacy
         requested = translated
     if not requested:

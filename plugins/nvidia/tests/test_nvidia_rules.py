@@ -75,6 +75,9 @@ class Gate:
         self.settings: dict[str, Any] = {}
         self.machine = Machine("m1", tmp_path / "root")
         self.inventory = inventory
+        self.grants: frozenset[str] = frozenset(
+            {"nvidia.com/gpu=0", f"nvidia.com/gpu={G0}", "nvidia.com/gpu=all"}
+        )
 
     def context(self) -> GateContext:
         def image_config(image: str) -> Mapping[str, Any] | None:
@@ -86,7 +89,7 @@ class Gate:
             repo_name="alpha",
             repo_ref="alpha@m1",
             machine=self.machine,
-            grants=frozenset(),
+            grants=self.grants,
             inventory=self.inventory,
             settings=self.settings,
             image_config=image_config,
@@ -144,8 +147,54 @@ def test_cdi_requests_and_other_vendors_drivers_are_not_ours(gate: Gate) -> None
 def test_nvidia_runtime_is_refused_with_compose_devices(gate: Gate) -> None:
     refusal = only_refusal(gate.decide(create(Runtime="nvidia")))
     assert refusal.rule == "runtime" and "'nvidia'" in refusal.message
-    assert refusal.replacement is not None and refusal.replacement.startswith("devices: [nvidia.com/gpu=all]")
+    assert refusal.replacement is not None and "devices: [nvidia.com/gpu=all]" in refusal.replacement
     assert gate.decide(create(Runtime="runc")) == []
+
+
+# The advice names what this repo can use now (a refusal's replacement must not be refused in turn).
+ADVICE = [
+    # (the repo's grants, what it asked for, what it is told to use)
+    (
+        {"nvidia.com/gpu=0"},
+        {"Driver": "", "Count": -1},  # --gpus all
+        "docker run --device nvidia.com/gpu=0 (Compose: devices: [nvidia.com/gpu=0]): the GPUs this repo "
+        "holds (nvidia.com/gpu=all is not granted to it)",
+    ),
+    (
+        {"nvidia.com/gpu=all"},
+        {"Driver": "", "Count": -1},
+        "docker run --device nvidia.com/gpu=all (Compose: devices: [nvidia.com/gpu=all])",
+    ),
+    (
+        set(),
+        {"Driver": "", "DeviceIDs": ["0"]},  # --gpus device=0, in a repo holding no GPU
+        "docker run --device nvidia.com/gpu=0 (Compose: devices: [nvidia.com/gpu=0]) once an operator grants "
+        "it: rdc repo gpu grant alpha@m1 --device nvidia.com/gpu=0 (this repo holds no GPU now)",
+    ),
+    (
+        {"rediacc.io/dri=renderD128"},  # another vendor's grant is no NVIDIA GPU to suggest
+        {"Driver": "nvidia", "Count": 1},
+        "docker run --device nvidia.com/gpu=all (Compose: devices: [nvidia.com/gpu=all]) once an operator "
+        "grants it: rdc repo gpu grant alpha@m1 --device nvidia.com/gpu=all (this repo holds no GPU now)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("grants", "request_", "told"), ADVICE)
+def test_the_advice_names_what_this_repo_can_use(
+    gate: Gate, grants: set[str], request_: dict[str, Any], told: str
+) -> None:
+    gate.grants = frozenset(grants)
+    refusal = only_refusal(gate.decide(create(DeviceRequests=[{**request_, "Capabilities": [["gpu"]]}])))
+    assert refusal.replacement == told
+
+
+def test_legacy_visible_devices_advice_follows_the_grants(gate: Gate) -> None:
+    gate.grants = frozenset({"nvidia.com/gpu=1"})
+    refusal = only_refusal(gate.decide(create(["NVIDIA_VISIBLE_DEVICES=0"])))
+    assert refusal.replacement is not None
+    assert refusal.replacement.startswith("docker run --device nvidia.com/gpu=1 ")
+    assert "nvidia.com/gpu=0 is not granted" in refusal.replacement
 
 
 def test_requests_other_than_container_create_are_left_alone(gate: Gate) -> None:
@@ -168,6 +217,7 @@ def test_visible_devices_without_cdi_is_refused_naming_exact_names(gate: Gate) -
 
 
 def test_mig_names_warn_about_compose_short_syntax(gate: Gate) -> None:
+    gate.grants = frozenset({"nvidia.com/gpu=0:1"})
     refusal = only_refusal(gate.decide(create(["NVIDIA_VISIBLE_DEVICES=0:1"])))
     assert refusal.replacement is not None
     assert "--device nvidia.com/gpu=0:1" in refusal.replacement and "long syntax" in refusal.replacement
