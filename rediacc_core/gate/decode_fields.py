@@ -204,6 +204,8 @@ _add(
 )
 _add("LogConfig", {"Type": STR, "Config": STR_MAP}, strict=True)
 _add("NetworkingConfig", {"EndpointsConfig": MapOf(ANY)})
+# `POST /networks/{id}/connect`: the endpoint's settings are checked as a create's (sysctls).
+_add("NetworkConnectRequest", {"Container": STR, "EndpointConfig": ANY}, strict=True)
 _add("HostConfig", _HOST_CONFIG, strict=True)
 _add("UpdateConfig", {**_RESOURCES, "RestartPolicy": ANY}, strict=True)
 _add("Ulimit", {"Name": STR, "Hard": INT, "Soft": INT}, strict=True)

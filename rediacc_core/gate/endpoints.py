@@ -140,7 +140,8 @@ ROUTES: tuple[Route, ...] = (
     _fwd("POST", "/networks/prune"),
     _fwd("DELETE", "/networks/{id}"),
     _fwd("GET", "/networks/{id}"),
-    _fwd("POST", "/networks/{id}/connect"),
+    # Its endpoint's driver options may ask for per-interface sysctls (API 1.46+).
+    Route("POST", "/networks/{id}/connect", "inspect", "network-connect", StructRef("NetworkConnectRequest")),
     _fwd("POST", "/networks/{id}/disconnect"),
     # --- volumes ------------------------------------------------------------------------------
     _fwd("GET", "/volumes"),

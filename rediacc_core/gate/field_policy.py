@@ -78,7 +78,10 @@ FIELDS: dict[str, dict[str, str]] = {
         "HostConfig": NESTED,
         "NetworkingConfig": NESTED,
     },
-    "NetworkingConfig": {"EndpointsConfig": FREE},  # endpoints of the repo's own networks
+    "NetworkingConfig": {
+        "EndpointsConfig": "sysctl"
+    },  # endpoints of the repo's own networks; their sysctls checked
+    "NetworkConnectRequest": {"Container": FREE, "EndpointConfig": "sysctl"},
     "HostConfig": {
         "Binds": "bind-root",
         "ContainerIDFile": FREE,  # client side only

@@ -214,6 +214,30 @@ def _sysctls(sysctls: Any, field: str) -> Iterator[Finding]:
             )
 
 
+# Per-interface sysctls of a network endpoint (API 1.46+): `DriverOpts` of an endpoint, a
+# comma-separated list of `net.ipv4.conf.IFNAME.forwarding=1` whose IFNAME the daemon fills in.
+ENDPOINT_SYSCTLS = "com.docker.network.endpoint.sysctls"
+
+
+def endpoint_sysctls(endpoints: Any, where: str) -> Iterator[Finding]:
+    """The sysctls that endpoints ask for through their driver options, under the container policy."""
+    for network, endpoint in (endpoints or {}).items() if isinstance(endpoints, Mapping) else ():
+        options = endpoint.get("DriverOpts") if isinstance(endpoint, Mapping) else None
+        raw = options.get(ENDPOINT_SYSCTLS) if isinstance(options, Mapping) else None
+        if raw is None:
+            continue
+        if not isinstance(raw, str):
+            yield refuse(
+                "sysctl",
+                ENDPOINT_SYSCTLS,
+                f"{where}{network}.DriverOpts {ENDPOINT_SYSCTLS} must be a string",
+                "leave it out",
+            )
+            continue
+        names = {item.split("=", 1)[0].strip(): "" for item in raw.split(",") if item.strip()}
+        yield from _sysctls(names, f"{where}{network}.DriverOpts {ENDPOINT_SYSCTLS}:")
+
+
 def resources(res: Mapping[str, Any], where: str) -> Iterator[Finding]:
     """The non-device Resources fields that reach past the container's own cgroup."""
     parent = res.get("CgroupParent")

@@ -182,6 +182,7 @@ def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
 
 def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     endpoints = _dict(_dict(body.get("NetworkingConfig")).get("EndpointsConfig"))
+    yield from isolation.endpoint_sysctls(endpoints, "NetworkingConfig.EndpointsConfig.")
     if "host" in endpoints:
         yield refuse(
             "namespace",
@@ -294,6 +295,9 @@ def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
         return list(fetches.auth(body, ctx.registries))
     if endpoint == "container-create":
         return list(container_create(body, ctx))
+    if endpoint == "network-connect":
+        settings = body.get("EndpointConfig")
+        return list(isolation.endpoint_sysctls({"EndpointConfig": settings} if settings else {}, ""))
     if endpoint == "container-update":
         return list(container_update(body, ctx))
     if endpoint == "exec-create":

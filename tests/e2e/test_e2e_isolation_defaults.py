@@ -225,3 +225,33 @@ def test_info_lists_only_the_cdi_devices_the_repo_holds(e2e: E2E) -> None:
         assert listed["ID"] == direct["ID"]  # the rest of the answer is the daemon's
     finally:
         e2e.revoke(e2e.alpha, GPU0)
+
+
+def test_an_endpoint_sysctl_is_refused_at_create_and_at_connect(e2e: E2E) -> None:
+    """Per-interface sysctls ride in an endpoint's driver options (API 1.46+): the sysctl policy holds."""
+    made = e2e.alpha.docker("network", "create", "sysnet")
+    assert made.returncode == 0, made.stderr
+    try:
+        opts = {"com.docker.network.endpoint.sysctls": "net.ipv4.conf.IFNAME.forwarding=1"}
+        body = {
+            "Image": IMAGE,
+            "Cmd": ["true"],
+            "NetworkingConfig": {"EndpointsConfig": {"sysnet": {"DriverOpts": opts}}},
+        }
+        status, answer = raw_exchange(
+            e2e.alpha.gate, post("/containers/create?name=sysctl1", json.dumps(body).encode())
+        )
+        assert status == 403 and b"net.ipv4.conf.IFNAME.forwarding" in answer, answer
+        assert e2e.alpha.daemon_api("GET", "/containers/sysctl1/json")[0] == 404  # nothing was created
+        plain = e2e.alpha.docker("create", "--name", "sysctl2", IMAGE, "true")
+        assert plain.returncode == 0, plain.stderr
+        connect = {"Container": "sysctl2", "EndpointConfig": {"DriverOpts": opts}}
+        status, answer = raw_exchange(
+            e2e.alpha.gate, post("/networks/sysnet/connect", json.dumps(connect).encode())
+        )
+        assert status == 403 and b"sysctl" in answer, answer
+        _, inspected = e2e.alpha.daemon_api("GET", "/containers/sysctl2/json")
+        assert "sysnet" not in inspected["NetworkSettings"]["Networks"]
+    finally:
+        e2e.alpha.docker("rm", "-f", "sysctl2")
+        e2e.alpha.docker("network", "rm", "sysnet")

@@ -1,8 +1,9 @@
 """Every endpoint and every request field of the Engine API is classified: nothing passes unexamined.
 
-The daemon's own swagger (API 1.45, Docker Engine 26.1) is the list to check against. CI installs it
-from Debian's `golang-github-docker-docker-dev` (see .ci/install-docker.sh); elsewhere the tests
-that need it skip unless `REDIACC_DOCKER_SWAGGER` names a copy.
+The daemons' own swaggers are the lists to check against, one per API version the gate serves: API
+1.45 (Docker Engine 26.1) and API 1.51 (Engine 28.5). CI installs them from Debian's
+`golang-github-docker-docker-dev` (`.ci/install-docker.sh`, `.ci/install-engine.sh`); elsewhere the
+tests that need one skip unless `REDIACC_DOCKER_SWAGGER` names a copy (it then replaces both).
 """
 
 from __future__ import annotations
@@ -20,26 +21,30 @@ from rediacc_core.gate.field_policy import FIELDS, FREE, NESTED, NOT_IN_DAEMON_S
 from rediacc_core.gate.isolation import BUILD_PARAMETERS
 from rediacc_core.gate.rules import RULE_IDS
 
-SWAGGER_PLACES = (
-    "/var/cache/rediacc/docker-api/swagger.yaml",
-    "/usr/share/gocode/src/github.com/docker/docker/api/swagger.yaml",
-)
+SWAGGER_PLACES = {
+    "1.45": (
+        "/var/cache/rediacc/docker-api/swagger.yaml",
+        "/usr/share/gocode/src/github.com/docker/docker/api/swagger.yaml",
+    ),
+    "1.51": ("/opt/rediacc/engines/28.5/swagger.yaml",),
+}
 METHODS = ("get", "post", "put", "delete", "head", "patch")
 
 
-def _swagger_path() -> Path | None:
+def _swagger_path(version: str) -> Path | None:
     named = os.environ.get("REDIACC_DOCKER_SWAGGER")
-    candidates = [named] if named else list(SWAGGER_PLACES)
+    candidates = [named] if named else list(SWAGGER_PLACES[version])
     return next((Path(p) for p in candidates if p and Path(p).is_file()), None)
 
 
-@pytest.fixture(scope="module")
-def swagger() -> dict[str, Any]:
-    path = _swagger_path()
+@pytest.fixture(scope="module", params=sorted(SWAGGER_PLACES), ids=lambda v: f"api-{v}")
+def swagger(request: pytest.FixtureRequest) -> dict[str, Any]:
+    version: str = request.param
+    path = _swagger_path(version)
     if path is None:
         if os.environ.get("CI"):
-            pytest.fail("the Engine API swagger is missing: .ci/install-docker.sh installs it")
-        pytest.skip("no Engine API swagger here (set REDIACC_DOCKER_SWAGGER)")
+            pytest.fail(f"the Engine API {version} swagger is missing: .ci/run installs it")
+        pytest.skip(f"no Engine API {version} swagger here (set REDIACC_DOCKER_SWAGGER)")
     document: dict[str, Any] = yaml.safe_load(path.read_text())
     return document
 

@@ -170,3 +170,63 @@ def test_admitted_at_the_edges(fake_machine: FakeMachine, host: dict[str, Any]) 
 def test_a_network_scoped_beyond_this_machine_is_refused(fake_machine: FakeMachine) -> None:
     findings = rules.check("network-create", {"Name": "n", "Scope": "swarm"}, rule_context(fake_machine))
     assert [f.refusal.rule for f in findings] == ["network-driver"]
+
+
+# --- per-interface sysctls of a network endpoint (API 1.46+), under the container sysctl policy ----
+
+SYSCTLS_OPT = "com.docker.network.endpoint.sysctls"
+
+
+def endpoint(sysctls: object) -> dict[str, Any]:
+    return {"DriverOpts": {SYSCTLS_OPT: sysctls}}
+
+
+@pytest.mark.parametrize(
+    ("sysctls", "refused_names"),
+    [
+        ("net.ipv4.conf.IFNAME.forwarding=1", ["net.ipv4.conf.IFNAME.forwarding"]),
+        (
+            "net.ipv4.conf.IFNAME.proxy_arp=1,net.ipv6.conf.IFNAME.accept_ra=2",
+            ["net.ipv4.conf.IFNAME.proxy_arp", "net.ipv6.conf.IFNAME.accept_ra"],
+        ),
+        ("net.ipv4.ip_unprivileged_port_start=0", []),  # a safe namespaced sysctl passes here as in Sysctls
+        ("", []),
+    ],
+)
+def test_endpoint_sysctls_of_a_create_go_through_the_sysctl_policy(
+    fake_machine: FakeMachine, sysctls: str, refused_names: list[str]
+) -> None:
+    body = {
+        "Image": "bb",
+        "HostConfig": {},
+        "NetworkingConfig": {"EndpointsConfig": {"net1": endpoint(sysctls)}},
+    }
+    findings = rules.check("container-create", body, rule_context(fake_machine))
+    assert [(f.refusal.rule, f.subject) for f in findings] == [("sysctl", name) for name in refused_names]
+    for finding in findings:
+        assert SYSCTLS_OPT in finding.refusal.message and "net1" in finding.refusal.message
+
+
+def test_endpoint_sysctls_of_a_network_connect_are_checked_too(fake_machine: FakeMachine) -> None:
+    body = {"Container": "c1", "EndpointConfig": endpoint("net.ipv4.conf.IFNAME.forwarding=1")}
+    findings = rules.check("network-connect", body, rule_context(fake_machine))
+    assert [f.refusal.rule for f in findings] == ["sysctl"]
+    assert (
+        rules.check(
+            "network-connect",
+            {"Container": "c1", "EndpointConfig": {"Aliases": ["a"]}},
+            rule_context(fake_machine),
+        )
+        == []
+    )
+
+
+def test_endpoint_sysctls_that_are_not_a_string_are_refused(fake_machine: FakeMachine) -> None:
+    body = {
+        "Image": "bb",
+        "HostConfig": {},
+        "NetworkingConfig": {"EndpointsConfig": {"n": endpoint(["x=1"])}},
+    }
+    assert [f.refusal.rule for f in rules.check("container-create", body, rule_context(fake_machine))] == [
+        "sysctl"
+    ]
