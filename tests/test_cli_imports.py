@@ -79,6 +79,24 @@ def demo_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
+    # Without a vendor plugin the demo machine has no GPU, so the demo makes no repos; the reads
+    # below still need one to read.
+    repos = subprocess.run(
+        [sys.executable, "-m", "rediacc_core.cli", "repo", "list", "demo", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "alpha" not in repos.stdout:
+        created = subprocess.run(
+            [sys.executable, "-m", "rediacc_core.cli", "repo", "create", "alpha@demo"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert created.returncode == 0, created.stderr
     yield env
 
 
