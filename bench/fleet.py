@@ -4,9 +4,11 @@
 
 Starts the distribution's sshd on loopback (rediacc_core.testing.sshd) serving demo machines, adds
 them as SSH machines (plus one local machine with the first one's root), warms every connection,
-then times, interleaved, `rdc machine gpu list` and `rdc repo gpu list` locally and over SSH, each
-machine's `rdc machine gpu list` alone, and `rdc machine gpu list --all` over all of them. Writes
-`fleet.md` and `fleet.json` to the output directory. Needs root and OpenSSH (.ci/install-ssh.sh).
+then times, interleaved, a bare `python3 -c pass` (t_py), `rdc machine gpu list` and `rdc repo gpu
+list` locally and over SSH (served by the machine's resident agent, and with resident agents off:
+the one-shot agent each time), each machine's `rdc machine gpu list` alone, and `rdc machine gpu
+list --all` over all of them. Writes `fleet.md` and `fleet.json` to the output directory, times also
+as multiples of t_py. Needs root and OpenSSH (.ci/install-ssh.sh).
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rediacc_core.demo import build_demo_machine
+from rediacc_core.remote import resident
 from rediacc_core.testing.sshd import running_sshd, sshd_unavailable
 
 RDC = str(Path(sys.executable).parent / "rdc")
+BARE = "python3 -c pass (t_py)"
 
 
 def timed(env: dict[str, str], *args: str) -> float:
+    argv = ["python3", "-c", "pass"] if args == ("-c", "pass") else [RDC, *args]
     start = time.perf_counter()
-    proc = subprocess.run([RDC, *args], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"rdc {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
@@ -66,7 +71,9 @@ def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], 
         agent.parent.mkdir(parents=True)
         agent.symlink_to(Path(sys.executable).parent / "rdc-agent")
     base = dict(os.environ, RDC_SSH_CONTROL_DIR=str(work / "cm"), COLUMNS="200")
+    base.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's rdc has its bytecode cached
     env_ssh = dict(base, REDIACC_CONFIG=str(work / "ssh" / "config.yaml"))
+    env_oneshot = dict(env_ssh, RDC_AGENT_IDLE="0")
     env_local = dict(base, REDIACC_CONFIG=str(work / "local" / "config.yaml"))
     with running_sshd(work / "sshd") as server:
         for name, fm in fakes.items():
@@ -80,10 +87,13 @@ def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], 
         timed(env_ssh, "repo", "create", f"bench@{first}")
         timed(env_ssh, "repo", "gpu", "grant", f"bench@{first}", "--device", "nvidia.com/gpu=0")
         cases = {
+            BARE: (base, ["-c", "pass"]),
             "machine gpu list, local": (env_local, ["machine", "gpu", "list", first]),
             "machine gpu list, ssh": (env_ssh, ["machine", "gpu", "list", first]),
+            "machine gpu list, ssh, one-shot agent": (env_oneshot, ["machine", "gpu", "list", first]),
             "repo gpu list, local": (env_local, ["repo", "gpu", "list", f"bench@{first}"]),
             "repo gpu list, ssh": (env_ssh, ["repo", "gpu", "list", f"bench@{first}"]),
+            "repo gpu list, ssh, one-shot agent": (env_oneshot, ["repo", "gpu", "list", f"bench@{first}"]),
             f"machine gpu list --all ({len(names)} ssh machines)": (
                 env_ssh,
                 ["machine", "gpu", "list", "--all"],
@@ -97,13 +107,22 @@ def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], 
             for case, (env, args) in cases.items():
                 samples[case].append(timed(env, *args))
         server.stop()
+        for fm in fakes.values():
+            resident.stop(str(fm.root))
     medians = {case: statistics.median(values) * 1000 for case, values in samples.items()}
     singles = [medians[f"single {name}"] for name in names]
     fleet_case = next(case for case in cases if "--all" in case)
+    t_py = medians[BARE]
     summary = {
-        "machine gpu list added by ssh (ms)": medians["machine gpu list, ssh"]
-        - medians["machine gpu list, local"],
-        "repo gpu list added by ssh (ms)": medians["repo gpu list, ssh"] - medians["repo gpu list, local"],
+        "t_py (ms)": t_py,
+        "machine gpu list, local (t_py)": medians["machine gpu list, local"] / t_py,
+        "repo gpu list, local (t_py)": medians["repo gpu list, local"] / t_py,
+    }
+    for command in ("machine gpu list", "repo gpu list"):
+        for how in ("", ", one-shot agent"):
+            added = medians[f"{command}, ssh{how}"] - medians[f"{command}, local"]
+            summary[f"{command} added by ssh{how} (t_py)"] = added / t_py
+    summary |= {
         "--all / slowest single": medians[fleet_case] / max(singles),
         "--all / sum of singles": medians[fleet_case] / sum(singles),
     }
@@ -121,12 +140,14 @@ def report(samples: dict[str, list[float]], summary: dict[str, float], runs: int
         f"{platform.node()}: {os.cpu_count()} CPUs; {runs} interleaved runs per case, medians; warm "
         "(ControlMaster up). sshd and the machines are on this host (loopback).",
         "",
-        "| case | median ms | min ms | max ms |",
-        "|---|---|---|---|",
+        "| case | median ms | min ms | max ms | median / t_py |",
+        "|---|---|---|---|---|",
     ]
+    t_py = statistics.median(samples[BARE]) * 1000
     for case, values in samples.items():
         ms = [v * 1000 for v in values]
-        lines.append(f"| {case} | {statistics.median(ms):.0f} | {min(ms):.0f} | {max(ms):.0f} |")
+        median = statistics.median(ms)
+        lines.append(f"| {case} | {median:.0f} | {min(ms):.0f} | {max(ms):.0f} | {median / t_py:.1f} |")
     lines += ["", "| result | value |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in summary.items()]
     out.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,8 @@ class Fleet:
             REDIACC_CONFIG=str(home / "config" / "config.yaml"),
             RDC_SSH_CONTROL_DIR=str(home / "cm"),
             COLUMNS="200",
+            # Resident agents of the test machines stop soon after the tests that used them.
+            RDC_AGENT_IDLE="20",
         )
         env.pop("REDIACC_LOAD_PLUGINS", None)
         self.homes.append(home)

@@ -1,9 +1,11 @@
-"""`rdc-agent`: the machine side of an SSH machine, run by `ssh` once per command (not a daemon).
+"""`rdc-agent`: the machine side of an SSH machine, run by `ssh` for a command (not a daemon).
 
 It reads one request line, checks that the client runs the same rediacc-core and plugin versions,
 then runs the same `rdc` command line against this machine's root and streams what the command
 writes back as protocol lines. The command takes the machine's own locks and writes atomically, so a
-connection that drops mid-way leaves the machine with the whole change or none of it.
+connection that drops mid-way leaves the machine with the whole change or none of it. A request that
+asks for a resident agent (`"resident": {"idle": seconds}`) also starts one (`resident.py`) and
+says where it listens, so the client's next commands skip this start-up.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rediacc_core.remote import protocol
@@ -40,6 +43,12 @@ class _Chunks(io.TextIOBase):
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--resident"]:
+        from rediacc_core import cli
+        from rediacc_core.remote import resident
+
+        resident.main(sys.argv[2:], cli.main)
+        return
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a tool the command runs
     # that writes straight to the fd cannot corrupt the stream (the client shows it as text).
     channel = os.fdopen(os.dup(1), "wb")
@@ -59,11 +68,19 @@ def main() -> None:
     sender.send({"exit": serve(message, sender)})
 
 
-def serve(message: dict[str, Any], sender: protocol.Sender) -> int:
+def serve(
+    message: dict[str, Any],
+    sender: protocol.Sender,
+    *,
+    mine: dict[str, str] | None = None,
+    run_cli: Callable[[list[str]], None] | None = None,
+) -> int:
+    """Check one request and run it; `mine` are the versions installed here (a resident agent knows
+    them already), `run_cli` the CLI's main (imported here when not given)."""
     if message.get("v") != protocol.VERSION:
         sender.send({"skew": {"protocol": protocol.VERSION}})
         return EXIT_PROTOCOL
-    mine = protocol.versions()
+    mine = protocol.versions() if mine is None else mine
     if message.get("op") == "versions":
         sender.send({"versions": mine})
         return 0
@@ -75,11 +92,18 @@ def serve(message: dict[str, Any], sender: protocol.Sender) -> int:
         return _bad(sender, "argv")
     if not (isinstance(name, str) and isinstance(root, str) and root.startswith("/")):
         return _bad(sender, "machine/root")
+    wanted = message.get("resident")
+    if isinstance(wanted, dict) and isinstance(wanted.get("idle"), int | float):
+        from rediacc_core.remote import resident
+
+        where = resident.start(root, float(wanted["idle"]), sys.argv[0])
+        if where is not None:
+            sender.send({"resident": str(where)})
     sender.send({"started": os.getpid()})  # from here on, a lost connection means "dropped mid-way"
     columns = message.get("columns")
     if isinstance(columns, int) and columns > 0:
         os.environ["COLUMNS"] = str(columns)
-    return run_command(argv, name, root, sender, tty=message.get("tty") is True)
+    return run_command(argv, name, root, sender, tty=message.get("tty") is True, run_cli=run_cli)
 
 
 def _bad(sender: protocol.Sender, what: str) -> int:
@@ -87,16 +111,28 @@ def _bad(sender: protocol.Sender, what: str) -> int:
     return EXIT_PROTOCOL
 
 
-def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender, tty: bool = False) -> int:
-    from rediacc_core import cli, config
+def run_command(
+    argv: list[str],
+    name: str,
+    root: str,
+    sender: protocol.Sender,
+    tty: bool = False,
+    run_cli: Callable[[list[str]], None] | None = None,
+) -> int:
+    from rediacc_core import config
     from rediacc_core.remote.dispatch import READ_ONLY, parse_target
+
+    if run_cli is None:
+        from rediacc_core import cli
+
+        run_cli = cli.main
 
     config.pin_machine(name, root)
     target = parse_target(argv)
     sender.stop_when_gone = target is not None and target.path in READ_ONLY
     sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err", tty)
     try:
-        cli.main(argv)
+        run_cli(argv)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -17,6 +17,7 @@ import pytest
 from ssh_kit import MACHINES, Client, Fleet, install_agent, skip_reason
 
 from rediacc_core.demo import build_demo_machine
+from rediacc_core.remote import resident
 from rediacc_core.testing.fakemachine import FakeMachine
 from rediacc_core.testing.sshd import running_sshd
 
@@ -40,6 +41,8 @@ def machine_roots() -> Iterator[dict[str, FakeMachine]]:
         install_agent(fm.root)
         built[name] = fm
     yield built
+    for fm in built.values():
+        resident.stop(str(fm.root))
     shutil.rmtree(base, ignore_errors=True)
 
 
