@@ -194,6 +194,15 @@ SETTINGS: dict[str, Setting] = {
             form="HOST[:PORT],…",
         ),
         Setting(
+            "image-store",
+            ("overlay2", "containerd"),
+            "overlay2",
+            "where each repo's daemon keeps images and container layers: Docker's overlay2 driver, or the "
+            "containerd image store (containerd snapshotter, the default of fresh Engine 29 installs) in "
+            "the repo's own containerd; taken at the repo's next up, and a repo sees only the images of "
+            "the store it runs with",
+        ),
+        Setting(
             "gate-workers",
             (),
             "1",

@@ -18,6 +18,7 @@ from setup_kit import KIND, FakeVendor, example_gpu, spec_document, use_vendor
 
 from rediacc_core import CdiSpecFile, GpuPartition
 from rediacc_core.cli import cli, main
+from rediacc_core.cli.demo import runnable_rdc
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
 from rediacc_core.grants import GrantStore
@@ -123,6 +124,7 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "publish-addresses",
         "pids-limit",
         "registries",
+        "image-store",
         "gate-workers",
     ]
     assert not fm.machine.settings_path.exists()
@@ -502,7 +504,7 @@ def test_demo_sets_up_a_simulated_machine_and_lists_its_gpus(
     assert (
         result.stdout.rstrip()
         .splitlines()[-2]
-        .startswith(f"Next: REDIACC_CONFIG={rdc_config} rdc machine gpu list demo")
+        .startswith(f"Next: REDIACC_CONFIG={rdc_config} {runnable_rdc()} machine gpu list demo")
     )
     assert result.stderr == ""
     demo = Config.load().machine("demo")

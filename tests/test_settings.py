@@ -31,6 +31,7 @@ OTHER_DEFAULTS = {
     "publish-addresses": "127.0.0.1",
     "pids-limit": "4096",
     "registries": "",
+    "image-store": "overlay2",
 }
 
 
@@ -79,7 +80,7 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "colour",
             "blue",
             "unknown machine setting 'colour'",
-            "use one of: bind-roots, extra-capabilities, gate-workers, lease-end, "
+            "use one of: bind-roots, extra-capabilities, gate-workers, image-store, lease-end, "
             "legacy-visible-devices, pids-limit, publish-addresses, registries, volume-drivers",
         ),
         (

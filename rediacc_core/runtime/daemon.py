@@ -162,11 +162,16 @@ def guard_script(root: Path, guard: Guard) -> str:
 
 
 def daemon_config(
-    root: Path, paths: DaemonPaths, guard: Guard | None = None, network: RepoNetwork | None = None
+    root: Path,
+    paths: DaemonPaths,
+    guard: Guard | None = None,
+    network: RepoNetwork | None = None,
+    image_store: str = "overlay2",
 ) -> dict[str, Any]:
     """daemon.json for a repo daemon on the machine rooted at `root`; with `guard`, its containers
     run under the runtime guard (a container created with another runtime is refused by the gate);
-    with `network`, the daemon runs in that namespace of its own (`netns`)."""
+    with `network`, the daemon runs in that namespace of its own (`netns`); `image_store` is the
+    machine's setting of that name."""
     runtimes: dict[str, Any] = {}
     if guard is not None:
         from rediacc_core.runtime import guard as runtime_guard  # only a daemon with a guard names it
@@ -177,7 +182,11 @@ def daemon_config(
         }
     return {
         **runtimes,
-        "features": {"cdi": True},
+        # The containerd image store lives in the repo's own containerd (below), so it is the repo's.
+        "features": {
+            "cdi": True,
+            **({"containerd-snapshotter": True} if image_store == "containerd" else {}),
+        },
         "cdi-spec-dirs": [str(root / "etc" / "cdi")],
         **(_namespaced() if network is not None else _host_namespace()),
         "data-root": str(paths.data_root),
@@ -275,7 +284,14 @@ def prepare(
     paths.data_root.mkdir(parents=True, exist_ok=True)
     if guard is not None:
         atomic_write_text(paths.guard_script, guard_script(root, guard), mode=0o700)
-    atomic_write_json(paths.config, daemon_config(root, paths, guard, network))
+    atomic_write_json(paths.config, daemon_config(root, paths, guard, network, _image_store(root)))
+
+
+def _image_store(root: Path) -> str:
+    from rediacc_core.machine import Machine
+    from rediacc_core.settings import effective, read_settings
+
+    return effective(read_settings(Machine(name="local", root=root)))["image-store"]
 
 
 def ping(sock: Path, timeout: float = 2.0) -> bool:

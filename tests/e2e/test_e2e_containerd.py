@@ -116,3 +116,37 @@ def test_two_repos_beside_a_system_containerd_share_nothing(e2e: E2E, system_con
         assert processes_naming(a.runtime.daemon_paths.workdir) == []  # no containerd, shim or sleep
         still = b.docker("inspect", "-f", "{{.State.Running}}", b_id)
         assert still.stdout.strip() == "true", still.stderr
+
+
+def test_with_the_containerd_image_store_each_repo_sees_only_its_own_images(
+    e2e: E2E, system_containerd: Path
+) -> None:
+    """The containerd image store (Engine 29's default) keeps images in containerd: in the repo's own."""
+    namespaces_before = ctr(system_containerd, "namespaces", "list", "-q")
+    changed = e2e.rdc("machine", "config", "m1", "--set", "image-store=containerd")
+    assert changed.returncode == 0, changed.stderr
+    try:
+        with e2e.extra_repo("imga") as a, e2e.extra_repo("imgb") as b:
+            for repo in (a, b):
+                info = repo.docker("info", "-f", "{{json .DriverStatus}}")
+                assert "io.containerd.snapshotter" in info.stdout, info.stdout + info.stderr
+            tagged = a.docker("tag", IMAGE, "only-a:1")
+            assert tagged.returncode == 0, tagged.stderr
+            a_id = run_sleeper(a)
+            assert "only-a" in a.docker("images", "--format", "{{.Repository}}").stdout
+            assert "only-a" not in b.docker("images", "--format", "{{.Repository}}").stdout
+            assert a_id[:12] not in b.docker("ps", "-a", "--no-trunc").stdout
+            a_sock = a.runtime.daemon_paths.containerd_socket
+            b_sock = b.runtime.daemon_paths.containerd_socket
+            assert any("only-a" in name for name in ctr(a_sock, "-n", "moby", "images", "list", "-q"))
+            assert not any("only-a" in name for name in ctr(b_sock, "-n", "moby", "images", "list", "-q"))
+            assert a_id in ctr(a_sock, "-n", "moby", "containers", "list", "-q")
+            assert a_id not in ctr(b_sock, "-n", "moby", "containers", "list", "-q")
+            # The host's containerd holds no image, container or namespace of either.
+            assert ctr(system_containerd, "namespaces", "list", "-q") == namespaces_before
+            for namespace in namespaces_before:
+                images = ctr(system_containerd, "-n", namespace, "images", "list", "-q")
+                assert not any("only-a" in name for name in images)
+    finally:
+        reset = e2e.rdc("machine", "config", "m1", "--unset", "image-store")
+        assert reset.returncode == 0, reset.stderr

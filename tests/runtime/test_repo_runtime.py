@@ -21,6 +21,7 @@ from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.settings import change_settings
 
 
 def make_repo(docker_host: str | None = None) -> Repo:
@@ -73,6 +74,17 @@ def test_the_daemon_narrows_what_a_request_can_ask_by_default() -> None:
     assert (config["default-cgroupns-mode"], config["default-ipc-mode"]) == ("private", "private")
     assert config["builder"] == {"entitlements": {"network-host": False, "security-insecure": False}}
     assert (config["userland-proxy"], config["ip-forward"], config["live-restore"]) == (False, False, False)
+
+
+def test_the_image_store_setting_puts_images_in_the_repos_own_containerd(tmp_path: Path) -> None:
+    paths = daemon.DaemonPaths(tmp_path / "w", tmp_path / "data")
+    daemon.prepare(tmp_path, paths)
+    assert json.loads(paths.config.read_text())["features"] == {"cdi": True}  # overlay2, the default
+    change_settings(Machine("m1", tmp_path), [("image-store", "containerd")])
+    daemon.prepare(tmp_path, paths)
+    written = json.loads(paths.config.read_text())
+    assert written["features"] == {"cdi": True, "containerd-snapshotter": True}
+    assert written["containerd"] == str(paths.containerd_socket)  # never the host's
 
 
 @pytest.mark.skipif(shutil.which("dockerd") is None, reason="needs Docker Engine's dockerd")
