@@ -45,3 +45,16 @@ def request(
         return response.status, response.read()
     finally:
         conn.close()
+
+
+def listening(path: Path, timeout: float = 1.0) -> bool:
+    """Whether something accepts connections on the Unix socket `path` now (it is sent nothing)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True

@@ -73,6 +73,7 @@ from rediacc_core.gate.http import (
 )
 from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
 from rediacc_core.gate.llb import BuildPolicy
+from rediacc_core.unixhttp import listening
 
 Log = Callable[[str], None]
 
@@ -922,7 +923,7 @@ class GateServer:
 def bind_listener(path: Path, mode: int = 0o660) -> socket.socket:
     """The gate's listening socket at `path` (replacing a stale socket, never a live one)."""
     if path.exists() or path.is_symlink():
-        if _answers(path):
+        if listening(path):
             raise OSError(f"another process is already serving {path}")
         path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -936,18 +937,6 @@ def bind_listener(path: Path, mode: int = 0o660) -> socket.socket:
         listener.close()
         raise
     return listener
-
-
-def _answers(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -85,14 +85,9 @@ def _stat(path: Path) -> tuple[str, int, int]:
 
 def answering(path: Path) -> bool:
     """Whether a resident agent listens on `path` now."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
+    from rediacc_core.unixhttp import listening
+
+    return listening(path)
 
 
 def start(root: str, idle: float, agent_script: str) -> Path | None:
@@ -341,11 +336,11 @@ class _fds_as_err:
 def main(argv: list[str], run_cli: Callable[[list[str]], None]) -> None:
     """`rdc-agent --resident ROOT IDLE`, as `start` runs it."""
     root, idle = argv[0], float(argv[1])
-    _warm(run_cli)
+    _warm()
     Resident(root, idle, run_cli).serve()
 
 
-def _warm(run_cli: Callable[[list[str]], None]) -> None:
+def _warm() -> None:
     """Import every module a command may import and load the plugins, so no child pays for an
     import (a child's own imports would not outlive it)."""
     import importlib
@@ -361,4 +356,3 @@ def _warm(run_cli: Callable[[list[str]], None]) -> None:
             except ImportError:
                 continue  # an optional extra not installed: the command that needs it says so
     get_plugins()
-    del run_cli  # imported by whoever passed it
