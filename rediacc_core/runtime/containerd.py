@@ -25,6 +25,7 @@ from pathlib import Path
 from rediacc_core.errors import ToolError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.runtime import daemon as daemon_mod
+from rediacc_core.runtime import pids
 from rediacc_core.runtime.daemon import DaemonPaths
 from rediacc_core.runtime.netns import RepoNetwork
 
@@ -83,7 +84,7 @@ def answers(sock: Path) -> bool:
 def running_pid(paths: DaemonPaths) -> int | None:
     """The repo's containerd when it runs and answers (a dockerd restarted alone reuses it)."""
     pid = daemon_mod.read_pid(paths.containerd_pidfile)
-    if pid is not None and daemon_mod.pid_alive(pid) and answers(paths.containerd_socket):
+    if pid is not None and pids.pid_alive(pid) and answers(paths.containerd_socket):
         return pid
     return None
 
@@ -127,7 +128,7 @@ def start_containerd(
     deadline = time.monotonic() + timeout
     while not answers(paths.containerd_socket):
         if process.poll() is not None or time.monotonic() > deadline:
-            daemon_mod.stop_pid(process.pid, 5, process)
+            pids.stop_pid(process.pid, 5, process)
             raise ToolError(
                 f"the repo daemon's containerd did not answer on {paths.containerd_socket}; last log "
                 "lines:\n" + daemon_mod.log_tail(paths.containerd_log),
@@ -140,11 +141,11 @@ def start_containerd(
 def stop_containerd(paths: DaemonPaths, timeout: float = daemon_mod.STOP_TIMEOUT) -> int | None:
     """Stop the repo daemon's containerd (after its dockerd); its pid, or None when none ran."""
     pid = daemon_mod.read_pid(paths.containerd_pidfile)
-    if pid is None or not daemon_mod.pid_alive(pid):
+    if pid is None or not pids.pid_alive(pid):
         with contextlib.suppress(FileNotFoundError):
             paths.containerd_pidfile.unlink()
         return None
-    daemon_mod.stop_pid(pid, timeout)
+    pids.stop_pid(pid, timeout)
     with contextlib.suppress(FileNotFoundError):
         paths.containerd_pidfile.unlink()
     return pid

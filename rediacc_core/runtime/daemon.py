@@ -27,7 +27,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,12 +38,13 @@ from typing import Any
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
 from rediacc_core.runtime.netns import UPLINK_DNS, RepoNetwork
+from rediacc_core.runtime.pids import pid_alive, stop_pid
 
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 # The deepest socket dockerd creates below its exec-root (its managed containerd's ttrpc socket).
 _EXEC_ROOT_SOCKET_TAIL = len("/containerd/containerd.sock.ttrpc")
 START_TIMEOUT = 60.0
-STOP_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0  # seconds dockerd has to stop its containers before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -327,38 +327,6 @@ def read_pid(pidfile: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
-
-
-def pid_alive(pid: int) -> bool:
-    """True for a live process (a zombie is not alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def stop_pid(pid: int, timeout: float = STOP_TIMEOUT, process: subprocess.Popen[bytes] | None = None) -> None:
-    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            return
-        if process is None and not pid_alive(pid):
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if process is not None:
-        process.wait(10)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pathlib import Path
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
-from rediacc_core.runtime import daemon, netns
+from rediacc_core.runtime import daemon, netns, pids
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
 # are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
@@ -210,7 +210,7 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
         log.close()
     if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: process.poll() is None):
         if process.poll() is None:
-            daemon.stop_pid(process.pid, 5, process)
+            pids.stop_pid(process.pid, 5, process)
         raise ToolError(
             f"the gate of repo {repo.ref} did not answer on {runtime.gate_socket} within {timeout:.0f}s; "
             "last log lines:\n" + daemon.log_tail(runtime.gate_log),
@@ -234,11 +234,11 @@ def _refuse_autoallowed_devices(machine: Machine) -> None:
 
 def _stop_by_pidfile(pidfile: Path, timeout: float) -> int | None:
     pid = daemon.read_pid(pidfile)
-    if pid is None or not daemon.pid_alive(pid):
+    if pid is None or not pids.pid_alive(pid):
         with contextlib.suppress(FileNotFoundError):
             pidfile.unlink()
         return None
-    daemon.stop_pid(pid, timeout)
+    pids.stop_pid(pid, timeout)
     return pid
 
 
@@ -251,7 +251,7 @@ def running_parts(machine: Machine, repo: Repo) -> list[str]:
     running = []
     for what, pidfile in pidfiles:
         pid = daemon.read_pid(pidfile)
-        if pid is not None and daemon.pid_alive(pid):
+        if pid is not None and pids.pid_alive(pid):
             running.append(f"{what} (pid {pid})")
     return running
 

@@ -37,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from rediacc_core.errors import ToolError
+from rediacc_core.runtime import pids
 
 NETNS_DIR = Path("/run/netns")
 UPLINK_DEVICE = "tap0"
 UPLINK_DNS = "10.0.2.3"  # slirp4netns's DNS forwarder (its default 10.0.2.0/24 network)
 UPLINK_MTU = 65520  # slirp4netns's recommended MTU: fewer, larger packets through user space
 READY_TIMEOUT = 10.0
+PROCESS_STOP_TIMEOUT = 5.0  # seconds the uplink and the port keeper get after SIGTERM
 CHAIN = "RDC-UPLINK"
 # Always unreachable through the uplink: link-local (169.254.169.254 is the metadata service of
 # every major cloud) and "this network".
@@ -290,8 +292,7 @@ def tear_down(net: RepoNetwork) -> list[str]:
         ("network uplink", uplink_pid(net), net.pidfile),
     ):
         if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 15)
+            pids.stop_pid(pid, PROCESS_STOP_TIMEOUT)  # gone before its namespace is
             done.append(f"{what} (pid {pid})")
         with contextlib.suppress(FileNotFoundError):
             pidfile.unlink()

@@ -22,7 +22,7 @@ from e2e_kit import E2E, GPU0, IMAGE, RepoEnv, refused
 
 from rediacc_core.holdings import open_device_nodes
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime import daemon, lifecycle, pids
 from rediacc_core.testing.dockerenv import docker_api, import_busybox
 
 JSON = "application/json"
@@ -260,7 +260,7 @@ def test_a_daemon_killed_and_started_again_does_not_restart_the_holder(
     pid = daemon.read_pid(env.runtime.daemon_paths.pidfile)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    assert wait_for(lambda: not daemon.pid_alive(pid))
+    assert wait_for(lambda: not pids.pid_alive(pid))
     lifecycle.repo_up(e2e.machine, repo)  # the daemon comes back and applies restart policies at once
     never_runs_again(env, name)
     # The killed daemon's bind of its data-root onto itself was undone at the new start, so after

@@ -11,7 +11,7 @@ import pytest
 from e2e_kit import E2E, IMAGE, post, raw_exchange
 
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime import daemon, lifecycle, pids
 
 
 def test_the_repo_daemon_reads_cdi_specs_only_from_the_machine(e2e: E2E) -> None:
@@ -128,7 +128,7 @@ def test_a_stopped_daemon_behind_a_live_gate_is_a_clear_502(e2e: E2E) -> None:
         assert e2e.rdc("repo", "up", repo.ref).returncode == 0
         pid = daemon.read_pid(runtime.daemon_paths.pidfile)
         assert pid is not None
-        daemon.stop_pid(pid)
+        pids.stop_pid(pid, daemon.STOP_TIMEOUT)
         status, answer = raw_exchange(runtime.gate_socket, b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n")
         assert status == 502
         assert f"rdc repo up {repo.ref}" in json.loads(answer)["message"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.runtime import daemon, netns
+from rediacc_core.runtime import daemon, netns, pids
 from rediacc_core.testing.dockerenv import docker_api
 
 TOKEN = "rdc-network-token-5173"
@@ -197,7 +197,7 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     assert down.returncode == 0, down.stderr
     assert f"network namespace {network.name}" in down.stdout + down.stderr
     assert not network.path.exists()
-    assert not daemon.pid_alive(uplink)
+    assert not pids.pid_alive(uplink)
     # Up again: a new namespace, and the repo works in it.
     again = e2e.rdc("repo", "up", eta.repo.ref)
     assert again.returncode == 0, again.stderr

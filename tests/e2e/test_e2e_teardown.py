@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.runtime import daemon
+from rediacc_core.runtime import daemon, pids
 
 # The sleep's argument: how this test finds its container's process in /proc. Drawn per run, so that
 # another run of this suite on the same host (its own sleep) is never taken for this one's.
@@ -71,7 +71,7 @@ def test_down_after_the_daemon_died_kills_what_it_left_and_says_so(e2e: E2E, zet
     assert pid is not None
     os.kill(pid, signal.SIGKILL)  # a daemon that never got to stop its containers
     deadline = time.monotonic() + 10
-    while daemon.pid_alive(pid):
+    while pids.pid_alive(pid):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert any(TOKEN in p for p in repo_processes(zeta))  # containerd, the shim and the sleep live on

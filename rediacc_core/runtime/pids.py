@@ -1,0 +1,52 @@
+"""Processes the runtime started and later finds again by pid (daemons, uplinks, keepers).
+
+A stop waits for the process to be gone: whoever asked for it (`rdc repo down`, a test, the next
+`repo up`) must not find it still holding the namespace, the socket or the devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+KILL_WAIT = 10.0  # seconds for the kernel to take a SIGKILLed process away
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a live process (a zombie is not alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def stop_pid(pid: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return
+        if process is None and not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if process is not None:
+        process.wait(10)
+        return
+    deadline = time.monotonic() + KILL_WAIT
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
