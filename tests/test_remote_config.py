@@ -9,8 +9,9 @@ import yaml
 
 from rediacc_core.config import Config
 from rediacc_core.errors import NotFoundError, StateError, ValidationError
+from rediacc_core.placement import FORWARDED
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import FORWARDED, Target, command_target, fast_target, parse_target
+from rediacc_core.remote.dispatch import Target, command_target, fast_target, parse_target
 from rediacc_core.repos import resolve_ref
 
 
@@ -107,11 +108,7 @@ def test_the_target_machine_is_found_the_way_click_parses_the_line(
 @pytest.mark.parametrize("path", sorted(FORWARDED))
 def test_the_shortcut_finds_the_same_target_as_clicks_parse(path: tuple[str, ...]) -> None:
     """`fast_target` (no CLI import) and `parse_target` (click) agree on every forwarded command."""
-    first = (
-        "gpu1"
-        if path in {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
-        else "alpha:v1@gpu1"
-    )
+    first = "gpu1" if FORWARDED[path] == "machine" else "alpha:v1@gpu1"
     extra = (
         ["--device", "x=0"]
         if path[-1] in ("grant", "revoke")

@@ -88,12 +88,10 @@ def _bad(sender: protocol.Sender, what: str) -> int:
 
 
 def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender, tty: bool = False) -> int:
-    from rediacc_core import cli, config
-    from rediacc_core.remote.dispatch import READ_ONLY, parse_target
+    from rediacc_core import cli, config, placement
 
     config.pin_machine(name, root)
-    target = parse_target(argv)
-    sender.stop_when_gone = target is not None and target.path in READ_ONLY
+    sender.stop_when_gone = placement.only_reads(argv)
     sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err", tty)
     try:
         cli.main(argv)

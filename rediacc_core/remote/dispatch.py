@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from rediacc_core import placement
 from rediacc_core.config import Config
 from rediacc_core.errors import (
     EXIT_GENERAL,
@@ -33,62 +34,8 @@ from rediacc_core.remote import protocol
 from rediacc_core.remote.address import DEFAULT_PREFIX
 from rediacc_core.remote.ssh import SshMachine, classify, key_unknown, no_ssh_client, stderr_file
 
-# Commands that act on this host's config (or open their own connections) even when named with an
-# SSH machine.
-LOCAL_COMMANDS = frozenset(
-    {
-        ("machine", "add"),
-        ("machine", "list"),
-        ("machine", "remove"),
-        ("machine", "trust"),
-        ("machine", "install"),
-        ("repo", "env"),
-        ("repo", "tunnel"),
-    }
-)
-# The commands that act on one machine named by their first argument (a machine, or a repo
-# reference for `repo …` except `repo list`). Only a shortcut: `fast_target` uses it to forward
-# without importing the CLI; anything it cannot settle goes through click's own parse.
-FORWARDED = frozenset(
-    {
-        ("machine", "setup"),
-        ("machine", "config"),
-        ("machine", "gpu", "list"),
-        ("repo", "list"),
-        ("repo", "create"),
-        ("repo", "delete"),
-        ("repo", "fork"),
-        ("repo", "gpu", "grant"),
-        ("repo", "gpu", "revoke"),
-        ("repo", "gpu", "renew"),
-        ("repo", "gpu", "list"),
-        ("repo", "up"),
-        ("repo", "down"),
-        ("repo", "units"),
-        ("repo", "gate", "run"),
-        ("repo", "gate", "log"),
-        ("repo", "dockerd"),
-        ("repo", "docker-host"),
-    }
-)
-_MACHINE_FIRST = frozenset(
-    {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
-)
-# Commands that only read: on the machine they stop once their client is gone (`--follow` ones
-# would otherwise run on for nobody); every other command finishes what it started.
-READ_ONLY = frozenset(
-    {
-        ("machine", "gpu", "list"),
-        ("repo", "list"),
-        ("repo", "gpu", "list"),
-        ("repo", "gate", "log"),
-        ("repo", "docker-host"),
-        ("repo", "units"),
-    }
-)
 # How a command names its target: a machine argument, or a repo reference carrying `@machine`.
-_MACHINE_PARAMS = ("machine_name", "name")
-_REF_PARAMS = ("ref",)
+PARAMS: dict[placement.Target, tuple[str, ...]] = {"machine": ("machine_name", "name"), "ref": ("ref",)}
 
 
 @dataclass(frozen=True)
@@ -126,22 +73,22 @@ def parse_target(argv: Sequence[str]) -> Target | None:
             command = sub
     except click.ClickException:
         return None
-    if tuple(path) in LOCAL_COMMANDS:
+    kind = placement.FORWARDED.get(tuple(path))
+    if kind is None:
         return None
-    for param in _REF_PARAMS:
+    for param in PARAMS[kind]:
         value = ctx.params.get(param)
-        if isinstance(value, str):
-            from rediacc_core.repos import RepoRef
-
-            try:
-                machine = RepoRef.parse(value).machine
-            except RdcError:
-                return None
-            return Target(tuple(path), machine, None if machine else value)
-    for param in _MACHINE_PARAMS:
-        value = ctx.params.get(param)
-        if isinstance(value, str):
+        if not isinstance(value, str):
+            continue
+        if kind == "machine":
             return Target(tuple(path), value)
+        from rediacc_core.repos import RepoRef
+
+        try:
+            machine = RepoRef.parse(value).machine
+        except RdcError:
+            return None
+        return Target(tuple(path), machine, None if machine else value)
     return None
 
 
@@ -154,9 +101,10 @@ def fast_target(argv: Sequence[str]) -> Target | None:
         return None
     for size in (3, 2):
         path = tuple(argv[:size])
-        if path in FORWARDED and len(argv) > size and not argv[size].startswith("-"):
+        kind = placement.FORWARDED.get(path)
+        if kind is not None and len(argv) > size and not argv[size].startswith("-"):
             value = argv[size]
-            if path in _MACHINE_FIRST:
+            if kind == "machine":
                 return Target(path, value)
             machine = value.rpartition("@")[2] if "@" in value else None
             return Target(path, machine or None, None if machine else value)
