@@ -3,12 +3,15 @@ and the dispatcher and the agent go by that one declaration."""
 
 from __future__ import annotations
 
+import io
+
 import click
 import pytest
 
-from rediacc_core import placement
+from rediacc_core import config, placement
 from rediacc_core.cli import cli
 from rediacc_core.cli.groups import walk
+from rediacc_core.remote import agent, protocol
 from rediacc_core.remote.dispatch import PARAMS
 
 
@@ -43,3 +46,23 @@ def test_only_read_only_commands_stop_when_their_client_leaves() -> None:
     assert not placement.only_reads(["repo", "gate", "a@m"])  # `repo gate run a@m`, said shorter
     assert not placement.only_reads(["repo", "delete", "a@m", "--yes"])
     assert not placement.only_reads([])
+
+
+def test_the_agent_runs_the_command_through_the_cli_it_is_handed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "_pinned", None)  # pin_machine below: undone after the test
+    ran: list[list[str]] = []
+    sender = protocol.Sender(io.BytesIO())
+
+    def run_cli(argv: list[str]) -> None:
+        ran.append(argv)
+        assert sender.stop_when_gone  # set before the command runs
+        print("listed")
+
+    message = protocol.request(
+        "run", machine="m", root="/srv/m", argv=["repo", "list", "m"], versions=protocol.versions()
+    )
+    assert agent.serve(message, sender, run_cli=run_cli) == 0
+    assert ran == [["repo", "list", "m"]]
+    assert isinstance(sender.stream, io.BytesIO)
+    answers = [protocol.decode(line) for line in sender.stream.getvalue().splitlines()]
+    assert {"out": "listed"} in answers

@@ -4,6 +4,9 @@ It reads one request line, checks that the client runs the same rediacc-core and
 then runs the same `rdc` command line against this machine's root and streams what the command
 writes back as protocol lines. The command takes the machine's own locks and writes atomically, so a
 connection that drops mid-way leaves the machine with the whole change or none of it.
+
+The command line is handed in (`run_cli`, the CLI's `main`) by the console script,
+`rediacc_core.launcher.agent_main`: this package does not import the CLI.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rediacc_core.remote import protocol
@@ -39,7 +43,7 @@ class _Chunks(io.TextIOBase):
     encoding = "utf-8"
 
 
-def main() -> None:
+def main(run_cli: Callable[[list[str]], None]) -> None:
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a tool the command runs
     # that writes straight to the fd cannot corrupt the stream (the client shows it as text).
     channel = os.fdopen(os.dup(1), "wb")
@@ -56,10 +60,10 @@ def main() -> None:
         sender.send({"err": "rdc-agent: the request is not protocol JSON\n"})
         sender.send({"exit": EXIT_PROTOCOL})
         return
-    sender.send({"exit": serve(message, sender)})
+    sender.send({"exit": serve(message, sender, run_cli=run_cli)})
 
 
-def serve(message: dict[str, Any], sender: protocol.Sender) -> int:
+def serve(message: dict[str, Any], sender: protocol.Sender, *, run_cli: Callable[[list[str]], None]) -> int:
     if message.get("v") != protocol.VERSION:
         sender.send({"skew": {"protocol": protocol.VERSION}})
         return EXIT_PROTOCOL
@@ -79,7 +83,7 @@ def serve(message: dict[str, Any], sender: protocol.Sender) -> int:
     columns = message.get("columns")
     if isinstance(columns, int) and columns > 0:
         os.environ["COLUMNS"] = str(columns)
-    return run_command(argv, name, root, sender, tty=message.get("tty") is True)
+    return run_command(argv, name, root, sender, tty=message.get("tty") is True, run_cli=run_cli)
 
 
 def _bad(sender: protocol.Sender, what: str) -> int:
@@ -87,14 +91,23 @@ def _bad(sender: protocol.Sender, what: str) -> int:
     return EXIT_PROTOCOL
 
 
-def run_command(argv: list[str], name: str, root: str, sender: protocol.Sender, tty: bool = False) -> int:
-    from rediacc_core import cli, config, placement
+def run_command(
+    argv: list[str],
+    name: str,
+    root: str,
+    sender: protocol.Sender,
+    tty: bool = False,
+    *,
+    run_cli: Callable[[list[str]], None],
+) -> int:
+    """`rdc ARGV` through `run_cli` (the CLI's `main`), against machine NAME at ROOT."""
+    from rediacc_core import config, placement
 
     config.pin_machine(name, root)
     sender.stop_when_gone = placement.only_reads(argv)
     sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err", tty)
     try:
-        cli.main(argv)
+        run_cli(argv)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
