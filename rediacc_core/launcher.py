@@ -1,8 +1,13 @@
-"""`rdc`'s console script: a command for an SSH machine is forwarded before the CLI is imported.
+"""The console scripts, `rdc` and `rdc-agent`: light on imports, and the CLI's link to `remote/`.
 
-Forwarding needs only the config and `ssh`; importing every command, click's whole tree and the
-plugins would add their cost to each remote command for nothing (the agent loads them there).
-Everything else is `rediacc_core.cli.main`.
+`rdc`: a command for an SSH machine is forwarded before the CLI is imported. Forwarding needs only
+the config and `ssh`; importing every command, click's whole tree and the plugins would add their
+cost to each remote command for nothing (the agent loads them there). Everything else is
+`rediacc_core.cli.main`.
+
+`rdc-agent`: the machine side (`rediacc_core.remote.agent`, or with `--resident` the warm agent of
+`rediacc_core.remote.resident`), which runs each command through the CLI's `main` handed in from
+here (the remote package does not import the CLI).
 """
 
 from __future__ import annotations
@@ -11,6 +16,13 @@ import sys
 
 # Asked of this rdc, never of a machine: no config to read for them.
 LOCAL_ONLY = frozenset({"--version", "--help", "-h"})
+
+
+def confirm_delete(ref: str) -> bool:
+    """`rdc repo delete`'s question, asked here for a repo on an SSH machine (imported only then)."""
+    from rediacc_core.cli.repo import confirm_delete as ask
+
+    return ask(ref)
 
 
 def main() -> None:
@@ -23,7 +35,7 @@ def main() -> None:
     try:
         from rediacc_core.remote.dispatch import forward_if_remote
 
-        forwarded = forward_if_remote(argv, fast=True)
+        forwarded = forward_if_remote(argv, confirm_delete)
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")
         sys.exit(130)
@@ -34,3 +46,21 @@ def main() -> None:
     from rediacc_core.cli import main as cli_main
 
     cli_main(argv)
+
+
+def run_cli(argv: list[str]) -> None:
+    # Imported per command, not at start: a `versions` request needs neither click nor the commands.
+    from rediacc_core.cli import main as cli_main
+
+    cli_main(argv)
+
+
+def agent_main() -> None:
+    if sys.argv[1:2] == ["--resident"]:  # as `remote.resident.start` runs it
+        from rediacc_core.remote import resident
+
+        resident.main(sys.argv[2:], run_cli)
+        return
+    from rediacc_core.remote import agent
+
+    agent.main(run_cli)

@@ -54,3 +54,43 @@ def test_every_name_a_plugin_takes_is_exported(path: Path) -> None:
             assert set(names) <= public, f"{path.name} takes {set(names) - public} not in __all__"
             for name in names:
                 assert getattr(rediacc_core, name) is not None
+
+
+# --- remote/ is transport, agent and protocol: the command line calls it, never the other way -------
+
+REMOTE = sorted((REPO / "rediacc_core" / "remote").glob("*.py"))
+
+
+def _imports_the_cli(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name == "rediacc_core.cli" or a.name.startswith("rediacc_core.cli.") for a in node.names)
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        if node.module == "rediacc_core.cli" or node.module.startswith("rediacc_core.cli."):
+            return True
+        return node.module == "rediacc_core" and any(a.name == "cli" for a in node.names)
+    return False
+
+
+def test_there_are_remote_modules_to_check() -> None:
+    assert {p.name for p in REMOTE} >= {"agent.py", "dispatch.py", "ssh.py"}
+
+
+@pytest.mark.parametrize("path", REMOTE, ids=lambda p: p.name)
+def test_remote_never_imports_the_cli(path: Path) -> None:
+    # ast.walk reaches imports inside functions too: a lazy import is still a dependency.
+    tree = ast.parse(path.read_text(), str(path))
+    imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+    found = [n.lineno for n in imports if _imports_the_cli(n)]
+    assert not found, f"{path.name} imports rediacc_core.cli at line(s) {found}; hand the CLI in instead"
+
+
+def test_the_check_sees_each_way_of_importing_the_cli() -> None:
+    for text in (
+        "import rediacc_core.cli",
+        "from rediacc_core.cli import cli",
+        "from rediacc_core.cli.repo import confirm_delete",
+        "from rediacc_core import cli",
+        "def f():\n    from rediacc_core import config, cli",
+    ):
+        assert any(_imports_the_cli(n) for n in ast.walk(ast.parse(text))), text
+    assert not any(_imports_the_cli(n) for n in ast.walk(ast.parse("from rediacc_core import client")))

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import NotFoundError, StateError, ValidationError
+from rediacc_core.placement import FORWARDED
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import FORWARDED, Target, command_target, fast_target, parse_target
+from rediacc_core.remote.dispatch import Target, command_target, fast_target, parse_target
 from rediacc_core.repos import resolve_ref
 
 
@@ -101,17 +103,13 @@ def test_a_repo_without_machine_is_looked_up_on_local_machines_only(rdc_config: 
 def test_the_target_machine_is_found_the_way_click_parses_the_line(
     argv: list[str], target: str | None
 ) -> None:
-    assert command_target(argv) == target
+    assert command_target(argv, cli) == target
 
 
 @pytest.mark.parametrize("path", sorted(FORWARDED))
 def test_the_shortcut_finds_the_same_target_as_clicks_parse(path: tuple[str, ...]) -> None:
     """`fast_target` (no CLI import) and `parse_target` (click) agree on every forwarded command."""
-    first = (
-        "gpu1"
-        if path in {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
-        else "alpha:v1@gpu1"
-    )
+    first = "gpu1" if FORWARDED[path] == "machine" else "alpha:v1@gpu1"
     extra = (
         ["--device", "x=0"]
         if path[-1] in ("grant", "revoke")
@@ -120,13 +118,13 @@ def test_the_shortcut_finds_the_same_target_as_clicks_parse(path: tuple[str, ...
         else []
     )
     argv = [*path, first, *extra]
-    assert fast_target(argv) == parse_target(argv)
-    assert command_target(argv) == "gpu1"
+    assert fast_target(argv) == parse_target(argv, cli)
+    assert command_target(argv, cli) == "gpu1"
 
 
 def test_the_shortcut_leaves_other_shapes_to_click() -> None:
     assert fast_target(["machine", "gpu", "list", "-o", "json", "gpu1"]) is None
-    assert parse_target(["machine", "gpu", "list", "-o", "json", "gpu1"]) == Target(
+    assert parse_target(["machine", "gpu", "list", "-o", "json", "gpu1"], cli) == Target(
         ("machine", "gpu", "list"), "gpu1"
     )
     assert fast_target(["repo", "gpu", "grant", "alpha", "--device", "x=0"]) == Target(

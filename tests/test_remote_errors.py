@@ -109,7 +109,7 @@ def changed_far1(rdc_config: Path, monkeypatch: pytest.MonkeyPatch) -> list[list
     config.save()
     remembered: list[list[str]] = []
     _keys(monkeypatch, ["rdc.far1 ssh-ed25519 OLD"], ["rdc.far1 ssh-ed25519 NEW"])
-    monkeypatch.setattr("rediacc_core.remote.cli.fingerprints", ssh.fingerprints)
+    monkeypatch.setattr("rediacc_core.cli.machine_ssh.fingerprints", ssh.fingerprints)
     monkeypatch.setattr(SshMachine, "remember_keys", lambda _s, lines: remembered.append(list(lines)))
     return remembered
 
@@ -131,7 +131,7 @@ def test_a_changed_host_key_is_replaced_with_its_fingerprint(changed_far1: list[
 def test_a_changed_host_key_is_replaced_by_a_yes_typed_on_a_terminal(
     changed_far1: list[list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rediacc_core.remote.cli.on_terminal", lambda: True)
+    monkeypatch.setattr("rediacc_core.cli.machine_ssh.on_terminal", lambda: True)
     assert CliRunner().invoke(cli, ["machine", "trust", "far1"], input="no\n").exit_code == EXIT_REFUSED
     result = CliRunner().invoke(cli, ["machine", "trust", "far1"], input="yes\n")
     assert result.exit_code == 0, result.output

@@ -120,14 +120,14 @@ def main(argv: list[str] | None = None) -> None:
 
         attach_completers(cli)
     try:
-        from rediacc_core.launcher import LOCAL_ONLY
+        from rediacc_core.launcher import LOCAL_ONLY, confirm_delete
 
         args = sys.argv[1:] if argv is None else argv
         if args and args[0] not in LOCAL_ONLY:
             from rediacc_core.remote.dispatch import forward_if_remote
 
             # A command whose machine is reached over SSH runs there, whole (see rediacc_core.remote).
-            forwarded = forward_if_remote(args)
+            forwarded = forward_if_remote(args, confirm_delete, root=cli)
             if forwarded is not None:
                 sys.exit(forwarded)
         # Not standalone, so unexpected exceptions reach the handler below; click then hands back

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 # Commands of this group defined elsewhere, imported when used.
-_ELSEWHERE = {"trust": "rediacc_core.remote.cli", "install": "rediacc_core.remote.cli"}
+_ELSEWHERE = dict.fromkeys(("trust", "install"), "rediacc_core.cli.machine_ssh")
 
 
 @click.group(cls=HintingGroup, lazy=_ELSEWHERE)
@@ -69,7 +69,7 @@ def add(name: str, root: str | None, ssh: str | None, identity: str | None, acce
     """
     config = Config.load()
     if ssh is not None:
-        from rediacc_core.remote.cli import add_ssh_machine
+        from rediacc_core.cli.machine_ssh import add_ssh_machine
 
         add_ssh_machine(config, name, ssh, identity, root, accept_host_key)
         return
@@ -182,7 +182,7 @@ def remove(name: str) -> None:
     config.remove(name)
     config.save()
     if target.remote is not None:
-        from rediacc_core.remote.cli import forget_ssh_machine
+        from rediacc_core.cli.machine_ssh import forget_ssh_machine
 
         forget_ssh_machine(config, target)
     where = f"{target.remote}:{target.root}" if target.remote is not None else str(target.root)
@@ -416,7 +416,7 @@ def gpu_list(name: str | None, every: bool, fmt: str) -> None:
       rdc machine gpu list localhost -o json
     """
     if every or name is None:
-        from rediacc_core.remote.fleet import fleet_gpu_list
+        from rediacc_core.cli.fleet import fleet_gpu_list
 
         fleet_gpu_list(name, every, fmt)
         return

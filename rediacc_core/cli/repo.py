@@ -59,7 +59,7 @@ def _status(running: list[str]) -> str:
 # Commands of this group defined elsewhere, imported when used.
 _ELSEWHERE = {
     **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
-    **dict.fromkeys(("env", "tunnel"), "rediacc_core.remote.cli"),
+    **dict.fromkeys(("env", "tunnel"), "rediacc_core.cli.repo_ssh"),
 }
 
 
@@ -120,7 +120,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     from rediacc_core.runtime.lifecycle import running_parts
 
     if every or machine_name is None:
-        from rediacc_core.remote.fleet import fleet_repo_list
+        from rediacc_core.cli.fleet import fleet_repo_list
 
         fleet_repo_list(machine_name, every, fmt)
         return

@@ -6,6 +6,9 @@ writes back as protocol lines. The command takes the machine's own locks and wri
 connection that drops mid-way leaves the machine with the whole change or none of it. A request that
 asks for a resident agent (`"resident": {"idle": seconds}`) also starts one (`resident.py`) and
 says where it listens, so the client's next commands skip this start-up.
+
+The command line is handed in (`run_cli`, the CLI's `main`) by the console script,
+`rediacc_core.launcher.agent_main`: this package does not import the CLI.
 """
 
 from __future__ import annotations
@@ -42,13 +45,7 @@ class _Chunks(io.TextIOBase):
     encoding = "utf-8"
 
 
-def main() -> None:
-    if sys.argv[1:2] == ["--resident"]:
-        from rediacc_core import cli
-        from rediacc_core.remote import resident
-
-        resident.main(sys.argv[2:], cli.main)
-        return
+def main(run_cli: Callable[[list[str]], None]) -> None:
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a tool the command runs
     # that writes straight to the fd cannot corrupt the stream (the client shows it as text).
     channel = os.fdopen(os.dup(1), "wb")
@@ -65,18 +62,18 @@ def main() -> None:
         sender.send({"err": "rdc-agent: the request is not protocol JSON\n"})
         sender.send({"exit": EXIT_PROTOCOL})
         return
-    sender.send({"exit": serve(message, sender)})
+    sender.send({"exit": serve(message, sender, run_cli=run_cli)})
 
 
 def serve(
     message: dict[str, Any],
     sender: protocol.Sender,
     *,
+    run_cli: Callable[[list[str]], None],
     mine: dict[str, str] | None = None,
-    run_cli: Callable[[list[str]], None] | None = None,
 ) -> int:
-    """Check one request and run it; `mine` are the versions installed here (a resident agent knows
-    them already), `run_cli` the CLI's main (imported here when not given)."""
+    """Check one request and run it through `run_cli` (the CLI's `main`); `mine` are the versions
+    installed here (a resident agent knows them already)."""
     if message.get("v") != protocol.VERSION:
         sender.send({"skew": {"protocol": protocol.VERSION}})
         return EXIT_PROTOCOL
@@ -117,19 +114,14 @@ def run_command(
     root: str,
     sender: protocol.Sender,
     tty: bool = False,
-    run_cli: Callable[[list[str]], None] | None = None,
+    *,
+    run_cli: Callable[[list[str]], None],
 ) -> int:
-    from rediacc_core import config
-    from rediacc_core.remote.dispatch import READ_ONLY, parse_target
-
-    if run_cli is None:
-        from rediacc_core import cli
-
-        run_cli = cli.main
+    """`rdc ARGV` through `run_cli` (the CLI's `main`), against machine NAME at ROOT."""
+    from rediacc_core import config, placement
 
     config.pin_machine(name, root)
-    target = parse_target(argv)
-    sender.stop_when_gone = target is not None and target.path in READ_ONLY
+    sender.stop_when_gone = placement.only_reads(argv)
     sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err", tty)
     try:
         run_cli(argv)

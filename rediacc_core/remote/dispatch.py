@@ -2,9 +2,10 @@
 
 This is the one place remote machines are handled for the commands: `rdc`'s entry point asks
 `forward_if_remote` first, which finds the command's target machine the way click parses the line
-(a MACHINE/NAME argument, or the `@machine` of a repo reference). For an SSH machine the unchanged
-argument list goes to the agent, and its output and exit code become this process's, so tables,
-`-o json|yaml`, `Error:`/`What to do:` and exit codes are exactly the local ones.
+(a MACHINE/NAME argument, or the `@machine` of a repo reference, as `rediacc_core.placement`
+declares for each forwarded command). For an SSH machine the unchanged argument list goes to the
+agent, and its output and exit code become this process's, so tables, `-o json|yaml`,
+`Error:`/`What to do:` and exit codes are exactly the local ones.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from rediacc_core import placement
 from rediacc_core.config import Config
 from rediacc_core.errors import (
     EXIT_GENERAL,
@@ -33,62 +35,11 @@ from rediacc_core.remote import link, protocol
 from rediacc_core.remote.address import DEFAULT_PREFIX
 from rediacc_core.remote.ssh import SshMachine, classify, key_unknown, no_ssh_client, stderr_file
 
-# Commands that act on this host's config (or open their own connections) even when named with an
-# SSH machine.
-LOCAL_COMMANDS = frozenset(
-    {
-        ("machine", "add"),
-        ("machine", "list"),
-        ("machine", "remove"),
-        ("machine", "trust"),
-        ("machine", "install"),
-        ("repo", "env"),
-        ("repo", "tunnel"),
-    }
-)
-# The commands that act on one machine named by their first argument (a machine, or a repo
-# reference for `repo …` except `repo list`). Only a shortcut: `fast_target` uses it to forward
-# without importing the CLI; anything it cannot settle goes through click's own parse.
-FORWARDED = frozenset(
-    {
-        ("machine", "setup"),
-        ("machine", "config"),
-        ("machine", "gpu", "list"),
-        ("repo", "list"),
-        ("repo", "create"),
-        ("repo", "delete"),
-        ("repo", "fork"),
-        ("repo", "gpu", "grant"),
-        ("repo", "gpu", "revoke"),
-        ("repo", "gpu", "renew"),
-        ("repo", "gpu", "list"),
-        ("repo", "up"),
-        ("repo", "down"),
-        ("repo", "units"),
-        ("repo", "gate", "run"),
-        ("repo", "gate", "log"),
-        ("repo", "dockerd"),
-        ("repo", "docker-host"),
-    }
-)
-_MACHINE_FIRST = frozenset(
-    {("machine", "setup"), ("machine", "config"), ("machine", "gpu", "list"), ("repo", "list")}
-)
-# Commands that only read: on the machine they stop once their client is gone (`--follow` ones
-# would otherwise run on for nobody); every other command finishes what it started.
-READ_ONLY = frozenset(
-    {
-        ("machine", "gpu", "list"),
-        ("repo", "list"),
-        ("repo", "gpu", "list"),
-        ("repo", "gate", "log"),
-        ("repo", "docker-host"),
-        ("repo", "units"),
-    }
-)
+if TYPE_CHECKING:
+    import click
+
 # How a command names its target: a machine argument, or a repo reference carrying `@machine`.
-_MACHINE_PARAMS = ("machine_name", "name")
-_REF_PARAMS = ("ref",)
+PARAMS: dict[placement.Target, tuple[str, ...]] = {"machine": ("machine_name", "name"), "ref": ("ref",)}
 
 
 @dataclass(frozen=True)
@@ -100,17 +51,18 @@ class Target:
     unplaced_ref: str | None = None  # a repo reference without `@machine`
 
 
-def parse_target(argv: Sequence[str]) -> Target | None:
-    """What `rdc ARGV` acts on, or None (a local command, help, or a line click will reject)."""
+def parse_target(argv: Sequence[str], root: click.Group) -> Target | None:
+    """What `rdc ARGV` acts on, or None (a local command, help, or a line click will reject).
+
+    `root` is the CLI's root group, handed in by the CLI: this package does not import it.
+    """
     if any(arg in ("-h", "--help", "--version") for arg in argv):
         return None
     import click
 
-    from rediacc_core.cli import cli
-
     try:
-        ctx = cli.make_context("rdc", list(argv), resilient_parsing=True)
-        command: click.Command = cli
+        ctx = root.make_context("rdc", list(argv), resilient_parsing=True)
+        command: click.Command = root
         path: list[str] = []
         while isinstance(command, click.Group):
             # Click keeps the subcommand's name apart from the rest (`_protected_args` from 8.2 on).
@@ -126,22 +78,22 @@ def parse_target(argv: Sequence[str]) -> Target | None:
             command = sub
     except click.ClickException:
         return None
-    if tuple(path) in LOCAL_COMMANDS:
+    kind = placement.FORWARDED.get(tuple(path))
+    if kind is None:
         return None
-    for param in _REF_PARAMS:
+    for param in PARAMS[kind]:
         value = ctx.params.get(param)
-        if isinstance(value, str):
-            from rediacc_core.repos import RepoRef
-
-            try:
-                machine = RepoRef.parse(value).machine
-            except RdcError:
-                return None
-            return Target(tuple(path), machine, None if machine else value)
-    for param in _MACHINE_PARAMS:
-        value = ctx.params.get(param)
-        if isinstance(value, str):
+        if not isinstance(value, str):
+            continue
+        if kind == "machine":
             return Target(tuple(path), value)
+        from rediacc_core.repos import RepoRef
+
+        try:
+            machine = RepoRef.parse(value).machine
+        except RdcError:
+            return None
+        return Target(tuple(path), machine, None if machine else value)
     return None
 
 
@@ -154,30 +106,35 @@ def fast_target(argv: Sequence[str]) -> Target | None:
         return None
     for size in (3, 2):
         path = tuple(argv[:size])
-        if path in FORWARDED and len(argv) > size and not argv[size].startswith("-"):
+        kind = placement.FORWARDED.get(path)
+        if kind is not None and len(argv) > size and not argv[size].startswith("-"):
             value = argv[size]
-            if path in _MACHINE_FIRST:
+            if kind == "machine":
                 return Target(path, value)
             machine = value.rpartition("@")[2] if "@" in value else None
             return Target(path, machine or None, None if machine else value)
     return None
 
 
-def command_target(argv: Sequence[str]) -> str | None:
+def command_target(argv: Sequence[str], root: click.Group) -> str | None:
     """The machine `rdc ARGV` names, or None."""
-    target = parse_target(argv)
+    target = parse_target(argv, root)
     return target.machine if target is not None else None
 
 
-def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
+def forward_if_remote(
+    argv: Sequence[str], confirm_delete: Callable[[str], bool], root: click.Group | None = None
+) -> int | None:
     """Run `rdc ARGV` on its SSH machine and return the exit code; None when it runs here.
 
-    With `fast`, only lines `fast_target` understands are looked at (the CLI is not imported).
+    The CLI hands in what forwarding needs of it: `confirm_delete` asks on this terminal before a
+    `repo delete` (the machine has none to ask on), and `root`, its root group, lets click parse the
+    line; without `root` only lines `fast_target` understands are looked at (the CLI not imported).
     """
     config = Config.load()
     if not any(entry.get("ssh") for entry in config.entries.values()):
         return None  # no SSH machine: nothing to forward, and no parse to pay for
-    target = fast_target(argv) if fast else parse_target(argv)
+    target = fast_target(argv) if root is None else parse_target(argv, root)
     if target is None:
         return None
     name = target.machine
@@ -197,8 +154,6 @@ def forward_if_remote(argv: Sequence[str], *, fast: bool = False) -> int | None:
     if target.path == ("repo", "delete") and "--yes" not in argv and sys.stdin.isatty():
         # The machine side has no terminal to ask on: ask here, as the local command does.
         import click
-
-        from rediacc_core.cli.repo import confirm_delete
 
         ref = _ref_on(argv, name)
         try:

@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from rediacc_core.errors import ToolError
+from rediacc_core.remote.ssh import CONNECT_TIMEOUT, SshMachine, classify, stderr_file
 
 PIP_TIMEOUT = 600
 RECORD = "installed.json"  # beside the venv: what `fingerprints` said of the wheels installed
@@ -165,6 +166,29 @@ def install_script(prefix: str, pins: dict[str, str], record: dict[str, str] | N
             f"printf '%s\\n' {shlex.quote(json.dumps(record or {}, sort_keys=True))} > {p}/{RECORD}",
         ]
     )
+
+
+def installed_record(ssh: SshMachine, prefix: str) -> dict[str, str] | None:
+    """What the last whole install on the machine recorded of its wheels (None: nothing known)."""
+    argv = ssh.argv("cat " + shlex.quote(f"{prefix}/{RECORD}"))
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CONNECT_TIMEOUT + 20, check=False)
+    if proc.returncode == 255:
+        raise classify(ssh, proc.returncode, proc.stderr)
+    try:
+        found = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def run_install(ssh: SshMachine, script: str, archive: bytes) -> tuple[int, str]:
+    """`script` run on the machine with the wheelhouse `archive` as its input: the exit status and
+    the output (255: ssh's own, for `classify`)."""
+    argv = ssh.argv("sh -c " + shlex.quote(script))
+    with stderr_file() as errfile:
+        proc = subprocess.run(argv, input=archive, stdout=errfile, stderr=errfile, timeout=PIP_TIMEOUT)
+        errfile.seek(0)
+        return proc.returncode, errfile.read().decode(errors="replace")
 
 
 def scratch_dir() -> tempfile.TemporaryDirectory[str]:

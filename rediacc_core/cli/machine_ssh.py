@@ -1,27 +1,22 @@
-"""The commands that exist for SSH machines: host keys (add, trust, remove), `rdc machine install`,
-and docker from the laptop (`rdc repo env`, `rdc repo tunnel`)."""
+"""`rdc machine` for SSH machines: host keys (what `add` and `remove` do for one, and `trust`), and
+`rdc machine install`."""
 
 from __future__ import annotations
 
-import json
-import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
 from rediacc_core.cli.machine import TerminalProgress, machine
-from rediacc_core.cli.output import emit, note, output_option, table
-from rediacc_core.cli.repo import repo
+from rediacc_core.cli.output import note
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, RefusedError, StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.remote import install, protocol, tunnel
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import agent_path, machine_versions, place_repo, ssh_machine
-from rediacc_core.remote.ssh import CONNECT_TIMEOUT, SshMachine, classify, fingerprints, stderr_file
-from rediacc_core.repos import RepoRef, resolve_ref
+from rediacc_core.remote.dispatch import agent_path, machine_versions, ssh_machine
+from rediacc_core.remote.ssh import SshMachine, classify, fingerprints
 
 
 def add_ssh_machine(
@@ -143,7 +138,7 @@ def install_command(name: str, force: bool) -> None:
     same = (
         not force
         and install.UNKNOWN not in digests.values()
-        and _installed_record(ssh, prefix) == digests
+        and install.installed_record(ssh, prefix) == digests
         and _runs(config, target) == wanted
     )
     progress.finish(True)
@@ -160,19 +155,13 @@ def install_command(name: str, force: bool) -> None:
         archive = install.wheelhouse_tar(wheels)
     progress.finish(True)
     progress.start(f"Installing them into {prefix} on {name}", slow=True)
-    argv = ssh.argv("sh -c " + shlex.quote(install.install_script(prefix, wanted, digests)))
-    with stderr_file() as errfile:
-        proc = subprocess.run(
-            argv, input=archive, stdout=errfile, stderr=errfile, timeout=install.PIP_TIMEOUT
-        )
-        errfile.seek(0)
-        output = errfile.read().decode(errors="replace")
-    progress.finish(proc.returncode == 0)
-    if proc.returncode == 255:
-        raise classify(ssh, proc.returncode, output)
-    if proc.returncode != 0:
+    code, output = install.run_install(ssh, install.install_script(prefix, wanted, digests), archive)
+    progress.finish(code == 0)
+    if code == 255:
+        raise classify(ssh, code, output)
+    if code != 0:
         raise ToolError(
-            f"installing on machine {name} failed (exit {proc.returncode}): {output.strip()[-800:]}",
+            f"installing on machine {name} failed (exit {code}): {output.strip()[-800:]}",
             f"fix the cause on the machine (python3 3.11+, python3-venv, pip's index), then rerun "
             f"`rdc machine install {name}`",
         )
@@ -181,19 +170,6 @@ def install_command(name: str, force: bool) -> None:
         raise ToolError(f"machine {name} still reports {_pins(got)} after installing", "rerun with --force")
     note(f"Installed {_pins(wanted)} on {name} ({prefix}).")
     note(f"Next: rdc machine setup {name}")
-
-
-def _installed_record(ssh: SshMachine, prefix: str) -> dict[str, str] | None:
-    """What the last whole install on the machine recorded of its wheels (None: nothing known)."""
-    argv = ssh.argv("cat " + shlex.quote(f"{prefix}/{install.RECORD}"))
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CONNECT_TIMEOUT + 20, check=False)
-    if proc.returncode == 255:
-        raise classify(ssh, proc.returncode, proc.stderr)
-    try:
-        found = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _runs(config: Config, target: Machine) -> dict[str, str] | None:
@@ -206,110 +182,3 @@ def _runs(config: Config, target: Machine) -> dict[str, str] | None:
 
 def _pins(versions: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in versions.items())
-
-
-# --- docker from the laptop -------------------------------------------------------------------------
-
-
-@repo.command("env")
-@click.argument("ref", metavar="REPO")
-def env(ref: str) -> None:
-    """Print `export DOCKER_HOST=…` for REPO's gate (over a tunnel for an SSH machine).
-
-    Use it as: eval "$(rdc repo env REPO)"; then docker and docker compose reach the repo's gate.
-
-    \b
-    Examples:
-      eval "$(rdc repo env gpu-a@gpu-box)"
-    """
-    click.echo(f"export DOCKER_HOST={_docker_host(ref)}")
-
-
-@repo.command("tunnel")
-@click.argument("ref", metavar="REPO", required=False)
-@click.option("--close", is_flag=True, help="Close the tunnel instead.")
-@click.option("--list", "listing", is_flag=True, help="List this config's tunnels and whether each answers.")
-@output_option()
-def tunnel_command(ref: str | None, close: bool, listing: bool, fmt: str) -> None:
-    """Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST.
-
-    A tunnel is found again only while it leads to the same machine (address and host key), root,
-    repo (its id) and gate, and its gate answers; otherwise a new one replaces it.
-
-    \b
-    Examples:
-      export DOCKER_HOST=$(rdc repo tunnel gpu-a@gpu-box)
-      rdc repo tunnel --list
-      rdc repo tunnel gpu-a@gpu-box --close
-    """
-    if listing:
-        if ref is not None or close:
-            raise ValidationError("--list takes no REPO and no --close", "run `rdc repo tunnel --list`")
-        _list_tunnels(Config.load(), fmt)
-        return
-    if ref is None:
-        raise ValidationError("name the repo to tunnel to", "e.g. rdc repo tunnel gpu-a@gpu-box, or --list")
-    config, target, parsed = _remote_repo(ref)
-    if close:
-        closed = tunnel.close_tunnels(config, target.name, parsed)
-        note(f"Closed the tunnel to {parsed}." if closed else f"No tunnel to {parsed} was open.")
-        return
-    opened = tunnel.open_tunnel(config, target, parsed)
-    emit(opened.to_json(), fmt, lambda data: str(data["dockerHost"]))
-    note(f"Close it with: rdc repo tunnel {parsed} --close")
-
-
-def _list_tunnels(config: Config, fmt: str) -> None:
-    rows = [
-        {
-            **t.to_json(),
-            "machine": t.far.machine,
-            "address": t.far.address,
-            "root": t.far.root,
-            "gate": t.far.gate,
-            "state": tunnel.state(t),
-        }
-        for t in tunnel.tunnels(config)
-    ]
-    emit(
-        rows,
-        fmt,
-        lambda data: table(
-            ["REPO", "REPO ID", "STATE", "DOCKER HOST", "MACHINE", "GATE THERE"],
-            [[r["repo"], r["repoId"], r["state"], r["dockerHost"], r["machine"], r["gate"]] for r in data],
-        ),
-    )
-    if not rows and fmt == "table":
-        note("No tunnels are open; `rdc repo env REPO` opens one.")
-
-
-def _placed(config: Config, ref: str) -> str:
-    """`ref` with `@machine` added when it names none and the repo is on one SSH machine only."""
-    if RepoRef.parse(ref).machine is not None:
-        return ref
-    machine = place_repo(config, ref)
-    return f"{ref}@{machine}" if machine is not None else ref
-
-
-def _remote_repo(ref: str) -> tuple[Config, Machine, str]:
-    config = Config.load()
-    ref = _placed(config, ref)
-    parsed = RepoRef.parse(ref)
-    if parsed.machine is None or config.machine(parsed.machine).remote is None:
-        raise ValidationError(
-            f"{ref} is not a repo on a machine reached over SSH",
-            f"for a local repo, DOCKER_HOST is its gate socket: rdc repo env {ref}",
-        )
-    return config, config.machine(parsed.machine), ref
-
-
-def _docker_host(ref: str) -> str:
-    config = Config.load()
-    ref = _placed(config, ref)
-    parsed = RepoRef.parse(ref)
-    if parsed.machine is not None and config.machine(parsed.machine).remote is not None:
-        return tunnel.open_tunnel(config, config.machine(parsed.machine), ref).docker_host
-    from rediacc_core.runtime.lifecycle import runtime_for
-
-    machine, found = resolve_ref(ref, config)
-    return runtime_for(machine, found).docker_host_url
