@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +42,23 @@ def ask_all(argv_for: Callable[[str], list[str]]) -> list[Answer]:
     machines = [m for m in config.machines() if not _idle_localhost(m)]
     if not machines:
         return []
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(machines))) as pool:
-        return list(pool.map(lambda m: _ask(config, m, [*argv_for(m.name), "-o", "json"]), machines))
+    answers: list[Answer | None] = [None] * len(machines)
+    slots = threading.BoundedSemaphore(MAX_PARALLEL)
+
+    def ask(index: int, machine: Machine) -> None:
+        with slots:
+            try:
+                answers[index] = _ask(config, machine, [*argv_for(machine.name), "-o", "json"])
+            except Exception as exc:  # one machine's bug is its own row, as any failure
+                answers[index] = Answer(machine.name, error=f"{type(exc).__name__}: {exc}", exit=EXIT_GENERAL)
+
+    # Plain threads, not concurrent.futures: its import (and logging's) costs more than the threads.
+    threads = [threading.Thread(target=ask, args=(i, m), daemon=True) for i, m in enumerate(machines)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [a for a in answers if a is not None]
 
 
 def _idle_localhost(machine: Machine) -> bool:

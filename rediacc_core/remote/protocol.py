@@ -14,6 +14,7 @@ A version skew is answered with `{"skew": {...machine's versions...}}` before th
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Mapping
@@ -32,6 +33,17 @@ class ProtocolError(Exception):
 
 def versions() -> dict[str, str]:
     """The installed rediacc-core and plugin distributions and their versions."""
+    with _INSTALLED_LOCK:  # `--all`'s threads ask at once: one reads, the others wait for it
+        return dict(_installed())
+
+
+_INSTALLED_LOCK = threading.Lock()
+
+
+@functools.cache
+def _installed() -> tuple[tuple[str, str], ...]:
+    # Once per process: reading every distribution's metadata costs tens of ms, and `--all` asks
+    # for each machine. A process never sees a new install (the resident agent restarts for one).
     from importlib import metadata  # here: only a command that reaches an SSH machine asks
 
     found = {CORE_DISTRIBUTION: metadata.version(CORE_DISTRIBUTION)}
@@ -39,7 +51,7 @@ def versions() -> dict[str, str]:
         for ep in metadata.entry_points(group=group):
             if ep.dist is not None:
                 found[ep.dist.name] = ep.dist.version
-    return dict(sorted(found.items()))
+    return tuple(sorted(found.items()))
 
 
 def skew_text(client: Mapping[str, str], machine: Mapping[str, str]) -> str:
