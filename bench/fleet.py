@@ -8,7 +8,8 @@ then times, interleaved, a bare `python3 -c pass` (t_py), `rdc machine gpu list`
 list` locally and over SSH (served by the machine's resident agent, and with resident agents off:
 the one-shot agent each time), each machine's `rdc machine gpu list` alone, and `rdc machine gpu
 list --all` over all of them. Writes `fleet.md` and `fleet.json` to the output directory, times also
-as multiples of t_py. Needs root and OpenSSH (.ci/install-ssh.sh).
+as multiples of t_py, with the client process's own CPU time and all the CPU the host spent meanwhile.
+Needs root and OpenSSH (.ci/install-ssh.sh).
 """
 
 from __future__ import annotations
@@ -35,13 +36,29 @@ BARE = "python3 -c pass (t_py)"
 
 
 def timed(env: dict[str, str], *args: str) -> float:
+    return run(env, *args)[0]
+
+
+def host_busy() -> float:
+    """CPU seconds this host has spent busy (all cores, all processes) since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def run(env: dict[str, str], *args: str) -> tuple[float, float]:
+    """Wall time and the CPU time of the client process itself (user + system), in seconds."""
     argv = ["python3", "-c", "pass"] if args == ("-c", "pass") else [RDC, *args]
-    start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"rdc {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return elapsed
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"rdc {' '.join(args)} failed ({proc.returncode}): {err.read().decode()}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -63,7 +80,10 @@ def main() -> None:
     report(samples, summary, options.runs, options.out)
 
 
-def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+Samples = dict[str, dict[str, list[float]]]  # "wall" | "client CPU" | "host CPU" -> case -> seconds
+
+
+def measure(work: Path, count: int, runs: int) -> tuple[Samples, dict[str, float]]:
     names = [f"f{n}" for n in range(count)]
     fakes = {name: build_demo_machine(work / name, name=name).fake for name in names}
     for fm in fakes.values():
@@ -103,9 +123,15 @@ def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], 
         for env, args in cases.values():  # warm: master connections up, files in the page cache
             timed(env, *args)
         samples: dict[str, list[float]] = {case: [] for case in cases}
+        client_cpu: dict[str, list[float]] = {case: [] for case in cases}
+        host_cpu: dict[str, list[float]] = {case: [] for case in cases}
         for _ in range(runs):
             for case, (env, args) in cases.items():
-                samples[case].append(timed(env, *args))
+                busy = host_busy()
+                wall, cpu = run(env, *args)
+                host_cpu[case].append(host_busy() - busy)  # the client, sshd, ssh, the agents (and noise)
+                samples[case].append(wall)
+                client_cpu[case].append(cpu)
         server.stop()
         for fm in fakes.values():
             resident.stop(str(fm.root))
@@ -122,14 +148,24 @@ def measure(work: Path, count: int, runs: int) -> tuple[dict[str, list[float]], 
         for how in ("", ", one-shot agent"):
             added = medians[f"{command}, ssh{how}"] - medians[f"{command}, local"]
             summary[f"{command} added by ssh{how} (t_py)"] = added / t_py
+    cpu = {case: statistics.median(values) for case, values in client_cpu.items()}
+    host = {case: statistics.median(values) for case, values in host_cpu.items()}
+    slowest = max(names, key=lambda name: medians[f"single {name}"])
     summary |= {
         "--all / slowest single": medians[fleet_case] / max(singles),
         "--all / sum of singles": medians[fleet_case] / sum(singles),
+        # On a real fleet each machine answers on its own CPUs, so what --all adds is the client's
+        # own work; here the 8 agents, sshd and the client share this host's cores.
+        "--all client CPU / single client CPU": cpu[fleet_case] / cpu[f"single {slowest}"],
+        # The least wall time --all could take here: all the CPU it made this host spend, on every core.
+        "--all host CPU / cores / slowest single": host[fleet_case]
+        / (os.cpu_count() or 1)
+        / (medians[f"single {slowest}"] / 1000),
     }
-    return samples, summary
+    return {"wall": samples, "client CPU": client_cpu, "host CPU": host_cpu}, summary
 
 
-def report(samples: dict[str, list[float]], summary: dict[str, float], runs: int, out: Path) -> None:
+def report(samples: Samples, summary: dict[str, float], runs: int, out: Path) -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -140,14 +176,19 @@ def report(samples: dict[str, list[float]], summary: dict[str, float], runs: int
         f"{platform.node()}: {os.cpu_count()} CPUs; {runs} interleaved runs per case, medians; warm "
         "(ControlMaster up). sshd and the machines are on this host (loopback).",
         "",
-        "| case | median ms | min ms | max ms | median / t_py |",
-        "|---|---|---|---|---|",
+        "| case | median ms | min ms | max ms | median / t_py | client CPU ms | host CPU ms |",
+        "|---|---|---|---|---|---|---|",
     ]
-    t_py = statistics.median(samples[BARE]) * 1000
-    for case, values in samples.items():
+    t_py = statistics.median(samples["wall"][BARE]) * 1000
+    for case, values in samples["wall"].items():
         ms = [v * 1000 for v in values]
         median = statistics.median(ms)
-        lines.append(f"| {case} | {median:.0f} | {min(ms):.0f} | {max(ms):.0f} | {median / t_py:.1f} |")
+        client = statistics.median(samples["client CPU"][case]) * 1000
+        host = statistics.median(samples["host CPU"][case]) * 1000
+        lines.append(
+            f"| {case} | {median:.0f} | {min(ms):.0f} | {max(ms):.0f} | {median / t_py:.1f} "
+            f"| {client:.0f} | {host:.0f} |"
+        )
     lines += ["", "| result | value |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in summary.items()]
     out.mkdir(parents=True, exist_ok=True)
