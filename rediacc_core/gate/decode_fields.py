@@ -203,9 +203,32 @@ _add(
     forbidden=_LEGACY_TOP_LEVEL - frozenset(_CONFIG),
 )
 _add("LogConfig", {"Type": STR, "Config": STR_MAP}, strict=True)
-_add("NetworkingConfig", {"EndpointsConfig": MapOf(ANY)})
+_add("NetworkingConfig", {"EndpointsConfig": MapOf(_s("EndpointSettings"))})
 # `POST /networks/{id}/connect`: the endpoint's settings are checked as a create's (sysctls).
-_add("NetworkConnectRequest", {"Container": STR, "EndpointConfig": ANY}, strict=True)
+_add("NetworkConnectRequest", {"Container": STR, "EndpointConfig": _s("EndpointSettings")}, strict=True)
+# api/types/network: a struct, so that `driveropts` reads as the DriverOpts Go fills from it.
+_add(
+    "EndpointSettings",
+    {
+        "IPAMConfig": _s("EndpointIPAMConfig"),
+        "Links": ANY,
+        "Aliases": ANY,
+        "DriverOpts": STR_MAP,
+        "GwPriority": ANY,
+        "NetworkID": ANY,
+        "EndpointID": ANY,
+        "Gateway": ANY,
+        "IPAddress": ANY,
+        "MacAddress": ANY,
+        "IPPrefixLen": ANY,
+        "IPv6Gateway": ANY,
+        "GlobalIPv6Address": ANY,
+        "GlobalIPv6PrefixLen": ANY,
+        "DNSNames": ANY,
+    },
+    strict=True,
+)
+_add("EndpointIPAMConfig", {"IPv4Address": ANY, "IPv6Address": ANY, "LinkLocalIPs": ANY}, strict=True)
 _add("HostConfig", _HOST_CONFIG, strict=True)
 _add("UpdateConfig", {**_RESOURCES, "RestartPolicy": ANY}, strict=True)
 _add("Ulimit", {"Name": STR, "Hard": INT, "Soft": INT}, strict=True)

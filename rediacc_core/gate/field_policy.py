@@ -78,10 +78,28 @@ FIELDS: dict[str, dict[str, str]] = {
         "HostConfig": NESTED,
         "NetworkingConfig": NESTED,
     },
-    "NetworkingConfig": {
-        "EndpointsConfig": "sysctl"
-    },  # endpoints of the repo's own networks; their sysctls checked
-    "NetworkConnectRequest": {"Container": FREE, "EndpointConfig": "sysctl"},
+    "NetworkingConfig": {"EndpointsConfig": NESTED},  # endpoints of the repo's own networks
+    "NetworkConnectRequest": {"Container": FREE, "EndpointConfig": NESTED},
+    "EndpointSettings": {
+        "IPAMConfig": NESTED,
+        "Links": FREE,  # containers of the same repo daemon
+        "Aliases": FREE,
+        "DriverOpts": "sysctl",  # the per-interface sysctls ride here (and the interface's name)
+        "GwPriority": FREE,
+        # Operational data the daemon reports back; on a request it is ignored or names the repo's own
+        # network's addresses.
+        "NetworkID": FREE,
+        "EndpointID": FREE,
+        "Gateway": FREE,
+        "IPAddress": FREE,
+        "MacAddress": FREE,
+        "IPPrefixLen": FREE,
+        "IPv6Gateway": FREE,
+        "GlobalIPv6Address": FREE,
+        "GlobalIPv6PrefixLen": FREE,
+        "DNSNames": FREE,
+    },
+    "EndpointIPAMConfig": {"IPv4Address": FREE, "IPv6Address": FREE, "LinkLocalIPs": FREE},
     "HostConfig": {
         "Binds": "bind-root",
         "ContainerIDFile": FREE,  # client side only

@@ -227,8 +227,10 @@ def test_info_lists_only_the_cdi_devices_the_repo_holds(e2e: E2E) -> None:
         e2e.revoke(e2e.alpha, GPU0)
 
 
-def test_an_endpoint_sysctl_is_refused_at_create_and_at_connect(e2e: E2E) -> None:
-    """Per-interface sysctls ride in an endpoint's driver options (API 1.46+): the sysctl policy holds."""
+@pytest.mark.parametrize("spelled", ["DriverOpts", "driveropts"])
+def test_an_endpoint_sysctl_is_refused_at_create_and_at_connect(e2e: E2E, spelled: str) -> None:
+    """Per-interface sysctls ride in an endpoint's driver options (API 1.46+): the sysctl policy holds,
+    whatever case the tenant writes the key in (the daemon reads `driveropts` as DriverOpts)."""
     made = e2e.alpha.docker("network", "create", "sysnet")
     assert made.returncode == 0, made.stderr
     try:
@@ -236,8 +238,15 @@ def test_an_endpoint_sysctl_is_refused_at_create_and_at_connect(e2e: E2E) -> Non
         body = {
             "Image": IMAGE,
             "Cmd": ["true"],
-            "NetworkingConfig": {"EndpointsConfig": {"sysnet": {"DriverOpts": opts}}},
+            "NetworkingConfig": {"EndpointsConfig": {"sysnet": {spelled: opts}}},
         }
+        # The attack is real: sent straight to the daemon, the spelling reaches the endpoint.
+        status, direct = e2e.alpha.daemon_api(
+            "POST", "/containers/create?name=sysctl0", json.dumps(body).encode()
+        )
+        assert status == 201, direct
+        _, inspected = e2e.alpha.daemon_api("GET", "/containers/sysctl0/json")
+        assert inspected["NetworkSettings"]["Networks"]["sysnet"]["DriverOpts"] == opts
         status, answer = raw_exchange(
             e2e.alpha.gate, post("/containers/create?name=sysctl1", json.dumps(body).encode())
         )
@@ -245,7 +254,7 @@ def test_an_endpoint_sysctl_is_refused_at_create_and_at_connect(e2e: E2E) -> Non
         assert e2e.alpha.daemon_api("GET", "/containers/sysctl1/json")[0] == 404  # nothing was created
         plain = e2e.alpha.docker("create", "--name", "sysctl2", IMAGE, "true")
         assert plain.returncode == 0, plain.stderr
-        connect = {"Container": "sysctl2", "EndpointConfig": {"DriverOpts": opts}}
+        connect = {"Container": "sysctl2", "EndpointConfig": {spelled: opts}}
         status, answer = raw_exchange(
             e2e.alpha.gate, post("/networks/sysnet/connect", json.dumps(connect).encode())
         )
@@ -253,5 +262,5 @@ def test_an_endpoint_sysctl_is_refused_at_create_and_at_connect(e2e: E2E) -> Non
         _, inspected = e2e.alpha.daemon_api("GET", "/containers/sysctl2/json")
         assert "sysnet" not in inspected["NetworkSettings"]["Networks"]
     finally:
-        e2e.alpha.docker("rm", "-f", "sysctl2")
+        e2e.alpha.docker("rm", "-f", "sysctl0", "sysctl2")
         e2e.alpha.docker("network", "rm", "sysnet")

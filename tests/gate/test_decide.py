@@ -145,6 +145,25 @@ class TestRefused:
         decision = gate.create({}, raw=raw)
         assert (decision.forward, decision.status) == (False, 403)
 
+    @pytest.mark.parametrize("spelled", ["DriverOpts", "driveropts", "DRIVEROPTS", "Driver\\u004fpts"])
+    def test_endpoint_driver_options_are_read_however_they_are_spelled(self, gate: Any, spelled: str) -> None:
+        # Go fills EndpointSettings.DriverOpts from any case of the key; so must the sysctl check.
+        opts = '{"com.docker.network.endpoint.sysctls": "net.ipv4.conf.IFNAME.forwarding=1"}'
+        endpoint = f'{{"{spelled}": {opts}}}'
+        create = f'{{"Image": "bb", "NetworkingConfig": {{"EndpointsConfig": {{"n1": {endpoint}}}}}}}'
+        connect = f'{{"Container": "c1", "EndpointConfig": {endpoint}}}'
+        decision = gate.create({}, raw=create.encode())
+        assert (decision.forward, decision.status) == (False, 403)
+        assert "n1.DriverOpts com.docker.network.endpoint.sysctls" in decision.message
+        decision = gate.post("/v1.45/networks/n1/connect", {}, raw=connect.encode())
+        assert (decision.forward, decision.status) == (False, 403)
+
+    def test_an_endpoint_field_nobody_classified_is_refused(self, gate: Any) -> None:
+        body = {"Image": "bb", "NetworkingConfig": {"EndpointsConfig": {"n1": {"FutureKnob": "on"}}}}
+        decision = gate.create(body)
+        assert (decision.forward, decision.status) == (False, 400)
+        assert "unknown field in EndpointSettings" in decision.message
+
     def test_null_bodies_pass_and_a_null_host_config_gets_the_defaults(self, gate: Any) -> None:
         assert gate.create({}, raw=b"null").body == b"null"
         decision = gate.create({"Image": "bb", "HostConfig": None})
