@@ -59,7 +59,7 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "gpu", "list"): READ_REF,
     ("repo", "up"): ON_REF,
     ("repo", "down"): ON_REF,
-    ("repo", "units"): READ_REF,
+    ("repo", "units"): ON_REF,  # --install writes unit files
     ("repo", "gate", "run"): ON_REF,
     ("repo", "gate", "log"): READ_REF,
     ("repo", "dockerd"): ON_REF,

@@ -84,3 +84,16 @@ def test_the_installed_versions_are_read_once_however_many_threads_ask_at_once(
     finally:
         protocol._installed.cache_clear()
     assert reads == [protocol.CORE_DISTRIBUTION]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the point
+def test_a_machine_whose_thread_dies_is_still_a_failed_row(fleet_of: Any) -> None:
+    def ask(_config: object, machine: _Machine, _argv: list[str]) -> fleet.Answer:
+        if machine.name == "b":
+            raise SystemExit(3)  # what `except Exception` lets through
+        return fleet.Answer(machine.name, data=[])
+
+    fleet_of(["a", "b"], ask)
+    answers = fleet.ask_all(lambda name: ["repo", "list", name])
+    assert [(a.machine, a.error) for a in answers] == [("a", None), ("b", "no answer")]
+    assert fleet.exit_code(answers) != 0

@@ -58,7 +58,11 @@ def ask_all(argv_for: Callable[[str], list[str]]) -> list[Answer]:
         thread.start()
     for thread in threads:
         thread.join()
-    return [a for a in answers if a is not None]
+    # An empty slot: the thread died of what `except Exception` does not catch (SystemExit).
+    return [
+        a if a is not None else Answer(m.name, error="no answer", exit=EXIT_GENERAL)
+        for a, m in zip(answers, machines, strict=True)
+    ]
 
 
 def _idle_localhost(machine: Machine) -> bool:

@@ -6,7 +6,7 @@ under Unicode simple folding, a repeated key's last value wins and repeated obje
 AuthZ-plugin bypass of the past lived in a gap between such rules and the checker's reading. So the
 gate decodes into the daemon's struct shapes (`decode_fields`) and refuses, with 400, anything two
 readers could read differently: duplicate or fold-variant keys, trailing data, invalid UTF-8, out of
-range numbers, unknown non-empty fields in the structs that govern hardware. What it forwards is
+range numbers, unknown non-empty fields in the structs that reach the host. What it forwards is
 its own canonical re-encoding, so the daemon reads exactly what was checked.
 """
 
@@ -458,7 +458,7 @@ class Readers:
                 if strict and not is_empty(item):
                     raise BadRequest(
                         f"{place(inner)}: unknown field in {name}; the gate refuses fields it cannot "
-                        "check in settings that govern hardware"
+                        "check in settings that reach the host (devices, mounts, privileges, the kernel)"
                     )
                 out[key] = read_any(item, inner, below)
             return out

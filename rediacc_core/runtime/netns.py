@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rediacc_core.errors import ToolError
+from rediacc_core.errors import StateError, ToolError
 from rediacc_core.runtime import pids
 
 NETNS_DIR = Path("/run/netns")
@@ -285,14 +285,19 @@ def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> bool:
 
 def tear_down(net: RepoNetwork) -> list[str]:
     """Stop the uplink and delete the namespace (what is left in it goes with its last process:
-    `rdc repo down` stops those first). Returns what it removed, for the user."""
+    `rdc repo down` stops those first). Returns what it removed, for the user; raises, keeping the
+    namespace and the pidfile, when the uplink or the port keeper would not exit."""
     done = []
     for what, pid, pidfile in (
         ("port keeper", ports_pid(net), net.ports_pidfile),
         ("network uplink", uplink_pid(net), net.pidfile),
     ):
         if pid is not None:
-            pids.stop_pid(pid, PROCESS_STOP_TIMEOUT)  # gone before its namespace is
+            if not pids.stop_pid(pid, PROCESS_STOP_TIMEOUT):  # gone before its namespace is
+                raise StateError(
+                    f"the {what} of {net.name} (pid {pid}) did not exit after SIGKILL",
+                    f"find out what holds it (cat /proc/{pid}/stack), then run rdc repo down again",
+                )
             done.append(f"{what} (pid {pid})")
         with contextlib.suppress(FileNotFoundError):
             pidfile.unlink()

@@ -31,22 +31,29 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def stop_pid(pid: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent."""
+def stop_pid(pid: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> bool:
+    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent. Whether
+    the process is gone (one stuck in the kernel can outlive even SIGKILL for a while)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            return
+            return True
         if process is None and not pid_alive(pid):
-            return
+            return True
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     if process is not None:
-        process.wait(10)
-        return
+        try:
+            process.wait(KILL_WAIT)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
     deadline = time.monotonic() + KILL_WAIT
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
+    return True
