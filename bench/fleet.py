@@ -18,12 +18,12 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +34,7 @@ from rediacc_core.testing.sshd import running_sshd, sshd_unavailable
 
 RDC = str(Path(sys.executable).parent / "rdc")
 BARE = "python3 -c pass (t_py)"
+RUN_TIMEOUT = 300  # seconds one command may take
 
 
 def timed(env: dict[str, str], *args: str) -> float:
@@ -51,17 +52,21 @@ def run(env: dict[str, str], *args: str) -> tuple[float, float]:
     """Wall time and the CPU time of the client process itself (user + system), in seconds."""
     argv = ["python3", "-c", "pass"] if args == ("-c", "pass") else [RDC, *args]
     with tempfile.TemporaryFile() as err:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        proc.wait(timeout=300)
+        # A blocking wait4, not Popen.wait(timeout), which polls and so rounds the times it measures.
+        watchdog = threading.Timer(RUN_TIMEOUT, proc.kill)
+        watchdog.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            watchdog.cancel()
         elapsed = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
             raise SystemExit(f"rdc {' '.join(args)} failed ({proc.returncode}): {err.read().decode()}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return elapsed, cpu
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
