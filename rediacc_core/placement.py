@@ -22,10 +22,6 @@ class Placement:
     target: Target | None  # None: the command runs here, on this host's config, whatever it names
     read_only: bool = False  # on the machine it stops once its client is gone (no one reads it)
 
-    @property
-    def forwarded(self) -> bool:
-        return self.target is not None
-
 
 LOCAL = Placement(None)
 ON_MACHINE = Placement("machine")

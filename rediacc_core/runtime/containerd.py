@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from rediacc_core.runtime import daemon as daemon_mod
 from rediacc_core.runtime import pids
 from rediacc_core.runtime.daemon import DaemonPaths
 from rediacc_core.runtime.netns import RepoNetwork
+from rediacc_core.unixhttp import listening
 
 START_TIMEOUT = 30.0
 
@@ -68,23 +68,10 @@ def containerd_argv(
     return network.enter(argv) if network is not None else argv
 
 
-def answers(sock: Path) -> bool:
-    """True when something accepts connections at `sock` (containerd speaks gRPC there)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(sock))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
-
 def running_pid(paths: DaemonPaths) -> int | None:
     """The repo's containerd when it runs and answers (a dockerd restarted alone reuses it)."""
     pid = daemon_mod.read_pid(paths.containerd_pidfile)
-    if pid is not None and pids.pid_alive(pid) and answers(paths.containerd_socket):
+    if pid is not None and pids.pid_alive(pid) and listening(paths.containerd_socket):
         return pid
     return None
 
@@ -126,7 +113,7 @@ def start_containerd(
     # nsenter execs containerd in its own place: the pid is containerd's.
     atomic_write_text(paths.containerd_pidfile, f"{process.pid}\n")
     deadline = time.monotonic() + timeout
-    while not answers(paths.containerd_socket):
+    while not listening(paths.containerd_socket):
         if process.poll() is not None or time.monotonic() > deadline:
             pids.stop_pid(process.pid, 5, process)
             raise ToolError(
