@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from rediacc_core.testing import FakeMachine
+from rediacc_core.testing.realdata import capture
 from rediacc_nvidia.discovery_smi import XmlReport, parse_list, parse_query_csv, parse_xml
 
 DATA_DIR = "nvidia-smi.d"
@@ -441,12 +442,11 @@ def generate_spec(folder: Path, root: Path, *, wsl: bool = False) -> dict[str, A
     }
 
 
-REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
-
-
 def read_capture(relative: str, realdata: Path | None = None) -> str:
-    """A real capture's text by its path under the realdata directory (`$REDIACC_REALDATA`)."""
-    return ((realdata or REALDATA) / relative).read_text(encoding="utf-8")
+    """A real capture's text by its path under the realdata directory (`$REDIACC_REALDATA`; the test
+    skips when the captures are not here)."""
+    path = realdata / relative if realdata is not None else capture(relative)
+    return path.read_text(encoding="utf-8")
 
 
 # Ready-made machines from the real captures: (capture, compute capability per GPU, MIG profiles).

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
+from rediacc_core.testing.realdata import capture as real_capture
 
 
 @pytest.fixture
 def realdata() -> Path:
-    if not REALDATA.is_dir():
-        pytest.skip(f"real captures not found at {REALDATA} (set REDIACC_REALDATA)")
-    return REALDATA
+    return real_capture()
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ entry itself, so the `renderD<N>` entries and `/dev/dri` nodes are made here, as
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from rediacc_core.testing import FakeMachine
+from rediacc_core.testing.realdata import capture
 from rediacc_dri.discovery import RENDER_MAJOR
 
 PCI_SLOT = re.compile(r"^PCI_SLOT_NAME=(\S+)$", re.M)
@@ -74,13 +74,10 @@ def intel_igpu(fm: FakeMachine) -> None:
 
 # --- real captures -----------------------------------------------------------------------------
 
-REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
-DRM_CAPTURES = REALDATA / "drm"
-
 
 def drm_capture_dir(name: str = "prometheus-procfs-fixture") -> Path:
-    """`/sys/class/drm` of a stored capture."""
-    return DRM_CAPTURES / name / "sys" / "class" / "drm"
+    """`/sys/class/drm` of a stored capture (the test skips when the captures are not here)."""
+    return capture("drm", name, "sys", "class", "drm")
 
 
 def install_drm_capture(fm: FakeMachine, capture: Path, first_render_minor: int = 128) -> dict[str, int]:
