@@ -5,5 +5,6 @@ kit stays vendor-neutral like the rest of the core.
 """
 
 from rediacc_core.testing.fakemachine import FakeMachine
+from rediacc_core.testing.realdata import capture as real_capture
 
-__all__ = ["FakeMachine"]
+__all__ = ["FakeMachine", "real_capture"]

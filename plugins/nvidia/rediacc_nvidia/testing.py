@@ -24,8 +24,7 @@ from typing import Any
 
 import yaml
 
-from rediacc_core.testing import FakeMachine
-from rediacc_core.testing.realdata import capture
+from rediacc_core.testing import FakeMachine, real_capture
 from rediacc_nvidia.discovery_smi import XmlReport, parse_list, parse_query_csv, parse_xml
 
 DATA_DIR = "nvidia-smi.d"
@@ -445,7 +444,7 @@ def generate_spec(folder: Path, root: Path, *, wsl: bool = False) -> dict[str, A
 def read_capture(relative: str, realdata: Path | None = None) -> str:
     """A real capture's text by its path under the realdata directory (`$REDIACC_REALDATA`; the test
     skips when the captures are not here)."""
-    path = realdata / relative if realdata is not None else capture(relative)
+    path = realdata / relative if realdata is not None else real_capture(relative)
     return path.read_text(encoding="utf-8")
 
 

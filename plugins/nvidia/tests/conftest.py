@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rediacc_core.testing.realdata import capture as real_capture
+from rediacc_core.testing import real_capture
 
 
 @pytest.fixture

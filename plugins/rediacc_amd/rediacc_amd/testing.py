@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rediacc_amd.kfd import TOPOLOGY, gpus_from_nodes, read_topology
-from rediacc_core.testing import FakeMachine
-from rediacc_core.testing.realdata import capture
+from rediacc_core.testing import FakeMachine, real_capture
 
 KFD_MAJOR = 238  # dynamic on real machines; any free number does here
 RENDER_MAJOR = 226
@@ -24,7 +23,7 @@ AMD_VENDOR = 0x1002
 def kfd_capture_dir(name: str) -> Path:
     """The `topology/` directory of a stored capture, e.g. `kfd_capture_dir("mi300x-cpx")` (the
     test skips when the captures are not here)."""
-    return capture("kfd", name, "topology")
+    return real_capture("kfd", name, "topology")
 
 
 def add_kfd_node(fm: FakeMachine, major: int = KFD_MAJOR) -> None:

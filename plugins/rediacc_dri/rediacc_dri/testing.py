@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rediacc_core.testing import FakeMachine
-from rediacc_core.testing.realdata import capture
+from rediacc_core.testing import FakeMachine, real_capture
 from rediacc_dri.discovery import RENDER_MAJOR
 
 PCI_SLOT = re.compile(r"^PCI_SLOT_NAME=(\S+)$", re.M)
@@ -77,7 +76,7 @@ def intel_igpu(fm: FakeMachine) -> None:
 
 def drm_capture_dir(name: str = "prometheus-procfs-fixture") -> Path:
     """`/sys/class/drm` of a stored capture (the test skips when the captures are not here)."""
-    return capture("drm", name, "sys", "class", "drm")
+    return real_capture("drm", name, "sys", "class", "drm")
 
 
 def install_drm_capture(fm: FakeMachine, capture: Path, first_render_minor: int = 128) -> dict[str, int]:
