@@ -452,6 +452,10 @@ class ResponseFramer:
             try:
                 _, used = chunks.feed(data)
             except FramingError as exc:
+                # The whole chunks before the bad line go out: the client sees the body cut there.
+                good = memoryview(data)[: exc.valid]
+                if head or good:
+                    events.append(head + good if head else good)
                 self.state = RESPONSE_TRANSITIONS[self.state]["bad-chunk"]
                 events.append(ProtocolError(0, f"bad chunked response from the daemon: {exc}", "upstream"))
                 return

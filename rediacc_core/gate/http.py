@@ -43,6 +43,9 @@ class FramingError(Exception):
     """A request the gate cannot frame unambiguously: answered with 400 and the connection closed."""
 
     status = 400
+    # How many bytes of the chunked decoder's last `feed` were whole framing before the bad line:
+    # a response relays them, so the client sees the body cut where it went wrong.
+    valid = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,10 +384,11 @@ class ChunkedDecoder:
             # whole (possibly 256 KiB) read.
             window = bytes(view[pos : pos + _LINE_WINDOW])
             newline = window.find(b"\n")
+            start = pos
             if newline < 0:
                 self._line += window
                 if len(self._line) > _MAX_CHUNK_LINE:
-                    raise _refuse("chunk framing line too long")
+                    raise _at(_refuse("chunk framing line too long"), start)
                 pos += len(window)
                 continue
             if self._line:
@@ -394,7 +398,10 @@ class ChunkedDecoder:
             else:
                 line = window[: newline + 1]
             pos += newline + 1
-            self._line_done(line)
+            try:
+                self._line_done(line)
+            except FramingError as exc:
+                raise _at(exc, start) from None
         return pieces, pos
 
     def _line_done(self, line: bytes) -> None:
@@ -419,6 +426,11 @@ class ChunkedDecoder:
                 self._state = _DONE
             elif self._strict:
                 raise _refuse("trailer fields after a chunked body are not accepted")
+
+
+def _at(error: FramingError, valid: int) -> FramingError:
+    error.valid = valid
+    return error
 
 
 def chunk_frame(pieces: list[memoryview]) -> list[bytes | memoryview]:

@@ -395,9 +395,9 @@ RESPONSE_CASES = [
         as_views=True,
     ),
     Case(
-        "a bad chunked response: nothing more is relayed",
+        "a bad chunked response: the whole chunks before the bad line are relayed, nothing after",
         (sent(), CHUNKED_OK, b"3\r\nabc\r\nzz\r\n", b"more"),
-        (("head", 200), ("data", CHUNKED_OK), ("error", 0, "upstream")),
+        (("head", 200), ("data", CHUNKED_OK), ("data", b"3\r\nabc\r\n"), ("error", 0, "upstream")),
         ((IDLE, "request-sent", H), (H, "head-with-chunks", C), (C, "bad-chunk", B)),
         said="bad chunked response from the daemon",
         ends_in=B,
