@@ -43,10 +43,10 @@ def is_demo_root(root: Path) -> bool:
 
 
 def build_demo_machine(workdir: Path, name: str = DEMO_MACHINE) -> DemoMachine:
-    """A fresh fake machine under `workdir/root`, stand-in tools in `workdir/bin`."""
-    root, bin_dir = workdir / "root", workdir / "bin"
+    """A fresh fake machine under `workdir/root`, its stand-in tools in its own `/usr/bin`."""
+    root = workdir / "root"
     ours = is_demo_root(root)  # asked once: wiping the root removes the marker
-    for directory in (root, bin_dir):
+    for directory in (root, workdir / "bin"):  # bin: where stand-ins were before they moved in
         if directory.exists() and any(directory.iterdir()):
             if not ours:
                 raise StateError(
@@ -54,7 +54,7 @@ def build_demo_machine(workdir: Path, name: str = DEMO_MACHINE) -> DemoMachine:
                     "choose an empty or new --workdir",
                 )
             shutil.rmtree(directory)
-    fake = FakeMachine(root.absolute(), bin_dir.absolute(), name=name)
+    fake = FakeMachine(root.absolute(), name=name)
     (root / MARKER).write_text("made by `rdc demo`; safe to delete\n", encoding="utf-8")
     demo = DemoMachine(fake)
     for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):

@@ -21,6 +21,11 @@ from rediacc_core.remote.address import SshAddress
 
 Platform = Literal["native", "wsl"]
 
+# Where a machine keeps its programs, as Debian's default PATH orders them. A machine with a root of
+# its own finds its tools only there: a vendor tool of the host's would report the host's GPUs as its own.
+TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+WSL_TOOL_DIR = "/usr/lib/wsl/lib"  # WSL's driver tools, outside PATH's directories
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -119,10 +124,37 @@ class Machine:
         input: str | None = None,
         timeout: float | None = None,
     ) -> CommandResult:
+        if argv and "/" not in argv[0] and self.remote is None and not self.is_host:
+            # A bare name is the machine's own program; one there without its x bit is still run,
+            # so that the error says why it cannot run rather than that it is missing.
+            found = next((str(c) for c in self._own_candidates(argv[0]) if c.is_file()), None)
+            if found is None:
+                return CommandResult(
+                    tuple(argv),
+                    127,
+                    "",
+                    f"{argv[0]}: not among machine {self.name}'s own tools (under {self.root})",
+                )
+            argv = [found, *argv[1:]]
         return self.transport.run(argv, env=env, input=input, timeout=timeout)
 
     def which(self, program: str) -> str | None:
-        return self.transport.which(program)
+        """The program `program` of this machine: found on PATH for the host (or by the SSH
+        transport on its machine), under the root's own bin directories for any other root."""
+        if self.remote is not None or self.is_host:
+            return self.transport.which(program)
+        return next(
+            (str(c) for c in self._own_candidates(program) if c.is_file() and os.access(c, os.X_OK)), None
+        )
+
+    def _own_candidates(self, program: str) -> list[Path]:
+        dirs = (*TOOL_DIRS, WSL_TOOL_DIR) if self.platform == "wsl" else TOOL_DIRS
+        return [self.path(directory) / program for directory in dirs]
+
+    @property
+    def tool_dir(self) -> Path:
+        """Where this machine's own programs go when a root of its own holds them (`<root>/usr/bin`)."""
+        return self.path("/usr/bin")
 
     # Well-known places, all under the machine root.
     @property

@@ -70,17 +70,9 @@ def demo(workdir: Path | None) -> None:
     plugins = get_plugins()
     ctx = click.get_current_context()
     options: dict[str, Any] = {opt.name: opt.get_default(ctx) for opt in plugins.setup_options() if opt.name}
-    # The stand-in vendor tools must be found by setup, exactly as the test fixture arranges it;
-    # PATH is put back afterwards so an embedding process keeps its own.
-    saved_path = os.environ.get("PATH")
-    os.environ["PATH"] = f"{fake.bin_dir}{os.pathsep}{saved_path or ''}"
-    try:
-        report = run_setup(target, plugins, options, progress=TerminalProgress(sys.stdout))
-    finally:
-        if saved_path is None:
-            del os.environ["PATH"]
-        else:
-            os.environ["PATH"] = saved_path
+    # The stand-in vendor tools lie under the machine's root, where setup looks for its tools: the
+    # same `rdc machine setup demo` works afterwards from any shell.
+    report = run_setup(target, plugins, options, progress=TerminalProgress(sys.stdout))
     for warning in report.warnings:
         note(f"Warning: {warning}")
     click.echo("")

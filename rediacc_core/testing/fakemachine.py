@@ -1,8 +1,8 @@
 """A simulated machine: a directory laid out the way the Linux kernel lays out `/sys`, `/dev`, `/proc`.
 
 Code under test reads it through `Machine.path`, exactly as it reads `/` on a real host. Stand-in
-executables (for vendor tools that cannot run here) go into a bin directory that the pytest fixture
-puts first on PATH.
+executables (for vendor tools that cannot run here) go into the machine's own `/usr/bin`, where
+`Machine.which` finds a rooted machine's tools: the host's PATH is never asked.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ class FakeMachine:
 
     def __init__(self, root: Path, bin_dir: Path | None = None, name: str = "fake") -> None:
         self.root = root
-        self.bin_dir = bin_dir if bin_dir is not None else root.parent / f"{root.name}-bin"
         self.root.mkdir(parents=True, exist_ok=True)
-        self.bin_dir.mkdir(parents=True, exist_ok=True)
         self.machine = Machine(name=name, root=root)
+        self.bin_dir = bin_dir if bin_dir is not None else self.machine.tool_dir
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, absolute: str) -> Path:
         return self.machine.path(absolute)
@@ -127,7 +127,7 @@ class FakeMachine:
 
     # --- stand-in tools -------------------------------------------------------------------------
     def standin(self, name: str, script: str) -> Path:
-        """An executable `name` on the fixture's PATH. `script` is its full text, shebang included."""
+        """An executable `name` among the machine's own tools. `script` is its full text, shebang included."""
         tool = self.bin_dir / name
         tool.write_text(script, encoding="utf-8")
         tool.chmod(0o755)

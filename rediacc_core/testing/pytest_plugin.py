@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,14 +21,11 @@ def rdc_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def make_fake_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], FakeMachine]:
-    """A factory of simulated machines; the newest one's stand-in tools come first on PATH."""
-    original_path = os.environ.get("PATH", "")
+def make_fake_machine(tmp_path: Path) -> Callable[[str], FakeMachine]:
+    """A factory of simulated machines, each with its stand-in tools under its own root."""
 
     def make(name: str = "fake") -> FakeMachine:
-        fm = FakeMachine(tmp_path / f"{name}-root", tmp_path / f"{name}-bin", name=name)
-        monkeypatch.setenv("PATH", f"{fm.bin_dir}{os.pathsep}{original_path}")
-        return fm
+        return FakeMachine(tmp_path / f"{name}-root", name=name)
 
     return make
 

@@ -106,13 +106,11 @@ class NvidiaEnv:
         self.mode = mode
 
 
-def _setup_machine(fm: FakeMachine, machine: Machine) -> None:
-    """`rdc machine setup` as the CLI runs it (default options), the stand-in tools first on PATH."""
+def _setup_machine(machine: Machine) -> None:
+    """`rdc machine setup` as the CLI runs it (default options): the stand-ins are the machine's own tools."""
     plugins = get_plugins()
     options = {opt.name: opt.default for opt in plugins.setup_options() if opt.name}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", f"{fm.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-        run_setup(machine, plugins, options)
+    run_setup(machine, plugins, options)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +119,7 @@ def nv() -> Iterator[NvidiaEnv]:
     if reason is not None:
         pytest.skip(reason)
     base = Path(tempfile.mkdtemp(prefix="rdcn", dir="/tmp"))  # short: socket paths are limited
-    fm = FakeMachine(base / "m", base / "bin", name=MACHINE)
+    fm = FakeMachine(base / "m", name=MACHINE)
     nvidia_testing.nvidia_machine(fm, REPORT, compute_caps=("8.0", "8.0"))
     # The spec's createContainer hooks name this stand-in by its absolute path; runc runs it before
     # the container starts. Recording each call shows the toolkit's hooks really run.
@@ -134,7 +132,7 @@ def nv() -> Iterator[NvidiaEnv]:
     repo = RepoStore(machine).create("alpha")
     env = client_env(base)
     try:
-        _setup_machine(fm, machine)
+        _setup_machine(machine)
         state = NvidiaEnv(base, config_path, machine, _up(machine, base, repo, env))
         import_busybox(state.alpha.daemon, IMAGE)
         granted = state.rdc("repo", "gpu", "grant", repo.ref, "--device", GPU0)

@@ -163,12 +163,16 @@ def install_step(ctx: SetupContext) -> SetupStep:
 
         return SetupStep(
             title,
-            (f"refuse: nvidia-ctk is not on PATH and {where}: no package manager or network is used for it",),
+            (
+                f"refuse: nvidia-ctk is not among the machine's own tools and {where}: no package manager "
+                "or network is used for it",
+            ),
             order=20,
             refusal=ToolError(
-                f"nvidia-ctk is not on PATH and {where}: setup never installs packages for such a machine "
-                "(the host's apt-get, dnf and network are left alone)",
-                "put nvidia-ctk on PATH (install nvidia-container-toolkit on the host yourself), "
+                f"nvidia-ctk is not among machine {machine.name}'s own tools (under {machine.root}/usr/bin "
+                f"and the other bin directories of its root) and {where}: setup never installs packages for "
+                "such a machine (the host's apt-get, dnf and network are left alone)",
+                f"put the machine's nvidia-ctk at {machine.tool_dir}/nvidia-ctk, "
                 "or run setup with --install-nvidia-toolkit=false",
             ),
         )

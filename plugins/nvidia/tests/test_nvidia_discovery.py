@@ -175,6 +175,22 @@ def test_machine_without_nvidia_finds_nothing(make_fake_machine: Callable[[str],
     assert discover(fm.machine) == []
 
 
+def test_a_rooted_machine_never_runs_the_hosts_nvidia_smi(
+    capture: Callable[[str], str],
+    make_fake_machine: Callable[[str], FakeMachine],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The "host": an nvidia-smi that reports a T4, first on PATH (as a real GPU host has one).
+    host = make_fake_machine("host")
+    testing.nvidia_machine(host, capture("nvidia-smi-q-x/tesla-t4_515.105.01.xml"))
+    monkeypatch.setenv("PATH", f"{host.bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    plain = make_fake_machine("plain")
+    plain.mkdir("/dev")
+    assert discover(plain.machine) == [], "the host's nvidia-smi was taken for the machine's"
+    assert plain.machine.which("nvidia-smi") is None
+    assert host.machine.which("nvidia-smi") == str(host.path("/usr/bin/nvidia-smi")), "its own tool"
+
+
 def test_wsl_uses_the_windows_drivers_nvidia_smi(
     capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
 ) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from rediacc_nvidia import testing
 
 from rediacc_core import ApiRequest, Refusal
+from rediacc_core.cli import cli
 from rediacc_core.errors import ToolError
 from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.machine import Machine
@@ -78,6 +83,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
 ) -> None:
     monkeypatch.setattr(Machine, "is_host", property(lambda self: True))  # only the host installs packages
     fm = make_fake_machine("dry")
+    monkeypatch.setenv("PATH", f"{fm.bin_dir}:{os.environ['PATH']}")  # a host's tools are on PATH
     testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
     testing.package_manager(fm, "apt")
     report = run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"}, dry_run=True)
@@ -98,7 +104,8 @@ def test_dry_run_of_a_directory_rooted_machine_plans_no_package_install(
     lines = [line for step in report.plan for line in step.lines]
     assert not any("apt-get" in line or "curl" in line or "fetch " in line for line in lines)
     assert any(
-        line.startswith("refuse: nvidia-ctk is not on PATH and machine dir's root is") for line in lines
+        line.startswith("refuse: nvidia-ctk is not among the machine's own tools and machine dir's root is")
+        for line in lines
     )
     with pytest.raises(ToolError, match="setup never installs packages for such a machine"):
         run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
@@ -113,6 +120,7 @@ def test_setup_installs_the_toolkit_then_generates(
 ) -> None:
     monkeypatch.setattr(Machine, "is_host", property(lambda self: True))  # only the host installs packages
     fm = make_fake_machine("fresh")
+    monkeypatch.setenv("PATH", f"{fm.bin_dir}:{os.environ['PATH']}")  # a host's tools are on PATH
     testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
     log = testing.package_manager(fm, "apt")
     run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
@@ -143,3 +151,16 @@ def test_request_rules_through_the_facade(
     body = {"Image": "x", "HostConfig": {"Runtime": "nvidia"}}
     (refusal,) = plugins.request_rules(ApiRequest("POST", "/containers/create", {}, body), ctx)
     assert isinstance(refusal, Refusal) and refusal.rule == "runtime"
+
+
+def test_setup_of_the_demo_machine_runs_again_from_any_shell(rdc_config: Path, tmp_path: Path) -> None:
+    # The demo's stand-ins are the machine's own tools: no PATH of the demo's is needed afterwards.
+    runner = CliRunner()
+    demo = runner.invoke(cli, ["demo", "--workdir", str(tmp_path / "demo")])
+    assert demo.exit_code == 0, demo.output
+    path_before = os.environ["PATH"]
+    again = runner.invoke(cli, ["machine", "setup", "demo"])
+    assert again.exit_code == 0, again.output
+    assert os.environ["PATH"] == path_before
+    listing = runner.invoke(cli, ["machine", "gpu", "list", "demo", "-o", "json"])
+    assert any(g["vendor"] == "nvidia" for g in json.loads(listing.stdout)["gpus"])

@@ -121,7 +121,9 @@ def test_a_directory_rooted_machine_never_uses_the_hosts_package_manager_or_netw
 
     plan = " ".join(install.plan)
     assert "apt-get" not in plan and "curl" not in plan and "fetch" not in plan
-    assert plan.startswith("refuse: nvidia-ctk is not on PATH and machine bare's root is")
+    assert plan.startswith(
+        "refuse: nvidia-ctk is not among the machine's own tools and machine bare's root is"
+    )
     assert install.apply is None
     assert isinstance(install.refusal, ToolError)
     assert "--install-nvidia-toolkit=false" in install.refusal.todo
