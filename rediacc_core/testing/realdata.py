@@ -1,13 +1,13 @@
-"""Where the real captures the parser tests read live: `REDIACC_REALDATA`, else the checkout's
-sibling `shared/realdata` (as the project's machines lay it out). `.ci/run` insists on them; a test
-run elsewhere without them skips the tests that read them, saying where it looked."""
+"""Where the real captures the parser tests read live: `REDIACC_REALDATA` when set, else the
+checkout's own `tests/realdata` (tests run from the checkout's top, as tox runs them). A test run
+elsewhere without them skips the tests that read them, saying where it looked."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-REALDATA = Path(os.environ.get("REDIACC_REALDATA", "../shared/realdata"))
+REALDATA = Path(os.environ.get("REDIACC_REALDATA") or "tests/realdata")
 
 
 def capture(*parts: str) -> Path:
@@ -16,5 +16,7 @@ def capture(*parts: str) -> Path:
     if not path.exists():
         import pytest
 
-        pytest.skip(f"real capture {path} not found (set REDIACC_REALDATA to the realdata directory)")
+        pytest.skip(
+            f"real capture {path} not found (run the tests from the checkout's top, or set REDIACC_REALDATA)"
+        )
     return path
