@@ -382,3 +382,19 @@ def test_the_demos_next_commands_run_as_printed(monkeypatch: pytest.MonkeyPatch,
     ran = subprocess.run([*shlex.split(printed), "--version"], capture_output=True, text=True, env=os.environ)
     assert ran.returncode == 0, (printed, ran.stderr)
     assert ran.stdout.startswith("rdc ")
+
+
+def test_the_demos_next_commands_run_from_the_users_shell_after_tox(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    from rediacc_core.cli.demo import runnable_rdc
+
+    # While tox runs, its env's bin is on PATH; the shell the user types the next command in has none.
+    monkeypatch.setenv("TOX_ENV_DIR", str(Path(sys.executable).parent.parent))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    printed = runnable_rdc()
+    assert printed != "rdc"
+    ran = subprocess.run(
+        [*shlex.split(printed), "--version"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert ran.returncode == 0, (printed, ran.stderr)

@@ -94,9 +94,11 @@ def demo(workdir: Path | None) -> None:
 
 def runnable_rdc() -> str:
     """How to run this rdc from the user's shell: `rdc` when PATH finds this one, else its full
-    path (after `tox -e demo`, rdc lives in the env's bin, which is not on the user's PATH)."""
+    path (after `tox -e demo`, rdc lives in the env's bin, which is on PATH only while tox runs)."""
     here = Path(sys.executable).parent / "rdc"
     found = shutil.which("rdc")
-    if found is not None and (not here.exists() or Path(found).resolve() == here.resolve()):
+    # Under tox the env's bin is on PATH only while tox runs: the user's shell will not find it.
+    in_tox = bool(os.environ.get("TOX_ENV_DIR"))
+    if found is not None and not in_tox and (not here.exists() or Path(found).resolve() == here.resolve()):
         return "rdc"
     return shlex.quote(str(here)) if here.exists() else f"{shlex.quote(sys.executable)} -m rediacc_core.cli"
