@@ -501,11 +501,9 @@ def test_demo_sets_up_a_simulated_machine_and_lists_its_gpus(
     assert result.exit_code == 0, result.output
     assert "Machine demo: platform native" in result.stdout
     assert "hardware from: example" in result.stdout  # a walkthrough: its prose on stdout, in order
-    assert (
-        result.stdout.rstrip()
-        .splitlines()[-2]
-        .startswith(f"Next: REDIACC_CONFIG={rdc_config} {runnable_rdc()} machine gpu list demo")
-    )
+    last = result.stdout.rstrip().splitlines()[-3:]
+    assert last[0].startswith(f"Next: REDIACC_CONFIG={rdc_config} {runnable_rdc()} machine gpu list demo")
+    assert last[2].strip().startswith(f"REDIACC_CONFIG={rdc_config} {runnable_rdc()} machine setup demo ")
     assert result.stderr == ""
     demo = Config.load().machine("demo")
     assert demo.root == workdir.absolute() / "root"

@@ -90,6 +90,9 @@ def demo(workdir: Path | None) -> None:
     rdc = runnable_rdc()
     click.echo(f"Next: {prefix}{rdc} machine gpu list {DEMO_MACHINE}   (grants now in force)")
     click.echo(f"      {prefix}{rdc} repo gpu list alpha@{DEMO_MACHINE}")
+    click.echo(
+        f"      {prefix}{rdc} machine setup {DEMO_MACHINE}   (setup again: its tools are under its root)"
+    )
 
 
 def runnable_rdc() -> str:
