@@ -187,7 +187,17 @@ def suggest(name: str, names: Iterable[str], limit: int = 3) -> list[str]:
         kind = None
     if kind is not None:
         same_kind = [n for n in pool if n.startswith(kind + "=")]
+        # A name typed with a look-alike (O for 0, l or I for 1) comes first: it is what was meant.
+        alike = [n for n in same_kind if _unconfused(n) == _unconfused(name)]
         close = difflib.get_close_matches(name, same_kind, n=limit, cutoff=0.5)
+        close = [*alike, *(n for n in close if n not in alike)][:limit]
         if close:
             return close
     return difflib.get_close_matches(name, pool, n=limit, cutoff=0.6)
+
+
+_LOOKALIKES = str.maketrans({"O": "0", "o": "0", "l": "1", "I": "1"})
+
+
+def _unconfused(name: str) -> str:
+    return name.translate(_LOOKALIKES)

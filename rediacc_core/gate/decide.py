@@ -476,17 +476,30 @@ class Decider:
                 f"cannot be read ({error})"
             )
             return [Refusal(message=message, rule="grant")]
-        return [
-            Refusal(
-                message=(
-                    f"repo {self.repo.label} has no grant for {name} "
-                    f"(rdc repo gpu grant {self.repo.ref} --device {name})"
-                ),
-                rule="grant",
-            )
-            for name in names
-            if name not in grants
-        ]
+        missing = [name for name in names if name not in grants]
+        return [Refusal(message=self._no_grant(name), rule="grant") for name in missing]
+
+    def _no_grant(self, name: str) -> str:
+        """Why `name` is refused, and advice that leads somewhere: a grant of a device the machine
+        has, or the names it does have when `name` is none of them (a grant of a typo is refused)."""
+        from rediacc_core.cdi.registry import Registry, suggest
+
+        where = self.machine.name
+        try:
+            defined = Registry.for_machine(self.machine).names()
+        except Exception:  # only the advice depends on it: the refusal stands either way
+            defined = None
+        if defined is None or name in defined:
+            grant = f"rdc repo gpu grant {self.repo.ref} --device {name}"
+            return f"repo {self.repo.label} has no grant for {name} ({grant})"
+        close = suggest(name, defined)
+        if not close:
+            return f"{name} is not a device on machine {where} (its devices: rdc machine gpu list {where})"
+        return (
+            f"{name} is not a device on machine {where}; did you mean {' or '.join(close)}? "
+            f"(rdc repo gpu grant {self.repo.ref} --device {close[0]}; "
+            f"every device: rdc machine gpu list {where})"
+        )
 
     def _decide_body(self, method: str, target: Target, endpoint: str, canonical: Any) -> Decision:
         where = f"{method} {target.path}"

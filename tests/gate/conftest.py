@@ -84,6 +84,18 @@ def gate(fake_machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> Iterator
     fm.symlink("/mnt/cardlink", "/dev/vendor/card0")
     fm.symlink("/mnt/rootlink", "/")
     fm.symlink("/mnt/loop", "/mnt/loop")
+    # The devices the tests ask for exist on the machine: a refusal of one is about its grant.
+    for file, kind, names in (
+        ("vendor", "vendor.example/gpu", ("0", "1")),
+        ("dri", "rediacc.io/dri", ("renderD128",)),
+    ):
+        devices = [
+            {"name": n, "containerEdits": {"deviceNodes": [{"path": "/dev/vendor/card0"}]}} for n in names
+        ]
+        fm.write(
+            f"/etc/cdi/{file}.yaml",  # JSON is YAML too; a test may replace the file with its own
+            json.dumps({"cdiVersion": "0.5.0", "kind": kind, "devices": devices}),
+        )
     decider = Decider(
         fm.machine,
         REPO,

@@ -199,6 +199,20 @@ class TestRefused:
         gate.grants.clear()
         assert not gate.create(CDI_RUN).forward
 
+    def test_a_name_the_machine_lacks_is_answered_with_the_names_it_has(self, gate: Any) -> None:
+        body = {
+            "Image": "bb",
+            "HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["vendor.example/gpu=O"]}]},
+        }
+        decision = gate.create(body)
+        assert decision.status == 403
+        assert decision.message == (
+            "vendor.example/gpu=O is not a device on machine fake; "
+            "did you mean vendor.example/gpu=0 or vendor.example/gpu=1? "
+            "(rdc repo gpu grant alpha@m1 --device vendor.example/gpu=0; "
+            "every device: rdc machine gpu list fake)"
+        )
+
     def test_every_problem_is_named_with_its_replacement(self, gate: Any) -> None:
         body = {
             "Image": "bb",
