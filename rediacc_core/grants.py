@@ -126,6 +126,19 @@ def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
     return [] if found is None else [g for g in found[1] if g.in_force(stamp)]
 
 
+def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> Grant | None:
+    """The repo's lease of `device` that has ended, while the grants file still records it (the
+    next change to the file drops it); None when there is none."""
+    found = _read_file(machine.grants_path)
+    stamp = now or now_iso()
+    ended = [
+        g
+        for g in (found[1] if found else ())
+        if g.repo_id == repo_id and g.device == device and not g.in_force(stamp)
+    ]
+    return max(ended, key=lambda g: g.expires_at or "", default=None)
+
+
 def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
     """Replace the grants file; caller holds the state lock."""
     document = {

@@ -483,6 +483,7 @@ class Decider:
         """Why `name` is refused, and advice that leads somewhere: a grant of a device the machine
         has, or the names it does have when `name` is none of them (a grant of a typo is refused)."""
         from rediacc_core.cdi.registry import Registry, suggest
+        from rediacc_core.grants import ended_lease
 
         where = self.machine.name
         try:
@@ -491,6 +492,13 @@ class Decider:
             defined = None
         if defined is None or name in defined:
             grant = f"rdc repo gpu grant {self.repo.ref} --device {name}"
+            try:
+                lease = ended_lease(self.machine, self.repo.id, name)
+            except Exception:  # only the advice depends on it
+                lease = None
+            if lease is not None:  # an ended lease cannot be renewed: it is granted anew
+                ended = lease.expires_at
+                return f"the lease of {name} to repo {self.repo.label} ended at {ended} ({grant} --for 8h)"
             return f"repo {self.repo.label} has no grant for {name} ({grant})"
         close = suggest(name, defined)
         if not close:

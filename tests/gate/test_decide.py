@@ -520,6 +520,24 @@ def test_grants_are_read_live_from_the_machine(gate: Any) -> None:
     assert decide(b'{"Image": "bb"}').forward
 
 
+def test_a_lease_that_ended_is_answered_with_when_and_the_grant_to_ask_for(gate: Any) -> None:
+    machine = gate.fm.machine
+    gate.fm.write("/etc/cdi/vendor.yaml", SPEC)
+    repo = RepoStore(machine).create("alpha")
+    GrantStore(machine, gate.decider.plugins).grant(repo, [GPU0], expires_at="2030-01-01T00:00:00Z")
+    decider = Decider(machine, repo, gate.decider.plugins, lambda image: None, gate.logs.append)
+    body = json.dumps(CDI_RUN).encode()
+    assert decider.decide("POST", "/v1.45/containers/create", "application/json", body).forward
+    text = machine.grants_path.read_text().replace("2030-01-01T00:00:00Z", "2020-01-01T00:00:00Z")
+    machine.grants_path.write_text(text)  # the lease's end has come
+    refused = decider.decide("POST", "/v1.45/containers/create", "application/json", body)
+    assert refused.status == 403
+    assert refused.message == (
+        f"the lease of {GPU0} to repo alpha ended at 2020-01-01T00:00:00Z "
+        f"(rdc repo gpu grant {repo.ref} --device {GPU0} --for 8h)"
+    )
+
+
 # --- property: nothing Go would read as privileged is ever admitted --------------------------
 
 _ORBITS = {"k": "kK\u212a", "s": "sS\u017f"}
