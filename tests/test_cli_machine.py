@@ -131,12 +131,19 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
 
     changed = rdc("machine", "config", "box", "--set", "legacy-visible-devices=translate")
     assert changed.exit_code == 0
-    assert changed.stdout.splitlines()[1].split() == [
+    assert changed.stdout == "", "a change prints nothing on stdout unless asked"
+    assert changed.stderr == "Machine box: legacy-visible-devices=translate\n"
+    shown = rdc("machine", "config", "box")
+    assert shown.stdout.splitlines()[1].split() == [
         "legacy-visible-devices",
         "translate",
         "machine",
         "refuse|translate",
     ]
+    as_json = rdc("machine", "config", "box", "--set", "legacy-visible-devices=translate", "-o", "json")
+    assert {"setting": "legacy-visible-devices", "value": "translate"}.items() <= json.loads(as_json.stdout)[
+        0
+    ].items()
     assert read_settings(fm.machine) == {"legacy-visible-devices": "translate"}
     # The client's config holds none.
     assert yaml.safe_load(rdc_config.read_text()) == {"machines": {"box": {"root": str(fm.root)}}}
