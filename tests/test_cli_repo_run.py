@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -182,3 +184,23 @@ def test_the_dockerd_unit_runs_the_daemon_under_the_runtime_guard(
     assert config["default-runtime"] == GUARD_RUNTIME
     guard_script = Path(config["runtimes"][GUARD_RUNTIME]["path"])
     assert "--repo-ref gamma@box" in guard_script.read_text()
+
+
+def test_gate_log_follow_ends_quietly_on_ctrl_c(box: Machine) -> None:
+    _audited(box)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "rediacc_core.cli", "repo", "gate", "log", "alpha@box", "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    deadline = time.monotonic() + 30
+    lines = []
+    while len(lines) < 4 and time.monotonic() < deadline:  # the header and the three decisions
+        lines.append(follow.stdout.readline())
+    follow.send_signal(signal.SIGINT)
+    _, err = follow.communicate(timeout=30)
+    assert len(lines) == 4 and "refused 403" in lines[3]
+    assert follow.returncode == 130
+    assert err == "", "Ctrl-C is how --follow ends: nothing to report"

@@ -14,7 +14,7 @@ import click
 from rediacc_core.cli.output import emit, note, output_option, waiting
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config, serving_client
-from rediacc_core.errors import PermissionDeniedError, StateError, ValidationError
+from rediacc_core.errors import EXIT_INTERRUPTED, PermissionDeniedError, StateError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
 from rediacc_core.runtime import daemon, filesmount, lifecycle, netns
@@ -200,10 +200,15 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
     if fmt == "table":
         click.echo(_GATE_LOG_HEADER)
     try:
-        for entry in entries:  # --follow ends with Ctrl-C
+        for entry in entries:
             click.echo(_gate_log_line(entry) if fmt == "table" else json.dumps(entry, ensure_ascii=False))
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+    except KeyboardInterrupt:
+        if not follow:
+            raise
+        # Ctrl-C is how --follow ends, as `tail -f`: quietly, with the shell's code for SIGINT.
+        sys.exit(EXIT_INTERRUPTED)
 
 
 _GATE_LOG_COLUMNS = ("TIME", "PEER", "METHOD", "ENDPOINT", "DECISION", "RULES", "CDI")
