@@ -137,6 +137,15 @@ class Config:
         return cls(path, _parse(path, document))
 
     # --- reading ----------------------------------------------------------------------------
+    def _where(self) -> str:
+        """Which client config was read, said when a machine is not in it (another $REDIACC_CONFIG,
+        an empty or missing file are the usual reasons)."""
+        if self.path == Path(os.devnull):
+            return ""
+        if not self.path.exists():
+            return f" (there is no client config at {self.path})"
+        return f" in {self.path}" + ("" if self.entries else " (it names no machines)")
+
     def names(self) -> list[str]:
         return [LOCALHOST, *sorted(name for name in self.entries if name != LOCALHOST)]
 
@@ -154,7 +163,7 @@ class Config:
         entry = self.entries.get(name)
         if entry is None:
             raise NotFoundError(
-                f"no machine named {name!r}",
+                f"no machine named {name!r}{self._where()}",
                 "run `rdc machine list` to see the machines, or `rdc machine add`",
             )
         ssh = entry.get("ssh")

@@ -91,10 +91,17 @@ def test_an_unknown_machine_exits_5_with_error_and_next_step(rdc_config: Path, a
 
     assert result.exit_code == EXIT_NOT_FOUND
     assert result.stderr.splitlines() == [
-        "Error: no machine named 'ghost'",
+        f"Error: no machine named 'ghost' (there is no client config at {rdc_config})",
         "What to do: run `rdc machine list` to see the machines, or `rdc machine add`",
     ]
     assert result.stdout == ""
+
+
+def test_an_empty_client_config_is_named_when_a_machine_is_not_in_it(rdc_config: Path) -> None:
+    rdc_config.write_text("")
+    result = rdc("machine", "gpu", "list", "demo")
+    assert result.exit_code == EXIT_NOT_FOUND
+    assert f"no machine named 'demo' in {rdc_config} (it names no machines)" in result.stderr
 
 
 def test_adding_a_machine_twice_is_a_state_error(fm: FakeMachine) -> None:
