@@ -44,7 +44,11 @@ def swagger(request: pytest.FixtureRequest) -> dict[str, Any]:
     if path is None:
         if os.environ.get("CI"):
             pytest.fail(f"the Engine API {version} swagger is missing: .ci/run installs it")
-        pytest.skip(f"no Engine API {version} swagger here (set REDIACC_DOCKER_SWAGGER)")
+        how = "bash .ci/install-docker.sh" if version == "1.45" else "bash .ci/install-engine.sh"
+        pytest.skip(
+            f"no Engine API {version} swagger at {', '.join(SWAGGER_PLACES[version])}: install it with "
+            f"`{how}` (root), or point REDIACC_DOCKER_SWAGGER at a copy of moby's api/swagger.yaml"
+        )
     document: dict[str, Any] = yaml.safe_load(path.read_text())
     return document
 
