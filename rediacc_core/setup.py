@@ -8,6 +8,7 @@ previous specs and inventory stay as they were.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import shutil
@@ -122,9 +123,7 @@ def run_setup(
 
     with _step(progress, "Discover GPUs"):
         report.gpus = plugins.discover(machine)
-    report.plan.append(
-        PlannedStep("Discover GPUs", tuple(_describe(gpu) for gpu in report.gpus) or ("none found",))
-    )
+    report.plan.append(PlannedStep("Discover GPUs", _described_cards(report.gpus) or ("none found",)))
 
     ctx = SetupContext(machine, tuple(report.gpus), dict(options), dry_run)
     for step in plugins.setup_steps(ctx):
@@ -188,12 +187,21 @@ def _write(
         write_inventory(machine, report.inventory)
 
 
-def _describe(gpu: Gpu) -> str:
-    parts = [f"{gpu.vendor} {gpu.name}".strip()]
-    if gpu.pci_bus_id:
-        parts.append(f"at {gpu.pci_bus_id}")
-    parts.append(f"(found by {gpu.source})")
-    return " ".join(parts)
+def _described_cards(gpus: Sequence[Gpu]) -> tuple[str, ...]:
+    """One line per card, as `gpu list` shows them: a card several plugins report (same PCI bus id)
+    is described by the fullest report, naming every plugin that found it."""
+    cards: dict[str, list[Gpu]] = {}
+    for gpu in gpus:
+        cards.setdefault(gpu.pci_bus_id.lower() if gpu.pci_bus_id else f"#{len(cards)}", []).append(gpu)
+    lines = []
+    for same in cards.values():
+        lead = max(same, key=lambda g: sum(bool(v) for v in dataclasses.astuple(g)))
+        parts = [f"{lead.vendor} {lead.name}".strip()]
+        if lead.pci_bus_id:
+            parts.append(f"at {lead.pci_bus_id}")
+        parts.append(f"(found by {', '.join(dict.fromkeys(g.source for g in [lead, *same]))})")
+        lines.append(" ".join(parts))
+    return tuple(lines)
 
 
 def _check_filenames(spec_files: list[CdiSpecFile]) -> None:

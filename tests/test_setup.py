@@ -377,3 +377,7 @@ def test_a_card_two_plugins_report_is_counted_once(
 
     assert len(report.gpus) == 3 and report.cards == 2
     assert any("(2 GPU(s)," in line for step in report.plan for line in step.lines)
+    assert report.plan[0].lines == (  # one line a card, the fuller report leading, both finders named
+        "example Example GPU 0 at 0000:01:00.0 (found by fakevendor, generic)",
+        "example Example GPU 1 at 0000:02:00.0 (found by fakevendor)",
+    )
