@@ -196,7 +196,7 @@ def test_gate_log_follow_ends_quietly_on_ctrl_c(box: Machine) -> None:
     )
     assert follow.stdout is not None
     deadline = time.monotonic() + 30
-    lines = []
+    lines: list[str] = []
     while len(lines) < 4 and time.monotonic() < deadline:  # the header and the three decisions
         lines.append(follow.stdout.readline())
     follow.send_signal(signal.SIGINT)

@@ -233,9 +233,9 @@ def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], f
             config.save()
             note(f"Removed the old settings of machine {name} from {config.path}: they live on the machine.")
         if fmt != "json":  # a change prints nothing on stdout unless asked, as every changing command
-            for key, value in changes:
+            for key, given in changes:
                 now = settings.get(key, SETTINGS[key].default) or "none"
-                note(f"Machine {name}: {key}={now}" + ("" if value is not None else " (its default)"))
+                note(f"Machine {name}: {key}={now}" + ("" if given is not None else " (its default)"))
             return
     else:
         _note_old_settings(config, name)

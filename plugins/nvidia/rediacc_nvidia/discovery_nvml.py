@@ -39,6 +39,20 @@ BRANDS = {
     18: "vGameDev",
     19: "NVIDIA NPU",
 }
+# nvmlDeviceArchitecture_t, named as nvidia-smi prints `product_architecture`, so both discovery
+# paths record the same word (the others, DLA and NPU parts, have no GPU architecture name).
+ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
 _MIG_ENABLED = 1
 
 
@@ -124,6 +138,7 @@ def discover_nvml(nvml: Any, platform: str) -> list[Gpu]:
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             capability = _optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
             brand = _optional(nvml.nvmlDeviceGetBrand, handle)
+            architecture = _optional(nvml.nvmlDeviceGetArchitecture, handle)
             mig_modes = _optional(nvml.nvmlDeviceGetMigMode, handle)
             mig_mode = None
             if mig_modes is not None:
@@ -147,7 +162,9 @@ def discover_nvml(nvml: Any, platform: str) -> list[Gpu]:
                         "cudaDriverVersion": cuda,
                         "computeCapability": f"{capability[0]}.{capability[1]}" if capability else None,
                         "brand": BRANDS.get(int(brand), "Unknown") if brand is not None else None,
-                        "architecture": None,
+                        "architecture": ARCHITECTURES.get(int(architecture))
+                        if architecture is not None
+                        else None,
                         "migMode": mig_mode,
                         "platform": platform,
                     },

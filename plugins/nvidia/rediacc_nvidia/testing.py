@@ -467,6 +467,67 @@ def layout(fm: FakeMachine, name: str, **options: Any) -> XmlReport:
     return nvidia_machine(fm, xml, compute_caps=caps, mig_profiles=profiles, **options)
 
 
+class NvmlNotSupported(Exception):
+    """What the stand-in raises where NVML answers NVML_ERROR_NOT_SUPPORTED."""
+
+
+def nvml_from_captures(xml: str, query_output: str) -> Any:
+    """A stand-in `pynvml`, initialised, that reports the GPUs of real `nvidia-smi` captures in
+    NVML's own shapes: enum numbers for brand and architecture, bytes of memory, the CUDA version as
+    an integer, the 8-digit bus id as bytes, the compute capability as a (major, minor) pair. So the
+    NVML path and the nvidia-smi path can be held to the same facts of one real card. MIG devices
+    are not modelled: NVML reports MIG mode Disabled for every GPU here."""
+    from types import SimpleNamespace
+
+    from rediacc_nvidia.discovery_nvml import ARCHITECTURES, BRANDS
+
+    report = parse_xml(xml)
+    caps = {row["uuid"]: row["compute_cap"] for row in parse_query_csv(query_output)}
+
+    def code(table: Mapping[int, str], word: str | None) -> int | None:
+        return next((number for number, name in table.items() if name == word), None)
+
+    def gpu(handle: int) -> Any:
+        return report.gpus[handle]
+
+    def optional(value: Any) -> Any:
+        if value is None:
+            raise NvmlNotSupported()
+        return value
+
+    def capability(handle: int) -> tuple[int, int]:
+        major, minor = str(optional(caps.get(gpu(handle).uuid))).split(".")
+        return int(major), int(minor)
+
+    def mig_mode(handle: int) -> list[int]:
+        if gpu(handle).mig_mode is None:
+            raise NvmlNotSupported()
+        return [0, 0]
+
+    major, _, minor = (report.cuda_version or "0.0").partition(".")
+    return SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: report.driver_version,
+        nvmlSystemGetCudaDriverVersion=lambda: int(major) * 1000 + int(minor or 0) * 10,
+        nvmlDeviceGetCount=lambda: len(report.gpus),
+        nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetName=lambda handle: gpu(handle).name.encode(),
+        nvmlDeviceGetUUID=lambda handle: optional(gpu(handle).uuid).encode(),
+        nvmlDeviceGetPciInfo=lambda handle: SimpleNamespace(
+            busId=("0000" + optional(gpu(handle).pci_bus_id).upper()).encode()
+        ),
+        nvmlDeviceGetMemoryInfo=lambda handle: SimpleNamespace(
+            total=optional(gpu(handle).memory_mib) * 2**20
+        ),
+        nvmlDeviceGetCudaComputeCapability=capability,
+        nvmlDeviceGetBrand=lambda handle: optional(code(BRANDS, gpu(handle).brand)),
+        nvmlDeviceGetArchitecture=lambda handle: optional(code(ARCHITECTURES, gpu(handle).architecture)),
+        nvmlDeviceGetMinorNumber=lambda handle: optional(gpu(handle).minor),
+        nvmlDeviceGetMigMode=mig_mode,
+    )
+
+
 __all__ = [
     "break_ctk",
     "generate_spec",
@@ -474,6 +535,7 @@ __all__ = [
     "layout",
     "list_text",
     "nvidia_machine",
+    "nvml_from_captures",
     "package_manager",
     "query_csv",
     "read_capture",

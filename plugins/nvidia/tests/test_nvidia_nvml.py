@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from rediacc_nvidia import testing
 from rediacc_nvidia.discovery import discover
-from rediacc_nvidia.discovery_nvml import cuda_version_text, discover_nvml, mig_profile
+from rediacc_nvidia.discovery_nvml import ARCHITECTURES, cuda_version_text, discover_nvml, mig_profile
 
 from rediacc_core import GpuPartition
 from rediacc_core.machine import Machine
+from rediacc_core.testing import FakeMachine
 
 
 class NVMLError(Exception):
@@ -41,6 +44,7 @@ def fake_nvml(*, mig: bool = True, name_as_bytes: bool = True) -> Any:
             "mem": 81559 * 2**20,
             "cc": (9, 0),
             "brand": 14,
+            "arch": 9,
             "minor": 0,
         },
         1: {
@@ -50,6 +54,7 @@ def fake_nvml(*, mig: bool = True, name_as_bytes: bool = True) -> Any:
             "mem": 46068 * 2**20,
             "cc": (8, 9),
             "brand": 13,
+            "arch": 8,
             "minor": 1,
         },
     }
@@ -100,6 +105,7 @@ def fake_nvml(*, mig: bool = True, name_as_bytes: bool = True) -> Any:
         nvmlDeviceGetMemoryInfo=lambda handle: SimpleNamespace(total=info(handle)["mem"], free=0, used=0),
         nvmlDeviceGetCudaComputeCapability=lambda handle: info(handle)["cc"],
         nvmlDeviceGetBrand=lambda handle: info(handle)["brand"],
+        nvmlDeviceGetArchitecture=lambda handle: info(handle)["arch"],
         nvmlDeviceGetMinorNumber=lambda handle: info(handle)["minor"],
         nvmlDeviceGetMigMode=mig_mode,
         nvmlDeviceGetMaxMigDeviceCount=lambda handle: 7,
@@ -127,7 +133,7 @@ def test_nvml_reports_every_gpu_with_its_facts() -> None:
         "cudaDriverVersion": "13.1",
         "computeCapability": "9.0",
         "brand": "NVIDIA",
-        "architecture": None,
+        "architecture": "Hopper",
         "migMode": "Enabled",
         "platform": "native",
     }
@@ -193,3 +199,34 @@ def test_the_real_nvidia_ml_py_has_every_function_used() -> None:
     pynvml = pytest.importorskip("pynvml")
     used = [name for name in vars(fake_nvml()) if name.startswith("nvml")]
     assert [name for name in used if not hasattr(pynvml, name)] == []
+
+
+H200 = "nvidia-h200-vm_580.159.04"
+
+
+def test_nvml_and_nvidia_smi_report_the_same_facts_of_a_real_h200(
+    capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    xml, csv = capture(f"{H200}/nvidia-smi-q-x.xml"), capture(f"{H200}/nvidia-smi-query_idle.csv")
+    fm = make_fake_machine("h200")
+    testing.nvidia_machine(fm, xml, list_output=capture(f"{H200}/nvidia-smi-L.txt"), query_output=csv)
+    (by_smi,) = discover(fm.machine)  # a rooted machine: its nvidia-smi
+    (by_nvml,) = discover_nvml(testing.nvml_from_captures(xml, csv), "native")
+    assert by_smi.attributes["architecture"] == "Hopper"
+    assert by_nvml == by_smi
+
+
+def test_every_nvml_architecture_is_named_as_nvidia_smi_names_it(capture: Callable[[str], str]) -> None:
+    printed = {
+        line.split(">", 1)[1]
+        for name in (
+            "a100-sxm4-40gb-mig_510.47.03",
+            "rtx-4090_535.86.05",
+            "rtx-pro-6000-blackwell-maxq_590.44.01",
+        )
+        for line in capture(f"nvidia-smi-q-x/{name}.xml").splitlines()
+        if "<product_architecture>" in line
+        for line in [line.strip().removesuffix("</product_architecture>")]
+    }
+    assert printed == {"Ampere", "Ada Lovelace", "Blackwell"}
+    assert printed <= set(ARCHITECTURES.values())
