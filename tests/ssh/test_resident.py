@@ -158,6 +158,7 @@ def test_a_new_install_restarts_a_warm_resident_before_it_serves_old_code(
     root = fleet.machines["m1"].root
     core = _agent_python("import importlib.metadata as m; print(m.distribution('rediacc-core')._path)")
     site = Path(core).parent
+    fleet.client.env["RDC_AGENT_IDLE"] = "600"  # the new resident waits out a slow second client
     try:
         install_marker(site, "1.0")
         old = warm(fleet, "m1")
@@ -165,9 +166,11 @@ def test_a_new_install_restarts_a_warm_resident_before_it_serves_old_code(
         ok(fleet.client.rdc("repo", "list", "m1"))
         wait_for(lambda: server_pid(root) not in (None, old))
         new = server_pid(root)
-        # A second laptop (its own SSH master, forwarding to the new resident once it has run one
-        # command): with the one-shot agent unrunnable, only a resident of 2.0 can serve it.
+        # A second laptop, forwarding to the new resident once it has run one command (the first
+        # client's master does not reach a restarted resident: its commands run the one-shot way).
+        # With the one-shot agent unrunnable, only a resident of 2.0 can serve it.
         other = fleet.new_client(tmp_path / "other")
+        other.env["RDC_AGENT_IDLE"] = "600"
         assert fleet.add(other, "m1", "--accept-host-key").returncode == 0
         ok(other.rdc("repo", "list", "m1"))
         with unrunnable_agent(root):
