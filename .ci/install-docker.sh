@@ -20,7 +20,11 @@ install_api_swagger() {
   cp "$tmp/x/usr/share/gocode/src/github.com/docker/docker/api/swagger.yaml" "$dest/swagger.yaml"
   rm -rf "$tmp"
 }
-if have_cdi_dockerd && [ -s /var/cache/rediacc/docker-api/swagger.yaml ] && command -v busybox >/dev/null 2>&1 && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; } \
+# The e2e kit's image is a static busybox: any other busybox on PATH is not enough.
+have_static_busybox() {
+  [ "$(dpkg-query -W -f='${Status}' busybox-static 2>/dev/null)" = "install ok installed" ]
+}
+if have_cdi_dockerd && [ -s /var/cache/rediacc/docker-api/swagger.yaml ] && have_static_busybox && { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; } \
   && docker buildx version >/dev/null 2>&1 && command -v slirp4netns >/dev/null 2>&1; then
   echo "docker engine: $(dockerd --version)"; exit 0
 fi

@@ -17,10 +17,22 @@ MACHINES = ("m1", "m2")
 BIN = Path(sys.executable).parent
 
 
+# Set by tox's ssh env (so by CI): there, a machine that cannot run the suite, or its docker test,
+# fails the run instead of skipping it.
+REQUIRED = "RDC_SSH_REQUIRED"
+
+
 def skip_reason() -> str | None:
     if os.environ.get(SSH_ENV) != "1":
         return f"SSH tests run with {SSH_ENV}=1 (tox -e ssh)"
     return sshd_unavailable()
+
+
+def unmet_requirement(reason: str | None) -> str | None:
+    """`reason` to skip, as an error where the suite must run (RDC_SSH_REQUIRED=1), or None."""
+    if reason is None or os.environ.get(REQUIRED) != "1":
+        return None
+    return f"{REQUIRED}=1, but the SSH tests cannot run here: {reason}"
 
 
 def install_agent(root: Path) -> Path:

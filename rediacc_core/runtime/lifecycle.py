@@ -191,7 +191,7 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
 
     filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
     if runtime.owns_daemon:
-        _refuse_autoallowed_devices(machine)
+        _refuse_autoallowed_devices(machine, repo)
     start_daemon(machine, repo, runtime, detach=True)
     if daemon.ping(runtime.gate_socket):
         return runtime  # already up
@@ -219,7 +219,7 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
     return runtime
 
 
-def _refuse_autoallowed_devices(machine: Machine) -> None:
+def _refuse_autoallowed_devices(machine: Machine, repo: Repo) -> None:
     """A repo daemon's BuildKit reads the machine's CDI specs itself: none may hand a device to
     every build step (`cdi.spec.BUILDKIT_AUTOALLOW`)."""
     from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW, autoallowed_specs
@@ -228,7 +228,7 @@ def _refuse_autoallowed_devices(machine: Machine) -> None:
     if found:
         raise StateError(
             "a CDI spec on this machine lets any build step have its device: " + "; ".join(found),
-            f"remove the {BUILDKIT_AUTOALLOW} annotation (or the spec), then run rdc repo up again",
+            f"remove the {BUILDKIT_AUTOALLOW} annotation (or the spec), then run: rdc repo up {repo.ref}",
         )
 
 

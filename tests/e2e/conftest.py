@@ -14,7 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, RepoEnv, build_machine_root, client_env, skip_reason, use_engine
+from e2e_kit import (
+    E2E,
+    IMAGE,
+    RepoEnv,
+    build_machine_root,
+    client_env,
+    skip_reason,
+    unmet_requirement,
+    use_engine,
+)
 
 from rediacc_core.config import Config
 from rediacc_core.repos import Repo, RepoStore
@@ -26,6 +35,9 @@ use_engine()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmet = unmet_requirement()
+    if unmet is not None:
+        raise pytest.UsageError(unmet)
     here = Path(__file__).parent
     reason = skip_reason()
     for item in items:

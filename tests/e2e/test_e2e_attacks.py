@@ -378,3 +378,27 @@ def test_a_stopped_container_with_a_bind_starts_again_after_the_repo_restarts(e2
     finally:
         e2e.rdc("repo", "down", repo.ref)
         e2e.rdc("repo", "delete", repo.ref, "--yes")
+
+
+def test_naming_runc_as_the_runtime_is_refused(e2e: E2E) -> None:
+    """runc by name would run the container without the runtime guard (whose check at every start
+    keeps a revoked device out): refused from the CLI, and in the create body in any case of
+    `HostConfig.Runtime` the daemon reads (Go's JSON matches field names case-insensitively). In
+    beta, so alpha's gate log (test_e2e_audit) holds none of these refusals."""
+    run = e2e.beta.docker("run", "--rm", "--runtime", "runc", IMAGE, "true")
+    refused(run, "runtime 'runc' is refused", "use instead: no --runtime")
+    for spelled in ("Runtime", "runtime", "RUNTIME"):
+        document = {"Image": IMAGE, "Cmd": ["true"], "HostConfig": {spelled: "runc"}}
+        # The attack is real: sent straight to the daemon, the spelling selects runc.
+        status, direct = e2e.beta.daemon_api(
+            "POST", "/containers/create?name=runc-direct", json.dumps(document).encode()
+        )
+        assert status == 201, direct
+        _, inspected = e2e.beta.daemon_api("GET", "/containers/runc-direct/json")
+        assert inspected["HostConfig"]["Runtime"] == "runc"
+        e2e.beta.docker("rm", "-f", "runc-direct")
+        status, answer = raw_exchange(
+            e2e.beta.gate, post("/containers/create?name=runc-gated", json.dumps(document).encode())
+        )
+        assert status == 403 and b"runtime 'runc' is refused" in answer, (spelled, answer)
+        assert e2e.beta.daemon_api("GET", "/containers/runc-gated/json")[0] == 404  # nothing created

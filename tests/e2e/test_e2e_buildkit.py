@@ -144,3 +144,13 @@ def test_crafted_solve_requests_are_refused_before_the_daemon_sees_them(
 ) -> None:
     status, message = buildkit_call(e2e.alpha.gate, buildkit.CONTROL + "Solve", request_)
     assert status == 7 and said in message, message
+
+
+def test_a_compressed_solve_is_refused_whatever_it_holds(e2e: E2E) -> None:
+    """The gate judges plain bytes; the daemon would inflate a gzipped message itself, unjudged. So
+    the compressed flag alone is refused: here a step asking for a device, refused plain above."""
+    cdi_step = length_field(
+        2, _exec_definition(_run_step(length_field(6, length_field(1, "vendor.example/gpu=0"))))
+    )
+    status, message = buildkit_call(e2e.alpha.gate, buildkit.CONTROL + "Solve", cdi_step, compressed=True)
+    assert status == 3 and "compressed request messages are refused (send them plain)" in message, message

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from e2e_kit import E2E, GPU0, IMAGE, RepoEnv, refused
 
+from rediacc_core.grants import Grant, read_grants
 from rediacc_core.holdings import open_device_nodes
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import daemon, lifecycle, pids
@@ -317,5 +318,46 @@ def test_a_lease_that_ends_while_its_holder_runs(e2e: E2E) -> None:
         assert "whose grant of vendor.example/gpu=0 ended" in e2e.alpha.runtime.gate_log.read_text()
     finally:
         e2e.rdc("machine", "config", "m1", "--unset", "lease-end")
+        e2e.alpha.docker("rm", "-f", name)
+        e2e.rdc("repo", "gpu", "revoke", ref, "--device", GPU0)
+
+
+def lease_of(e2e: E2E) -> list[Grant]:
+    """alpha's grants in force now, as rdc reads them."""
+    return [g for g in read_grants(e2e.machine) if g.repo_id == e2e.alpha.repo.id]
+
+
+def test_a_restart_policy_does_not_bring_a_holder_back_after_its_lease_ended(e2e: E2E) -> None:
+    """With `lease-end=keep` (the default) a holder runs on past its lease, but once its process dies
+    the daemon's restart policy (unseen by the gate) meets the runtime guard, which reads the lease's
+    end: refused, in guard.log, and the container stays down. Killed while leased, it came back."""
+    ref, guard_log = e2e.alpha.repo.ref, e2e.alpha.runtime.guard_log
+    name = f"leased-always-{os.getpid()}"
+    leased = e2e.rdc("repo", "gpu", "grant", ref, "--device", GPU0, "--for", "20s")
+    assert leased.returncode == 0, leased.stderr
+    try:
+        run = e2e.alpha.docker(
+            "run", "-d", "--name", name, "--restart", "always", "--device", GPU0, IMAGE, "sleep", "300"
+        )
+        assert run.returncode == 0, run.stderr
+        container = run.stdout.strip()
+        first = int(state(e2e.alpha, name)["Pid"])
+        os.kill(first, signal.SIGKILL)  # the control: while the lease lasts, the policy starts it again
+        assert wait_for(lambda: int(state(e2e.alpha, name).get("Pid") or 0) not in (0, first))
+        assert wait_for(lambda: not lease_of(e2e), timeout=40)  # the lease ended
+        logged = guard_log.stat().st_size if guard_log.exists() else 0
+        second = int(state(e2e.alpha, name)["Pid"])
+        assert second > 0  # ran on past its lease (lease-end=keep)
+        os.kill(second, signal.SIGKILL)
+        assert wait_for(lambda: f"rdc: repo {ref} may not run" in str(state(e2e.alpha, name)["Error"]))
+        assert wait_for(lambda: state(e2e.alpha, name)["Running"] is False)
+        refusals = [json.loads(line) for line in guard_log.read_bytes()[logged:].decode().splitlines()]
+        assert any(r["container"] == container and "/dev/fakegpu0" in r["refused"] for r in refusals)
+        assert not pids.pid_alive(second)
+        # Started on the daemon's own socket too, past the gate: the guard again.
+        status, answer = e2e.alpha.daemon_api("POST", f"/containers/{name}/start")
+        assert status >= 400 and f"rdc: repo {ref} may not run" in answer["message"], answer
+        assert state(e2e.alpha, name)["Running"] is False
+    finally:
         e2e.alpha.docker("rm", "-f", name)
         e2e.rdc("repo", "gpu", "revoke", ref, "--device", GPU0)

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 from e2e_kit import E2E, IMAGE, post, raw_exchange
 
+from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW
+from rediacc_core.errors import EXIT_STATE
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import daemon, lifecycle, pids
 
@@ -133,5 +135,39 @@ def test_a_stopped_daemon_behind_a_live_gate_is_a_clear_502(e2e: E2E) -> None:
         assert status == 502
         assert f"rdc repo up {repo.ref}" in json.loads(answer)["message"]
     finally:
+        e2e.rdc("repo", "down", repo.ref)
+        e2e.rdc("repo", "delete", repo.ref, "--yes")
+
+
+def test_up_refuses_while_a_cdi_spec_hands_its_device_to_every_build_step(e2e: E2E) -> None:
+    """A repo daemon's BuildKit reads the machine's CDI specs itself and gives a device whose spec
+    carries its auto-allow annotation to every build step, granted or not: while such a spec is in
+    the machine's CDI directory, no repo daemon starts."""
+    spec = e2e.machine.cdi_dir / "autoallow-probe.json"
+    document = {
+        "cdiVersion": "0.5.0",
+        "kind": "autoallow.example/dev",
+        "annotations": {BUILDKIT_AUTOALLOW: "true"},
+        "devices": [{"name": "0", "containerEdits": {"env": ["AUTOALLOWED=1"]}}],
+    }
+    created = e2e.rdc("repo", "create", "zeta@m1")
+    assert created.returncode == 0, created.stderr
+    repo = RepoStore(e2e.machine).get_by_label("zeta")
+    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    try:
+        spec.write_text(json.dumps(document))
+        up = e2e.rdc("repo", "up", repo.ref)
+        assert up.returncode == EXIT_STATE, up.stderr
+        assert "a CDI spec on this machine lets any build step have its device" in up.stderr
+        assert f"{spec}: at $.annotations: {BUILDKIT_AUTOALLOW} is refused" in up.stderr
+        advice = f"remove the {BUILDKIT_AUTOALLOW} annotation (or the spec), then run: rdc repo up {repo.ref}"
+        assert f"What to do: {advice}\n" in up.stderr
+        assert not daemon.ping(runtime.upstream_socket) and not daemon.ping(runtime.gate_socket)
+        spec.unlink()
+        again = e2e.rdc("repo", "up", repo.ref)  # the command the refusal printed
+        assert again.returncode == 0, again.stderr
+        assert daemon.ping(runtime.gate_socket)
+    finally:
+        spec.unlink(missing_ok=True)
         e2e.rdc("repo", "down", repo.ref)
         e2e.rdc("repo", "delete", repo.ref, "--yes")

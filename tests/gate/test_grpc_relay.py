@@ -3,6 +3,7 @@ checked calls judged before the daemon sees them, refusals answered by the gate,
 
 from __future__ import annotations
 
+import gzip
 import urllib.parse
 
 from grpc_kit import Wire, request_headers, solve_request, unframe
@@ -122,6 +123,23 @@ def test_an_oversized_checked_message_is_refused_without_being_held() -> None:
     wire.pump()
     assert status_of(wire.at_client[stream].headers)[0] == "8"
     assert wire.relay.held == 0 and wire.at_daemon == {}
+
+
+def test_a_compressed_checked_message_is_refused_and_never_reaches_the_daemon() -> None:
+    """The gate judges a message's plain bytes; a compressed one (grpc-encoding gzip) would reach the
+    daemon, which inflates it, unjudged. So the compressed flag alone is a refusal, even for a Solve
+    that would pass plain."""
+    for solve in (solve_request(f9=b"network.host"), solve_request("dockerfile.v0")):
+        wire = Wire(judge)
+        stream = wire.client.get_next_available_stream_id()
+        wire.client.send_headers(stream, [*request_headers(SOLVE), (b"grpc-encoding", b"gzip")])
+        packed = gzip.compress(solve)
+        wire.client.send_data(stream, b"\x01" + len(packed).to_bytes(4, "big") + packed, end_stream=True)
+        wire.pump()
+        status, message = status_of(wire.at_client[stream].headers)
+        assert status == "3" and "compressed request messages are refused (send them plain)" in message
+        assert wire.at_daemon == {}
+        assert wire.reports == [(SOLVE, 3, message, ("bad-request",))]
 
 
 def test_grpc_messages_are_percent_encoded() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ssh_kit import MACHINES, Client, Fleet, install_agent, skip_reason
+from ssh_kit import MACHINES, Client, Fleet, install_agent, skip_reason, unmet_requirement
 
 from rediacc_core.demo import build_demo_machine
 from rediacc_core.remote import resident
@@ -25,6 +25,9 @@ from rediacc_core.testing.sshd import running_sshd
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     reason = skip_reason()
+    unmet = unmet_requirement(reason)
+    if unmet is not None:
+        raise pytest.UsageError(unmet)
     for item in items:
         if here in item.path.parents and reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -7,7 +7,7 @@ import os
 import subprocess
 
 import pytest
-from ssh_kit import Fleet
+from ssh_kit import Fleet, unmet_requirement
 
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import lifecycle
@@ -19,6 +19,9 @@ DEVICE = "rediacc.io/dri=renderD128"
 @pytest.fixture
 def docker_ready() -> None:
     reason = docker_unavailable()
+    unmet = unmet_requirement(reason)
+    if unmet is not None:
+        pytest.fail(unmet)
     if reason is not None:
         pytest.skip(reason)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -136,19 +137,48 @@ def test_an_idle_resident_stops_and_the_next_command_starts_one_again(fleet: Fle
     wait_for(lambda: server_pid(root) not in (None, first))
 
 
-def test_a_new_install_restarts_a_warm_resident_before_it_serves_old_code(fleet: Fleet) -> None:
+def install_marker(site: Path, version: str) -> None:
+    """A rediacc plugin distribution of `version` in the agent's site-packages, as pip leaves one (in
+    the `rediacc.demo` group, which no command loads): the client, reading the same install, and every
+    agent report it among their versions, and the agent serves only a client of the same versions."""
+    for old in site.glob("rdc_resident_marker-*.dist-info"):
+        shutil.rmtree(old)
+    info = site / f"rdc_resident_marker-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: rdc-resident-marker\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("[rediacc.demo]\nmarker = rdc_resident_marker:layout\n")
+
+
+def test_a_new_install_restarts_a_warm_resident_before_it_serves_old_code(
+    fleet: Fleet, tmp_path: Path
+) -> None:
     """`rdc machine install` (or pip) replaces the distributions; a warm resident holds the old code
-    in memory, so it answers no more commands and the next one runs the new install."""
+    in memory, so it answers no more commands and the next one runs the new install. The proof is the
+    version the serving agent reports: a resident still holding 1.0 would refuse the client of 2.0."""
     root = fleet.machines["m1"].root
-    old = warm(fleet, "m1")
-    info = Path(_agent_python("import importlib.metadata as m; print(m.distribution('rediacc-core')._path)"))
-    stamp = info.stat()
+    core = _agent_python("import importlib.metadata as m; print(m.distribution('rediacc-core')._path)")
+    site = Path(core).parent
+    fleet.client.env["RDC_AGENT_IDLE"] = "600"  # the new resident waits out a slow second client
     try:
-        os.utime(info, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
+        install_marker(site, "1.0")
+        old = warm(fleet, "m1")
+        install_marker(site, "2.0")  # the reinstall
         ok(fleet.client.rdc("repo", "list", "m1"))
         wait_for(lambda: server_pid(root) not in (None, old))
+        new = server_pid(root)
+        # A second laptop, forwarding to the new resident once it has run one command (the first
+        # client's master does not reach a restarted resident: its commands run the one-shot way).
+        # With the one-shot agent unrunnable, only a resident of 2.0 can serve it.
+        other = fleet.new_client(tmp_path / "other")
+        other.env["RDC_AGENT_IDLE"] = "600"
+        assert fleet.add(other, "m1", "--accept-host-key").returncode == 0
+        ok(other.rdc("repo", "list", "m1"))
+        with unrunnable_agent(root):
+            ok(other.rdc("repo", "list", "m1"))
+        assert server_pid(root) == new
     finally:
-        os.utime(info, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        for marker in site.glob("rdc_resident_marker-*.dist-info"):
+            shutil.rmtree(marker)
 
 
 def test_a_client_of_other_versions_is_told_the_skew_by_a_warm_resident(fleet: Fleet, tmp_path: Path) -> None:
