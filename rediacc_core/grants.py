@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from rediacc_core.holdings import Holder
     from rediacc_core.model import Inventory
     from rediacc_core.plugins import Plugins
+    from rediacc_core.runtime.openers import Node, Opener
 
 # Reading grants (every `rdc` read, the gate, the runtime guard) needs only this module's top; what
 # granting needs (the CDI registry, plugins, the daemons' holdings) is imported where it is used.
@@ -229,17 +230,17 @@ class GrantStore:
         lock_timeout: float | None = None,
         holders: HolderLookup | None = None,
         stop: Callable[[Holder], None] | None = None,
-        open_nodes: Callable[[Repo, Sequence[str]], list[str]] | None = None,
+        openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
     ) -> None:
         self.machine = machine
-        from rediacc_core.holdings import open_device_nodes, repo_holders, stop_holder
+        from rediacc_core.holdings import device_openers, repo_holders, stop_holder
         from rediacc_core.plugins import get_plugins
 
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
         self._holders: HolderLookup = holders or (lambda repo: repo_holders(machine, repo))
         self._stop: Callable[[Holder], None] = stop or (lambda holder: stop_holder(machine, holder))
-        self._open_nodes = open_nodes or (lambda repo, names: open_device_nodes(machine, repo, names))
+        self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
 
     def all(self) -> list[Grant]:
         return read_grants(self.machine)
@@ -273,6 +274,7 @@ class GrantStore:
             self._check_exclusivity(repo, wanted, exclusive, current, owners)
             if exclusive:
                 stopped = self._clear_holders(repo, wanted, owners, stop_holders)
+                stopped += self._clear_openers(repo, wanted, owners, current, stop_holders)
             outcomes: list[GrantOutcome] = []
             result = list(current)
             stamp = now_iso()
@@ -434,18 +436,56 @@ class GrantStore:
             )
         for holder, _ in in_the_way:
             self._stop(holder)
-        # A handover leaves nothing behind: no process of the old repo may still have the nodes open
-        # (one that left its container's cgroup survives `docker stop`).
-        for old in {h.repo.id: h.repo for h, _ in in_the_way}.values():
-            held = sorted({name for h, name in in_the_way if h.repo.id == old.id})
-            still = self._open_nodes(old, held)
-            if still:
-                raise RefusedError(
-                    f"cannot hand {', '.join(held)} over to {repo.ref}: its containers in {old.ref} were "
-                    f"stopped, but {'; '.join(still)}; nothing was granted",
-                    f"stop what is left of {old.ref} with `rdc repo down {old.ref}`, then grant again",
-                )
         return tuple(h for h, _ in in_the_way)
+
+    def _clear_openers(
+        self,
+        repo: Repo,
+        devices: Sequence[str],
+        owners: Mapping[str, Repo],
+        current: Sequence[Grant],
+        stop: bool,
+    ) -> tuple[Holder, ...]:
+        """Refuse an exclusive grant while a process of another repo holds a node of `devices`, or
+        (with `stop`) stop the containers of such processes; returns the ones stopped.
+
+        The node is found by its device number, so a descriptor handed to a container that never
+        named the device, or opened through a hard link, counts, and so does a process that left its
+        container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
+        repo may hold through a grant of its own in force (a shared control node) do not count."""
+        from rediacc_core.holdings import clear_openers, nodes_of, openers_report
+
+        now = now_iso()
+        stopped: list[Holder] = []
+        problems: list[str] = []
+        commands: list[str] = []
+        for other in owners.values():
+            if other.id == repo.id:
+                continue
+            besides = [g.device for g in current if g.repo_id == other.id and g.in_force(now)]
+            nodes = nodes_of(self.machine, devices, besides)
+            if stop:
+                more, left = clear_openers(self.machine, other, nodes, find=self._openers, stop=self._stop)
+                stopped += more
+            else:
+                left = self._openers(other, nodes)
+            if left:
+                lines, ends = openers_report(self.machine, other, left)
+                problems += lines
+                commands += ends
+        if problems:
+            run = " and ".join(f"`{c}`" for c in dict.fromkeys(commands))
+            if stop:  # what is left survived its container's stop, or is in none
+                todo = f"`docker stop` cannot reach a process outside a container: run {run}, then retry"
+            else:
+                todo = f"stop them first ({run}), or pass --stop-holders to stop their containers now"
+            raise RefusedError(
+                f"cannot grant {', '.join(devices)} exclusively to {repo.ref}: "
+                + "; ".join(problems)
+                + "; nothing was granted",
+                todo,
+            )
+        return tuple(stopped)
 
     # --- renew ---------------------------------------------------------------------------------
     def renew(self, repo: Repo, devices: Sequence[str], expires_at: str | None) -> list[Grant]:
@@ -480,13 +520,21 @@ class GrantStore:
         return {device: held[device] for device in wanted}
 
     # --- revoke --------------------------------------------------------------------------------
-    def revoke(self, repo: Repo, devices: Sequence[str]) -> list[Grant]:
-        """Remove the repo's grants of `devices`, all or none; NotFoundError when one is not held."""
+    def revoke(self, repo: Repo, devices: Sequence[str], *, absent_ok: bool = False) -> list[Grant]:
+        """Remove the repo's grants of `devices`, all or none; NotFoundError when one is not held
+        (with `absent_ok`, only when it is not even a name a CDI spec defines)."""
         wanted = _unique(devices)
         if not wanted:
             raise ValidationError("no device given", _NAME_ONE)
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
+            if absent_ok:
+                from rediacc_core.cdi.registry import Registry
+
+                defined = Registry.for_machine(self.machine).names()
+                mine = {g.device for g in current if g.repo_id == repo.id}
+                self._held(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
+                wanted = [d for d in wanted if d in mine]
             held = self._held(repo, wanted, current, "revoked")
             removed = [held[device] for device in wanted]
             _write_grants(self.machine, [g for g in current if g not in removed])

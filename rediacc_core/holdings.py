@@ -7,17 +7,21 @@ exclusive grant is refused while another repo's container runs with the same har
 holder cannot run again without the grant: the gate refuses its start and the runtime guard
 (`runtime.guard`) refuses whoever else starts it.
 
+A container's CDI names are not all it can hold: a process may have a descriptor of a device's node
+that it was handed, or opened under another name. So revoke, exclusive grants and a lease's end also
+find the repo's processes holding the nodes by device number (`runtime.openers`) and stop the
+containers they are in.
+
 The daemon is asked over its own socket (root only), never through the gate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
-import os
-import stat
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +29,8 @@ from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
+from rediacc_core.runtime import openers
+from rediacc_core.runtime.openers import Node, Opener
 
 ASK_TIMEOUT = 10.0
 STOP_TIMEOUT = 10  # seconds the daemon waits after SIGTERM before it kills a holder
@@ -51,6 +57,8 @@ class Holder:
     name: str
     state: str  # the daemon's State.Status: running, paused, exited, created, ...
     cdi: tuple[str, ...]
+    # What its processes hold of a device's nodes, when it is named for that rather than its CDI names.
+    opened: tuple[str, ...] = ()
 
     @property
     def running(self) -> bool:
@@ -69,6 +77,7 @@ class Holder:
             "state": self.state,
             "running": self.running,
             "devices": list(self.cdi),
+            "opened": list(self.opened),
         }
 
 
@@ -143,13 +152,13 @@ def stop_command(holder: Holder) -> str:
 # --- handing hardware over -------------------------------------------------------------------------
 
 
-def _device_nodes(machine: Machine, names: Iterable[str]) -> set[tuple[str, int, int]]:
-    """(container path, major, minor) of every node the CDI devices `names` inject."""
+def _device_nodes(machine: Machine, names: Iterable[str]) -> set[Node]:
+    """The device number of every node the CDI devices `names` inject (their host nodes, stat'ed now)."""
     from rediacc_core.cdi.registry import Registry
     from rediacc_core.cdi.spec import device_nodes
 
     registry = Registry.for_machine(machine)
-    found: set[tuple[str, int, int]] = set()
+    found: set[Node] = set()
     for name in names:
         entry = registry.get(name)
         if entry is None:
@@ -157,45 +166,85 @@ def _device_nodes(machine: Machine, names: Iterable[str]) -> set[tuple[str, int,
         for node in device_nodes(entry.spec, entry.name):
             path = node.get("path")
             host = node.get("hostPath", path)
-            if not isinstance(path, str) or not isinstance(host, str):
-                continue
-            try:
-                rdev = os.stat(host).st_rdev
-            except OSError:
-                continue
-            found.add((path, os.major(rdev), os.minor(rdev)))
+            number = openers.node_of(host) if isinstance(host, str) else None
+            if number is not None:
+                found.add(number)
     return found
 
 
-def open_device_nodes(machine: Machine, repo: Repo, names: Iterable[str]) -> list[str]:
-    """The processes of `repo` that still have a device node of `names` open, as `fuser` would find
-    them (each process's open files, matched by path in its container and by device number)."""
+def nodes_of(machine: Machine, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]:
+    """The nodes of `names` that none of `besides` injects: a repo still granted `besides` may hold
+    those (a vendor's control node, or a card's node that its partitions share, is in several names)."""
+    return _device_nodes(machine, names) - _device_nodes(machine, besides)
+
+
+def device_openers(machine: Machine, repo: Repo, nodes: Iterable[Node]) -> list[Opener]:
+    """Every process of `repo` (its containers' and its daemon's own) holding one of `nodes`, by
+    device number, whatever path it shows and whether or not a container with the CDI name runs."""
     from rediacc_core.runtime import lifecycle, teardown
 
+    wanted = set(nodes)
     runtime = lifecycle.runtime_for(machine, repo)
-    nodes = _device_nodes(machine, names)
-    if not runtime.owns_daemon or not nodes:
+    if not runtime.owns_daemon or not wanted:
         return []
-    by_path = {path: (major, minor) for path, major, minor in nodes}
-    found = []
-    for pid, what in teardown.processes(teardown.footprint(runtime.daemon_paths)).items():
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-                if target not in by_path:
-                    continue
-                st = os.stat(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            is_node = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-            if is_node and (os.major(st.st_rdev), os.minor(st.st_rdev)) == by_path[target]:
-                found.append(f"{what} has {target} open")
-    return found
+    fp = teardown.footprint(runtime.daemon_paths)
+    return openers.openers(teardown.processes(fp), wanted, fp.container_ids)
+
+
+def opener_containers(machine: Machine, repo: Repo, found: Iterable[Opener]) -> list[Holder]:
+    """The containers the processes in `found` belong to, named by the repo's daemon, each with
+    what its processes hold (processes outside any container are not among them)."""
+    sock = _socket(machine, repo)
+    held: dict[str, list[str]] = {}
+    for opener in found:
+        if opener.container is not None:
+            held.setdefault(opener.container, []).append(opener.describe())
+    containers = []
+    for ident, what in held.items():
+        name, status = ident[:12], "running"
+        with contextlib.suppress(OSError, http.client.HTTPException, ValueError, LookupError, TypeError):
+            document = _get(sock, f"/containers/{ident}/json")
+            name = str(document["Name"]).lstrip("/")
+            status = str(document["State"]["Status"])
+        containers.append(Holder(repo, ident, name, status, (), tuple(what)))
+    return sorted(containers, key=lambda h: h.name)
+
+
+def clear_openers(
+    machine: Machine,
+    repo: Repo,
+    nodes: Iterable[Node],
+    *,
+    find: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+    stop: Callable[[Holder], None] | None = None,
+) -> tuple[list[Holder], list[Opener]]:
+    """Stop every container of `repo` whose processes hold one of `nodes`, then look again: the
+    containers stopped, and what still holds a node (a process outside any container, or one that
+    survived its container's stop)."""
+    wanted = set(nodes)
+    look = find or (lambda r, n: device_openers(machine, r, n))
+    found = look(repo, wanted)
+    stopped = opener_containers(machine, repo, found)
+    for container in stopped:
+        (stop or (lambda h: stop_holder(machine, h)))(container)
+    return stopped, (look(repo, wanted) if found else [])
+
+
+def openers_report(machine: Machine, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]:
+    """For each process in `left`, what it holds and in which container of `repo`; and the commands
+    that end them: `docker stop` of the container, or `rdc repo down` for a process outside any."""
+    found = list(left)
+    names = {h.id: h.name for h in opener_containers(machine, repo, found)}
+    lines, commands = [], []
+    for opener in found:
+        if opener.container is None:
+            lines.append(f"{opener.describe()}, outside any container of {repo.ref}")
+            commands.append(f"rdc repo down {repo.ref}")
+        else:
+            name = names.get(opener.container, opener.container[:12])
+            lines.append(f"{opener.describe()}, in container {name} of {repo.ref}")
+            commands.append(f"DOCKER_HOST=$(rdc repo docker-host {repo.ref}) docker stop {name}")
+    return lines, list(dict.fromkeys(commands))
 
 
 def record_handover(

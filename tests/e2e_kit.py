@@ -223,12 +223,19 @@ def _cdi_spec(root: Path, kind: str, devices: dict[str, str]) -> dict[str, Any]:
     }
 
 
+# The fake GPUs' numbers: harmless nodes a container can really open (so a descriptor of one can be
+# held and handed on), that nothing of a repo holds on its own (/dev/null is every process's stdin),
+# and different from each other (the runtime guard and the holdings checks go by the number).
+FAKEGPU0 = (1, 7)  # /dev/full's
+FAKEGPU1 = (1, 8)  # /dev/random's
+
+
 def build_machine_root(root: Path) -> None:
-    """Fake GPUs: device nodes by mknod (numbers of /dev/null, harmless) and their CDI specs."""
+    """Fake GPUs: device nodes by mknod (FAKEGPU0 and FAKEGPU1) and their CDI specs."""
     cdi = root / "etc" / "cdi"
     cdi.mkdir(parents=True)
-    _char_device(root / "dev" / "fakegpu0", 1, 3)
-    _char_device(root / "dev" / "fakegpu1", 1, 3)
+    _char_device(root / "dev" / "fakegpu0", *FAKEGPU0)
+    _char_device(root / "dev" / "fakegpu1", *FAKEGPU1)
     spec = _cdi_spec(root, "vendor.example/gpu", {"0": "/dev/fakegpu0", "1": "/dev/fakegpu1"})
     (cdi / "vendor-example.json").write_text(json.dumps(spec, indent=2))
     if HAS_RENDER_PLUGIN:

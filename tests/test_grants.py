@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from multiprocessing.synchronize import Barrier, Event
 
 import pytest
@@ -29,6 +29,7 @@ from rediacc_core.holdings import Holder
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.openers import Opener
 from rediacc_core.statelock import lock_timeout, state_lock
 from rediacc_core.testing import FakeMachine
 
@@ -310,6 +311,18 @@ def test_revoking_a_grant_not_held_is_not_found_and_changes_nothing(store: Grant
     assert caught.value.exit_code == EXIT_NOT_FOUND
     assert f"{GPU}=al" in caught.value.what and f"{GPU}=0" in caught.value.todo
     assert store.machine.grants_path.read_bytes() == before
+
+
+def test_a_revoke_that_may_find_the_grant_gone_still_refuses_an_unknown_name(
+    store: GrantStore, alpha: Repo
+) -> None:
+    """`revoke --stop` rerun after the grant went (its holders are what it is for): a name the specs
+    define is no error, a typo still is."""
+    store.grant(alpha, [f"{GPU}=0"])
+    assert [g.device for g in store.revoke(alpha, [f"{GPU}=0", f"{GPU}=1"], absent_ok=True)] == [f"{GPU}=0"]
+    assert store.revoke(alpha, [f"{GPU}=0"], absent_ok=True) == []
+    with pytest.raises(NotFoundError, match=f"{GPU}=al"):
+        store.revoke(alpha, [f"{GPU}=al"], absent_ok=True)
 
 
 def test_revoking_frees_an_exclusive_reservation(store: GrantStore, alpha: Repo, beta: Repo) -> None:
@@ -649,19 +662,100 @@ def test_a_repo_never_waits_for_its_own_holders(box: Machine, plugins: Plugins, 
     store.grant(alpha, [f"{GPU}=0"], exclusive=True)
 
 
-def test_a_handover_is_refused_while_a_process_of_the_old_repo_has_the_nodes_open(
+# --- processes holding a node, whatever their container named --------------------------------------
+
+FULL = ("c", 1, 7)
+BOX_ID = "ab" * 32
+
+
+def nodes_are_full(box: Machine, *indexes: int) -> None:
+    """The host nodes of gpu=<index> become /dev/full (1:7), a node the kernel really has."""
+    for index in indexes:
+        node = box.path(f"/dev/fakegpu{index}")
+        node.parent.mkdir(parents=True, exist_ok=True)
+        node.unlink(missing_ok=True)
+        node.symlink_to("/dev/full")
+
+
+def opener(pid: int, container: str | None) -> Opener:
+    return Opener(pid, f"sleep (pid {pid})", FULL, "fd 3 (/gpu0)", container)
+
+
+def test_an_exclusive_grant_is_refused_while_a_process_of_another_repo_holds_the_node(
+    box: Machine, plugins: Plugins, alpha: Repo, beta: Repo
+) -> None:
+    """No container of alpha names the device (its holder was stopped): one holds a descriptor of it."""
+    nodes_are_full(box, 0)
+    asked: list[tuple[str, set[tuple[str, int, int]]]] = []
+
+    def find(repo: Repo, nodes: Collection[tuple[str, int, int]]) -> list[Opener]:
+        asked.append((repo.name, set(nodes)))
+        return [opener(4242, BOX_ID)] if repo.id == alpha.id else []
+
+    store = GrantStore(box, plugins, holders=lambda repo: [], stop=lambda h: None, openers=find)
+    with pytest.raises(RefusedError) as caught:
+        store.grant(beta, [f"{GPU}=0"], exclusive=True)
+    assert asked == [("alpha", {FULL})]  # every other repo, by the node's number
+    assert "sleep (pid 4242) holds device c 1:7 as fd 3 (/gpu0), in container abababababab of alpha@box" in (
+        caught.value.what
+    )
+    assert "docker stop abababababab" in caught.value.todo and "--stop-holders" in caught.value.todo
+    assert read_grants(box) == []
+
+
+def test_stop_holders_stops_the_container_of_a_process_holding_the_node(
+    box: Machine, plugins: Plugins, alpha: Repo, beta: Repo
+) -> None:
+    nodes_are_full(box, 0)
+    holding = [opener(4242, BOX_ID)]
+    stopped: list[Holder] = []
+
+    def stop(holder: Holder) -> None:
+        stopped.append(holder)
+        holding.clear()
+
+    def find(repo: Repo, nodes: Collection[tuple[str, int, int]]) -> list[Opener]:
+        return list(holding) if repo.id == alpha.id else []
+
+    store = GrantStore(box, plugins, holders=lambda repo: [], stop=stop, openers=find)
+    (outcome,) = store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
+    assert [(h.id, h.repo.id) for h in stopped] == [(BOX_ID, alpha.id)]
+    assert outcome.stopped == tuple(stopped) and "as fd 3 (/gpu0)" in stopped[0].opened[0]
+    assert read_grants(box)[0].exclusive
+
+
+def test_a_handover_is_refused_while_a_process_outside_any_container_holds_the_node(
     box: Machine, plugins: Plugins, alpha: Repo, beta: Repo
 ) -> None:
     """A process that left its container's cgroup survives `docker stop` with the device open."""
+    nodes_are_full(box, 0)
     running = [holder_of(alpha, "trainer", "running", f"{GPU}=0")]
     store = GrantStore(
         box,
         plugins,
         holders=lambda repo: running if repo.id == alpha.id else [],
         stop=lambda holder: None,
-        open_nodes=lambda repo, names: ["sh (pid 4242, in a container's mount namespace) has /dev/gpu0 open"],
+        openers=lambda repo, nodes: [opener(4242, None)] if repo.id == alpha.id else [],
     )
     with pytest.raises(RefusedError, match="pid 4242") as caught:
         store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
-    assert "rdc repo down alpha@box" in caught.value.todo
+    assert "outside any container of alpha@box" in caught.value.what
+    assert "`rdc repo down alpha@box`" in caught.value.todo
     assert read_grants(box) == []
+
+
+def test_a_node_another_grant_of_that_repo_injects_too_does_not_count(
+    box: Machine, plugins: Plugins, alpha: Repo, beta: Repo
+) -> None:
+    """A shared node (a control node every card's name injects) held by a repo granted another card."""
+    nodes_are_full(box, 0, 1)
+    asked: list[set[tuple[str, int, int]]] = []
+
+    def find(repo: Repo, nodes: Collection[tuple[str, int, int]]) -> list[Opener]:
+        asked.append(set(nodes))
+        return []
+
+    store = GrantStore(box, plugins, holders=lambda repo: [], openers=find)
+    store.grant(alpha, [f"{GPU}=1"])
+    store.grant(beta, [f"{GPU}=0"], exclusive=True)
+    assert asked == [set()]

@@ -13,7 +13,7 @@ from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants import Grant, read_grants
-from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
+from rediacc_core.repos import Repo, RepoRef, RepoStore, now_iso, repo_state_dir, resolve_ref
 
 # The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
 # registry, the daemons) is imported by the command that makes it.
@@ -322,7 +322,8 @@ def grant(
         lambda _: "",
     )
     for holder in stopped:
-        note(f"Stopped container {holder.name} of repo {holder.repo.ref} (it held {', '.join(holder.cdi)}).")
+        held = f"it held {', '.join(holder.cdi)}" if holder.cdi else "; ".join(holder.opened)
+        note(f"Stopped container {holder.name} of repo {holder.repo.ref} ({held}).")
     for outcome in outcomes:
         how = " exclusively" if outcome.grant.exclusive else ""
         if outcome.changed:
@@ -343,7 +344,10 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
 
     No container of REPO can start, restart, unpause or exec with a revoked device again, whoever
     starts it. Containers already running keep the device open until stopped: they are listed,
-    --stop stops them, and without it the exit code is 12 while any still runs.
+    --stop stops them, and without it the exit code is 12 while any still runs. So are containers
+    whose processes hold the device's node by any path (a descriptor handed over, a hard link);
+    a process outside any container is named, for `rdc repo down`. With --stop, a device REPO no
+    longer holds is no error: its holders are stopped all the same.
 
     \b
     Examples:
@@ -352,12 +356,23 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.holdings import repo_holders, stop_command, stop_holder
+    from rediacc_core.holdings import (
+        Holder,
+        clear_openers,
+        device_openers,
+        nodes_of,
+        openers_report,
+        repo_holders,
+        stop_command,
+        stop_holder,
+    )
     from rediacc_core.plugins import get_plugins
 
     machine, found = resolve_ref(ref, Config.load())
-    removed = GrantStore(machine, get_plugins()).revoke(found, devices)
-    names = [g.device for g in removed]
+    store = GrantStore(machine, get_plugins())
+    # With --stop, a name already revoked is no error: the rerun the advice below leads to.
+    removed = store.revoke(found, devices, absent_ok=stop)
+    names = list(dict.fromkeys(devices))
     holders = [h for h in repo_holders(machine, found) or () if h.holds_any(names)]
     stopped = set()
     if stop:
@@ -365,13 +380,25 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
             if holder.running:
                 stop_holder(machine, holder)
                 stopped.add(holder.id)
+    # Whatever its container named, any process of the repo holding a node of the devices keeps them
+    # (a descriptor passed over a socket, a hard link); nodes of names still granted do not count.
+    now = now_iso()
+    nodes = nodes_of(machine, names, [g.device for g in store.for_repo(found.id) if g.in_force(now)])
+    opened: list[Holder] = []
+    if stop:
+        opened, left = clear_openers(machine, found, nodes)
+    else:
+        left = device_openers(machine, found, nodes)
     still = [h for h in holders if h.running and h.id not in stopped]
+    lines, commands = openers_report(machine, found, left)
     emit(
         {
             "repo": found.ref,
             "repoId": found.id,
             "revoked": [_grant_json(g) for g in removed],
-            "holders": [{**h.to_json(), "stopped": h.id in stopped} for h in holders],
+            "holders": [{**h.to_json(), "stopped": h.id in stopped} for h in holders]
+            + [{**h.to_json(), "stopped": True} for h in opened],
+            "openers": [{"pid": o.pid, "container": o.container, "holds": o.describe()} for o in left],
         },
         fmt,
         lambda _: "",
@@ -395,7 +422,15 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
                 f"Container {holder.name} ({holder.state}) holds {held}: "
                 "it cannot start again without the grant."
             )
-    if still:
+    for holder in opened:
+        what = "; ".join(holder.opened)
+        note(f"Stopped container {holder.name}, whose processes held a node of {', '.join(names)}: {what}.")
+    for line in lines:
+        note(f"Still held: {line}.")
+    if left:
+        rerun = "" if stop else " (or rerun with --stop)"
+        note("To end them: " + " and ".join(commands) + rerun + ".")
+    if still or left:
         click.get_current_context().exit(EXIT_STATE)
 
 

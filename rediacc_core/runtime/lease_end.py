@@ -5,17 +5,24 @@ start again (the gate and the runtime guard refuse), but one already running kee
 The machine's `lease-end` setting says whether that may go on (`keep`, the default: a job is not
 killed mid-run unless asked) or whether the gate stops such containers (`stop`): within one
 housekeeping interval (30 s) of the end, with no `rdc` process running.
+
+With `stop`, a container counts by what its processes hold, not only by the CDI names it was made
+with: any container of the repo with a process holding a node of a device the repo is not granted
+now (a descriptor passed to it over a socket, a node opened through a hard link) is stopped too.
+A process outside any container cannot be stopped this way: the log names it and `rdc repo down`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
+from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import RdcError
 from rediacc_core.grants import read_grants
-from rediacc_core.holdings import Holder, repo_holders, stop_holder
+from rediacc_core.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.machine import Machine
-from rediacc_core.repos import Repo
+from rediacc_core.repos import Repo, now_iso
+from rediacc_core.runtime.openers import Node, Opener
 from rediacc_core.settings import effective, read_settings
 
 
@@ -26,25 +33,45 @@ def stop_lapsed_holders(
     *,
     holders: Callable[[], list[Holder] | None] | None = None,
     stop: Callable[[Holder], None] | None = None,
+    openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
 ) -> list[Holder]:
-    """Stop the repo's running containers that hold a name it is no longer granted, when the
-    machine's `lease-end` setting is `stop`; returns those stopped."""
+    """Stop the repo's running containers that hold a name it is no longer granted, or whose
+    processes hold a node of a device it is not granted, when the machine's `lease-end` setting is
+    `stop`; returns those stopped."""
     try:
         if effective(read_settings(machine))["lease-end"] != "stop":
             return []
-        held = {g.device for g in read_grants(machine) if g.repo_id == repo.id}
+        now = now_iso()
+        held = {g.device for g in read_grants(machine) if g.repo_id == repo.id and g.in_force(now)}
     except RdcError as exc:  # unreadable settings or grants: stop nothing, say why, try again later
         log(f"lease-end check skipped: {exc.what}")
         return []
+    stopper = stop or (lambda h: stop_holder(machine, h))
     stopped = []
     for holder in (holders or (lambda: repo_holders(machine, repo)))() or ():
         lapsed = [name for name in holder.cdi if name not in held]
         if holder.running and lapsed:
             try:
-                (stop or (lambda h: stop_holder(machine, h)))(holder)
+                stopper(holder)
             except RdcError as exc:
                 log(f"lease-end: {exc.what}")
                 continue
             log(f"lease-end: stopped container {holder.name}, whose grant of {', '.join(lapsed)} ended")
             stopped.append(holder)
-    return stopped
+    try:
+        nodes = nodes_of(machine, Registry.for_machine(machine).names(), held)
+        by_node, left = clear_openers(machine, repo, nodes, find=openers, stop=stopper)
+    except RdcError as exc:
+        log(f"lease-end: {exc.what}")
+        return stopped
+    for holder in by_node:
+        log(
+            f"lease-end: stopped container {holder.name}, whose processes held a device not granted: "
+            + "; ".join(holder.opened)
+        )
+    for opener in left:
+        log(
+            f"lease-end: {opener.describe()}, not granted, outside a container it can stop: "
+            f"`rdc repo down {repo.ref}` ends it"
+        )
+    return stopped + by_node

@@ -37,7 +37,7 @@ def test_compose_devices_with_a_granted_cdi_name_reach_the_container(e2e: E2E, t
     finally:
         e2e.revoke(e2e.alpha, GPU0)
     assert result.returncode == 0, result.stderr
-    assert "1,   3" in result.stdout
+    assert "1,   7" in result.stdout  # FAKEGPU0
 
 
 def test_compose_devices_without_the_grant_are_refused(e2e: E2E, tmp_short: Path) -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_kit import E2E, GPU0, IMAGE, RepoEnv, refused
+from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused
 
 from rediacc_core.grants import Grant, read_grants
-from rediacc_core.holdings import open_device_nodes
+from rediacc_core.holdings import device_openers
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import daemon, lifecycle, pids
 from rediacc_core.testing.dockerenv import docker_api, import_busybox
@@ -182,12 +182,13 @@ def test_the_handover_check_finds_a_device_node_held_open(e2e: E2E) -> None:
             "exec 3</dev/fakegpu0; sleep 300",
         )
         assert run.returncode == 0, run.stderr
-        assert wait_for(lambda: bool(open_device_nodes(e2e.machine, e2e.alpha.repo, [GPU0])))
-        (found,) = open_device_nodes(e2e.machine, e2e.alpha.repo, [GPU0])
-        assert "has /dev/fakegpu0 open" in found
-        assert open_device_nodes(e2e.machine, e2e.beta.repo, [GPU0]) == []  # another repo's: not its
+        node = [("c", *FAKEGPU0)]
+        assert wait_for(lambda: bool(device_openers(e2e.machine, e2e.alpha.repo, node)))
+        (found,) = device_openers(e2e.machine, e2e.alpha.repo, node)
+        assert found.how == "fd 3 (/dev/fakegpu0)" and found.container is not None
+        assert device_openers(e2e.machine, e2e.beta.repo, node) == []  # another repo's: not its
         assert e2e.alpha.docker("stop", "-t", "0", name).returncode == 0
-        assert open_device_nodes(e2e.machine, e2e.alpha.repo, [GPU0]) == []
+        assert device_openers(e2e.machine, e2e.alpha.repo, node) == []
     finally:
         e2e.alpha.docker("rm", "-f", name)
         revoke(e2e)

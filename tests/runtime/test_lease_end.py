@@ -14,6 +14,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.lease_end import stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
+from rediacc_core.runtime.openers import Opener
 from rediacc_core.settings import set_setting
 from rediacc_core.testing import FakeMachine
 
@@ -31,11 +32,17 @@ def holders_of(repo: Repo) -> list[Holder]:
     ]
 
 
-def run(box: Machine, repo: Repo) -> tuple[list[str], list[str]]:
+def run(box: Machine, repo: Repo, held: list[Opener] | None = None) -> tuple[list[str], list[str]]:
     stopped: list[str] = []
     log: list[str] = []
+    holding = list(held or [])
+
+    def stop(holder: Holder) -> None:
+        stopped.append(holder.name)
+        holding[:] = [o for o in holding if o.container != holder.id]
+
     stop_lapsed_holders(
-        box, repo, log.append, holders=lambda: holders_of(repo), stop=lambda h: stopped.append(h.name)
+        box, repo, log.append, holders=lambda: holders_of(repo), stop=stop, openers=lambda r, n: list(holding)
     )
     return stopped, log
 
@@ -52,6 +59,25 @@ def test_with_stop_the_running_holders_of_ended_grants_are_stopped(box: Machine)
     stopped, log = run(box, repo)
     assert stopped == ["ended"]  # not the one still granted, not the one already exited
     assert log == [f"lease-end: stopped container ended, whose grant of {GPU}=0 ended"]
+
+
+def test_with_stop_a_container_whose_process_holds_a_node_it_is_not_granted_is_stopped(box: Machine) -> None:
+    """Whatever its container named: a descriptor passed to it over a socket, a hard link of the node."""
+    repo = RepoStore(box).create("alpha")
+    GrantStore(box, fake_plugins()).grant(repo, [f"{GPU}=1"])
+    set_setting(box, "lease-end", "stop")
+    passed = Opener(42, "sleep (pid 42)", ("c", 1, 7), "fd 3 (/gpu0)", "d" * 64)
+    escaped = Opener(43, "sleep (pid 43)", ("c", 1, 7), "fd 4 (/gpu0)", None)
+    stopped, log = run(box, repo, [passed, escaped])
+    assert stopped == ["ended", "d" * 12]  # named by the daemon when it answers, by id here
+    assert log[1] == (
+        f"lease-end: stopped container {'d' * 12}, whose processes held a device not granted: "
+        "sleep (pid 42) holds device c 1:7 as fd 3 (/gpu0)"
+    )
+    assert log[2] == (
+        "lease-end: sleep (pid 43) holds device c 1:7 as fd 4 (/gpu0), not granted, outside a container "
+        "it can stop: `rdc repo down alpha@box` ends it"
+    )
 
 
 def test_unreadable_grants_stop_nothing_and_say_why(box: Machine) -> None:
