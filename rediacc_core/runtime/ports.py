@@ -111,7 +111,9 @@ def call(api: Path, request: Mapping[str, Any], timeout: float = 5.0) -> dict[st
 
 
 def current_forwards(api: Path) -> dict[Forward, int]:
-    entries = call(api, {"execute": "list_hostfwd"}).get("return", {}).get("entries", [])
+    answer = call(api, {"execute": "list_hostfwd"})
+    # slirp4netns answers `{"entries": [...]}`, not under "return" as its other commands do.
+    entries = answer.get("entries", answer.get("return", {}).get("entries", []))
     return {Forward(e["proto"], e["host_addr"], int(e["host_port"])): int(e["id"]) for e in entries}
 
 

@@ -113,18 +113,21 @@ class _Uplink:
     def __init__(self, taken: int = 0) -> None:
         self.forwards: dict[int, dict[str, Any]] = {}
         self.taken = taken
+        self.adds = 0
 
     def __call__(self, api: Path, request: Mapping[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         what, arguments = request["execute"], request.get("arguments", {})
         if what == "list_hostfwd":
-            return {"return": {"entries": [{"id": i, **f} for i, f in self.forwards.items()]}}
+            # As slirp4netns answers it: not under "return", unlike its other commands.
+            return {"entries": [{"id": i, **f} for i, f in self.forwards.items()]}
         if what == "remove_hostfwd":
             self.forwards.pop(arguments["id"])
             return {"return": {}}
         if arguments["host_port"] == self.taken:
             return {"error": {"desc": "bad request: add_hostfwd: slirp_add_hostfwd failed"}}
-        self.forwards[len(self.forwards) + 1] = arguments
-        return {"return": {"id": len(self.forwards)}}
+        self.adds += 1
+        self.forwards[self.adds] = arguments
+        return {"return": {"id": self.adds}}
 
 
 def test_the_keeper_says_each_skip_once_and_writes_what_it_publishes(
@@ -132,7 +135,8 @@ def test_the_keeper_says_each_skip_once_and_writes_what_it_publishes(
 ) -> None:
     listing = [_container(1, ("tcp", 80), ("tcp", 8080), ("tcp", 8081))]
     monkeypatch.setattr(unixhttp, "request", lambda *a, **k: (200, json.dumps(listing).encode()))
-    monkeypatch.setattr(ports, "call", _Uplink(taken=8081))
+    uplink = _Uplink(taken=8081)
+    monkeypatch.setattr(ports, "call", uplink)
     lines: list[str] = []
     keeping = ports.Keeping(tmp_path / "published" / "abc.json")
     for _ in range(3):
@@ -143,3 +147,8 @@ def test_the_keeper_says_each_skip_once_and_writes_what_it_publishes(
     assert "published tcp 127.0.0.1:8080" in lines
     assert any(line.startswith("port tcp 127.0.0.1:8081 not published: ") for line in lines)
     assert read_state(keeping.state or Path()) == {("tcp", 8080)}  # the taken one is not counted
+    assert uplink.adds == 1  # what it forwards already is read back, not added again
+    listing.clear()
+    ports.reconcile(tmp_path / "d.sock", tmp_path / "api.sock", ["127.0.0.1"], lines.append, DEFAULT, keeping)
+    assert uplink.forwards == {} and lines[-1] == "withdrew 1 published port(s)"
+    assert read_state(keeping.state or Path()) == set()
