@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
+from rediacc_core.publishing import short_id, state_file
 from rediacc_core.runtime import daemon, netns, pids
 from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
@@ -195,8 +196,11 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     network = eta.runtime.network
     uplink = netns.uplink_pid(network)
     assert network.path.exists() and uplink is not None
+    published = state_file(e2e.machine.run_dir, short_id(eta.repo.id))
+    assert _until(published.exists)  # the keeper's state, for the other repos' gates
     down = e2e.rdc("repo", "down", eta.repo.ref)
     assert down.returncode == 0, down.stderr
+    assert not published.exists()  # nothing it published is counted any more
     assert f"network namespace {network.name}" in down.stdout + down.stderr
     assert not network.path.exists()
     assert not pids.pid_alive(uplink)
