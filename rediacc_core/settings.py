@@ -27,6 +27,13 @@ from rediacc_core.files import (
     restore_hint,
 )
 from rediacc_core.machine import Machine
+from rediacc_core.publishing import (
+    DEFAULT_LIMIT,
+    DEFAULT_RANGE,
+    MAX_LIMIT,
+    check_limit_setting,
+    check_range_setting,
+)
 from rediacc_core.statelock import state_lock
 
 SCHEMA = "settings.schema.json"
@@ -172,6 +179,24 @@ SETTINGS: dict[str, Setting] = {
             "uplink, comma-separated IPv4 (0.0.0.0 = every address; none = publish nowhere)",
             _check_addresses,
             form="IPv4,…|none",
+        ),
+        Setting(
+            "publish-ports",
+            (),
+            DEFAULT_RANGE,
+            "the host ports a repo container may publish on (-p 8080:80), LOW-HIGH: a port outside is "
+            "refused at create and never forwarded (below 1024 are the host's own services' ports)",
+            check_range_setting,
+            form="LOW-HIGH",
+        ),
+        Setting(
+            "publish-limit",
+            (),
+            str(DEFAULT_LIMIT),
+            f"the most host ports one repo publishes at once (0 to {MAX_LIMIT}): a create or start "
+            "that would pass it is refused, and the port keeper forwards no more",
+            check_limit_setting,
+            form=f"0-{MAX_LIMIT}",
         ),
         Setting(
             "pids-limit",

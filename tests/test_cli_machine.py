@@ -129,6 +129,8 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "volume-drivers",
         "lease-end",
         "publish-addresses",
+        "publish-ports",
+        "publish-limit",
         "pids-limit",
         "registries",
         "image-store",

@@ -28,7 +28,9 @@ OTHER_DEFAULTS = {
     "volume-drivers": "",
     "gate-workers": "1",
     "lease-end": "keep",
-    "publish-addresses": "127.0.0.1",
+    "publish-addresses": "127.0.0.1",  # loopback only unless the operator widens it
+    "publish-ports": "1024-65535",
+    "publish-limit": "64",
     "pids-limit": "4096",
     "registries": "",
     "image-store": "overlay2",
@@ -81,7 +83,8 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "blue",
             "unknown machine setting 'colour'",
             "use one of: bind-roots, extra-capabilities, gate-workers, image-store, lease-end, "
-            "legacy-visible-devices, pids-limit, publish-addresses, registries, volume-drivers",
+            "legacy-visible-devices, pids-limit, publish-addresses, publish-limit, publish-ports, "
+            "registries, volume-drivers",
         ),
         (
             LEGACY,
@@ -238,6 +241,14 @@ def test_live_settings_cannot_be_changed_by_whoever_reads_them(machine: Machine)
         ("gate-workers", "\u0662", "use a whole number"),
         ("publish-addresses", "localhost", "not an IPv4 address"),
         ("publish-addresses", "::1", "no IPv6 uplink"),
+        ("publish-ports", "0-100", "from 1 to 65535"),
+        ("publish-ports", "2000-1024", "the low one first"),
+        ("publish-ports", "1024-70000", "from 1 to 65535"),
+        ("publish-ports", "1024:65535", "not a port range"),
+        ("publish-ports", "\u0661-9", "not a port range"),
+        ("publish-limit", "-1", "from 0 to 65535"),
+        ("publish-limit", "65536", "from 0 to 65535"),
+        ("publish-limit", "many", "from 0 to 65535"),
         ("pids-limit", "0", "from 1 to 4194304"),
         ("pids-limit", "-1", "from 1 to 4194304"),  # unlimited is what the setting exists to prevent
         ("pids-limit", "4194305", "from 1 to 4194304"),

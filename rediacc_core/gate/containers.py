@@ -1,4 +1,5 @@
-"""What a container of the repo holds, asked of the repo's daemon when a request would make it run.
+"""What a container of the repo holds, asked of the repo's daemon when a request would make it run:
+its CDI names and the host ports it publishes.
 
 The gate admits CDI names at create, but the daemon injects the devices again at every start, so a
 start, restart, unpause or exec of a container created while a grant was in force must be checked
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 
 from rediacc_core import unixhttp
 from rediacc_core.gate.images import may_block
+from rediacc_core.gate.publish import Binding, bindings
 from rediacc_core.holdings import cdi_names
 
 LOOKUP_TIMEOUT = 5.0
@@ -38,6 +40,10 @@ class Held:
     id: str
     name: str
     cdi: tuple[str, ...]
+    # The host ports it publishes when it runs (the image's exposed ports merged in for `-P`), and
+    # whether it runs now (a restart then binds what the repo already publishes).
+    ports: tuple[Binding, ...] = ()
+    running: bool = False
 
 
 class ContainerLookup(Protocol):
@@ -51,11 +57,18 @@ class ContainerLookup(Protocol):
 def held_from_inspect(document: Mapping[str, Any]) -> Held:
     """The `Held` of a container inspect document (`GET /containers/{id}/json`)."""
     host = document.get("HostConfig")
+    host = host if isinstance(host, dict) else {}
     name = document.get("Name")
+    config, state = document.get("Config"), document.get("State")
+    exposed = config.get("ExposedPorts") if isinstance(config, dict) else None
+    # What does not read was refused at create; at start only what the daemon will bind counts.
+    ports, _ = bindings(host, exposed if isinstance(exposed, dict) else {})
     return Held(
         id=str(document.get("Id", "")),
         name=name.lstrip("/") if isinstance(name, str) else "",
-        cdi=cdi_names(host if isinstance(host, dict) else None),
+        cdi=cdi_names(host or None),
+        ports=tuple(ports),
+        running=isinstance(state, dict) and state.get("Running") is True,
     )
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
-from rediacc_core.gate import isolation, mounts, rules
-from rediacc_core.gate.containers import ContainerLookup, LookupFailed
+from rediacc_core.gate import isolation, mounts, publish, rules
+from rediacc_core.gate.containers import ContainerLookup, Held, LookupFailed
 from rediacc_core.gate.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
@@ -39,6 +39,7 @@ from rediacc_core.gate.llb import BuildPolicy
 from rediacc_core.gate.pins import Pins
 from rediacc_core.gate.pins import directory_for as pins_directory
 from rediacc_core.model import ApiRequest, GateContext, Inventory, Refusal, Rewrite
+from rediacc_core.publishing import Policy, policy_from, short_id
 
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
@@ -58,6 +59,8 @@ _DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
 _RUNS_CONTAINER = frozenset(
     {"container-start", "container-restart", "container-unpause", "exec-create", "exec-start"}
 )
+# Requests after which the daemon binds a container's published ports (the keeper forwards them).
+_BINDS_PORTS = frozenset({"container-start", "container-restart"})
 # Endpoints whose admitted bodies name host paths, pinned before they are forwarded.
 _PINNED = frozenset({"container-create", "volume-create"})
 
@@ -154,6 +157,7 @@ class _Allowances:
     extra_capabilities: frozenset[str]
     pids_limit: int
     registries: frozenset[tuple[str, int | None]]
+    publishing: Policy
 
 
 def _sets_restart_policy(body: Any) -> bool:
@@ -307,7 +311,8 @@ class Decider:
         return self._decide_body(method, target, endpoint.name, canonical)
 
     def _held_check(self, where: str, target: Target, route: Route) -> Decision | None:
-        """The refusal of a request that would run a container holding CDI names the repo lacks now."""
+        """The refusal of a request that would run a container holding CDI names the repo lacks now,
+        or publishing host ports that today's policy or another repo's keeper leaves it no room for."""
         if self.containers is None:
             return None
         ref = path_id(route, target.path)
@@ -322,14 +327,15 @@ class Decider:
             return Decision(
                 False, 503, message, log=(f"503 {where}: {message}",), endpoint=route.name, rules=("gate",)
             )
-        if held is None or not held.cdi:
-            return None  # no such container (the daemon says so) or one without devices
-        grants, error = self._read_grants()
+        if held is None:
+            return None  # no such container: the daemon says so
+        refusals = self._port_problems(held) if route.name in _BINDS_PORTS else []
+        grants, error = self._read_grants() if held.cdi else (frozenset(), None)
         missing = [name for name in held.cdi if error is not None or name not in grants]
-        if not missing:
+        if not missing and not refusals:
             return None
         why = f" (its grants cannot be read: {error})" if error is not None else ""
-        refusals = [
+        refusals += [
             Refusal(
                 message=(
                     f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
@@ -344,6 +350,19 @@ class Decider:
             for name in missing
         ]
         return self._refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+
+    def _port_problems(self, held: Held) -> list[Refusal]:
+        """The publishing rules for a container about to run, under today's settings and keepers."""
+        if not held.ports:
+            return []
+        policy = self._current_allowances(self._read_settings()).publishing
+        findings = publish.check(
+            list(held.ports), self.published(policy), self.repo.machine, counted=not held.running
+        )
+        return [
+            dataclasses.replace(f.refusal, message=f"container {held.name}: {f.refusal.message}")
+            for f in findings
+        ]
 
     def _info(self, raw_target: str) -> Decision:
         """`GET /info` as this repo may see it: asked of the daemon, its CDI devices cut to the grants."""
@@ -416,7 +435,23 @@ class Decider:
             api_version=target.api_version,
             pids_limit=allowances.pids_limit,
             registries=allowances.registries,
+            published=self.published(allowances.publishing),
+            image_config=self.image_config,
         )
+
+    def published(self, policy: Policy) -> publish.Published:
+        """What the publishing rules read: `policy`, and the keepers' state files of the machine."""
+        return publish.Published(policy, self.machine.run_dir, short_id(self.repo.id), self._repo_named)
+
+    def _repo_named(self, short: str) -> str:
+        """The reference of the machine's repo whose id starts `short` (read only for a refusal)."""
+        from rediacc_core.repos import RepoStore
+
+        try:
+            found = [r.label for r in RepoStore(self.machine).list() if short_id(r.id) == short]
+        except Exception:  # a refusal must still be made when the repos file cannot be read
+            found = []
+        return f"{found[0]}@{self.repo.machine}" if found else f"with id {short}…"
 
     def build_policy(self) -> BuildPolicy:
         """What BuildKit's build steps may use, from the machine's settings (read live)."""
@@ -463,6 +498,7 @@ class Decider:
             extra_capabilities=extra,
             pids_limit=int(pids) if limits.check_pids_setting(pids) is None else limits.DEFAULT_PIDS_LIMIT,
             registries=fetches.parse_allowed(str(settings.get("registries", ""))),
+            publishing=policy_from(settings),
         )
 
     def _grant_problems(

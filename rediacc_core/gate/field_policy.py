@@ -56,7 +56,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "AttachStdin": FREE,
         "AttachStdout": FREE,
         "AttachStderr": FREE,
-        "ExposedPorts": FREE,
+        "ExposedPorts": "publish-port",  # what `PublishAllPorts` publishes
         "Tty": FREE,
         "OpenStdin": FREE,
         "StdinOnce": FREE,
@@ -105,7 +105,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "ContainerIDFile": FREE,  # client side only
         "LogConfig": NESTED,
         "NetworkMode": "namespace",
-        "PortBindings": FREE,
+        "PortBindings": "publish-port",
         "RestartPolicy": FREE,
         "AutoRemove": FREE,
         "VolumeDriver": "volume-driver",
@@ -126,7 +126,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "OomScoreAdj": "oom",
         "PidMode": "namespace",
         "Privileged": "privileged",
-        "PublishAllPorts": FREE,
+        "PublishAllPorts": "publish-port",
         "ReadonlyRootfs": FREE,
         "SecurityOpt": "security-opt",
         "StorageOpt": "storage-opt",

@@ -13,8 +13,8 @@ Rule ids (a plugin refusal with one of these replaces the core's finding about t
 `volume-type`, `volume-subpath`, `mount-type`, `tmpfs-option`, `namespace`, `security-opt`,
 `masked-paths`, `sysctl`, `cgroup-parent`, `oom`, `pids-limit`, `ulimit`, `isolation`, `log-driver`,
 `storage-opt`, `network-driver`, `network-option`, `build-option`, `git-remote`, `fetch-address`,
-`swarm`; the decider adds `grant` for names the repo was not granted and `endpoint` for routes it
-refuses whole.
+`swarm`, `publish-port`; the decider adds `grant` for names the repo was not granted and
+`endpoint` for routes it refuses whole.
 
 Some rules also write defaults into the canonical body the gate forwards (`limits.py`: the PIDs
 limit; `isolation.py`: a private cgroup namespace for old API versions), so what the daemon reads
@@ -23,12 +23,12 @@ holds them whatever the request left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rediacc_core.cdi.names import is_qualified_name
-from rediacc_core.gate import fetches, isolation, limits, mounts
+from rediacc_core.gate import fetches, isolation, limits, mounts, publish
 from rediacc_core.gate.findings import Finding, refuse
 from rediacc_core.gate.mounts import BindPolicy
 from rediacc_core.holdings import cdi_names
@@ -48,7 +48,7 @@ RULE_IDS = frozenset(
         "volume-subpath", "mount-type", "tmpfs-option", "namespace", "security-opt", "masked-paths",
         "sysctl", "cgroup-parent", "oom", "isolation", "log-driver", "storage-opt", "network-driver",
         "network-option", "network-subnet", "mount-propagation", "build-option", "swarm", "grant", "endpoint",
-        "annotation", "pids-limit", "ulimit", "git-remote", "fetch-address",
+        "annotation", "pids-limit", "ulimit", "git-remote", "fetch-address", "publish-port",
     }
 )  # fmt: skip
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -137,6 +137,9 @@ class RuleContext:
     registries: fetches.Allowed = frozenset()  # the machine's `registries`
     hard_limits: Mapping[str, int] = field(default_factory=limits.own_hard_limits)
     name: str = ""  # a query route's `{name}` (the image or reference in the path)
+    published: publish.Published = field(default_factory=publish.Published)
+    # An image's `Config` (None when unknown): its exposed ports are what `-P` publishes.
+    image_config: Callable[[str], Mapping[str, Any] | None] = lambda ref: None
 
 
 def _grant_hint(repo_ref: str) -> str:
@@ -180,6 +183,17 @@ def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
         )
 
 
+def _published_ports(body: dict[str, Any], host: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    exposed = list(_dict(body.get("ExposedPorts")))
+    image = body.get("Image")
+    if host.get("PublishAllPorts") is True and isinstance(image, str):
+        # `-P` publishes the image's exposed ports too; the start check sees them merged, exactly.
+        exposed += list(_dict(_dict(ctx.image_config(image)).get("ExposedPorts")))
+    found, problems = publish.bindings(host, dict.fromkeys(exposed))
+    yield from problems
+    yield from publish.check(found, ctx.published, ctx.repo_ref.rpartition("@")[2])
+
+
 def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     endpoints = _dict(_dict(body.get("NetworkingConfig")).get("EndpointsConfig"))
     yield from isolation.endpoint_sysctls(endpoints, "NetworkingConfig.EndpointsConfig.")
@@ -197,6 +211,7 @@ def container_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
     isolation.cgroupns_default(host, ctx.api_version)
     yield from limits.pids_limit(host, "HostConfig.", ctx.pids_limit, create=True)
     yield from limits.ulimits(host.get("Ulimits"), "HostConfig.", ctx.extra_capabilities, ctx.hard_limits)
+    yield from _published_ports(body, host, ctx)
     if host.get("Privileged") is True:
         yield refuse("privileged", "Privileged", "privileged containers are refused", CDI_DEVICE)
     yield from _device_fields(host, ctx.repo_ref)

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rediacc_core import publishing
 from rediacc_core.errors import StateError, ToolError
+from rediacc_core.machine import Machine
 from rediacc_core.runtime import pids
 
 NETNS_DIR = Path("/run/netns")
@@ -208,6 +210,8 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket)]
+        state = publishing.state_file(Machine(name="local", root=root).run_dir, net.name.removeprefix("rdc-"))
+        keeper += ["--state", str(state)]
         with open(net.ports_log, "ab") as log:
             process = subprocess.Popen(
                 keeper, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

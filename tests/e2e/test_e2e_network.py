@@ -10,14 +10,17 @@ import os
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, IMAGE, RepoEnv
+from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
+from rediacc_core.publishing import short_id, state_file
 from rediacc_core.runtime import daemon, netns, pids
+from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
 
 TOKEN = "rdc-network-token-5173"
@@ -193,8 +196,11 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     network = eta.runtime.network
     uplink = netns.uplink_pid(network)
     assert network.path.exists() and uplink is not None
+    published = state_file(e2e.machine.run_dir, short_id(eta.repo.id))
+    assert _until(published.exists)  # the keeper's state, for the other repos' gates
     down = e2e.rdc("repo", "down", eta.repo.ref)
     assert down.returncode == 0, down.stderr
+    assert not published.exists()  # nothing it published is counted any more
     assert f"network namespace {network.name}" in down.stdout + down.stderr
     assert not network.path.exists()
     assert not pids.pid_alive(uplink)
@@ -248,6 +254,7 @@ def test_a_published_port_answers_on_the_hosts_loopback_and_goes_with_its_contai
     finally:
         e2e.alpha.docker("rm", "-f", container)
     assert _host_read(port, attempts=20) == ""  # withdrawn with its container
+    assert _until(lambda: _host_port_free(port)), e2e.alpha.runtime.network.ports_log.read_text()[-2000:]
 
 
 def test_a_port_published_on_one_address_inside_stays_inside(e2e: E2E) -> None:
@@ -258,3 +265,162 @@ def test_a_port_published_on_one_address_inside_stays_inside(e2e: E2E) -> None:
         assert _host_read(port, attempts=20) == ""
     finally:
         e2e.alpha.docker("rm", "-f", served.stdout.strip())
+
+
+# --- which host ports a repo may publish (publish-ports, publish-limit, another repo's) ------------
+
+
+def _until(check: Callable[[], bool], seconds: float = 15.0) -> bool:
+    """Whether `check` came true before the deadline (polled: the keeper follows events)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        threading.Event().wait(0.1)
+    return check()
+
+
+def _serve(env: RepoEnv, publish: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return env.docker(
+        "run", "-d", *extra, "-p", publish, IMAGE, "sh", "-c",
+        f"mkdir -p /www && echo {TOKEN} > /www/index.html && exec httpd -f -p 8080 -h /www",
+    )  # fmt: skip
+
+
+def _keeper_log(env: RepoEnv) -> str:
+    return env.runtime.network.ports_log.read_text(errors="replace")
+
+
+def _host_port_free(port: int, kind: int = socket.SOCK_STREAM) -> bool:
+    with socket.socket(socket.AF_INET, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind, past TIME_WAIT
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_a_host_port_below_1024_is_refused_and_the_repo_takes_none(e2e: E2E) -> None:
+    before, logged = e2e.alpha.container_ids(), len(_keeper_log(e2e.alpha))
+    refused(
+        _serve(e2e.alpha, "80:8080"),
+        "HostConfig.PortBindings 8080/tcp: host port 80/tcp is refused",
+        "publish only on host ports 1024-65535",
+        "rdc machine config m1 --set publish-ports=80-65535",
+    )
+    refused(
+        e2e.alpha.docker("run", "-d", "-p", "53:53/udp", IMAGE, "nc", "-u", "-l", "-p", "53"),
+        "host port 53/udp is refused",
+        "(-p 8053:53/udp)",
+    )
+    assert e2e.alpha.container_ids() == before  # nothing was created
+    log = _keeper_log(e2e.alpha)[logged:]
+    assert "127.0.0.1:80\n" not in log and "udp 127.0.0.1:53\n" not in log
+    assert TOKEN not in _host_read(80, attempts=5)
+    if not _host_port_free(80):
+        pytest.skip("the host has a service on port 80: the control would meet it")
+    # Control: the operator widens the range as the refusal says, and port 80 answers with the page.
+    widened = e2e.rdc("machine", "config", "m1", "--set", "publish-ports=80-65535")
+    assert widened.returncode == 0, widened.stderr
+    served = None
+    try:
+        served = _serve(e2e.alpha, "80:8080")
+        assert served.returncode == 0, served.stderr
+        assert TOKEN in _host_read(80), _keeper_log(e2e.alpha)[-2000:]
+    finally:
+        if served is not None and served.returncode == 0:
+            e2e.alpha.docker("rm", "-f", served.stdout.strip())
+        e2e.rdc("machine", "config", "m1", "--unset", "publish-ports")
+
+
+def test_more_host_ports_than_the_repos_limit_are_refused_naming_it(e2e: E2E) -> None:
+    base = 20000 + os.getpid() % 20000  # a block of its own: other sessions may run beside this one
+    before = e2e.alpha.container_ids()
+    many = f"{base}-{base + 64}:{base}-{base + 64}"  # 65 ports
+    refused(
+        e2e.alpha.docker("create", "-p", many, IMAGE, "true"),
+        "65 more host port(s) are refused: this repo publishes 0 now and may publish at most 64",
+        "(publish-limit)",
+        "rdc machine config m1 --set publish-limit=65",
+    )
+    assert e2e.alpha.container_ids() == before
+    # Control: 64 pass.
+    made = e2e.alpha.docker("create", "-p", f"{base}-{base + 63}:{base}-{base + 63}", IMAGE, "true")
+    assert made.returncode == 0, made.stderr
+    e2e.alpha.docker("rm", "-f", made.stdout.strip())
+
+
+def test_a_port_another_repo_publishes_is_refused_naming_that_repo(e2e: E2E) -> None:
+    port = _free_port()
+    early = e2e.alpha.docker("create", "-p", f"{port}:8080", IMAGE, "httpd", "-f", "-p", "8080")
+    assert early.returncode == 0, early.stderr  # created while nobody publishes the port
+    served = _serve(e2e.beta, f"{port}:8080")
+    assert served.returncode == 0, served.stderr
+    try:
+        assert TOKEN in _host_read(port), _keeper_log(e2e.beta)[-2000:]
+        says = f"host port {port}/tcp is refused: repo {e2e.beta.repo.ref} publishes it now"
+        refused(_serve(e2e.alpha, f"{port}:8080"), says, f"(-p {port + 1}:8080)")
+        # Bound at start: a container created before beta published it does not start either.
+        refused(e2e.alpha.docker("start", early.stdout.strip()), says)
+        assert TOKEN in _host_read(port)  # still beta's
+    finally:
+        e2e.beta.docker("rm", "-f", served.stdout.strip())
+        e2e.alpha.docker("rm", "-f", early.stdout.strip())
+
+
+def test_a_host_port_already_taken_is_not_published_and_ports_log_says_so(e2e: E2E) -> None:
+    taken = _listen("127.0.0.1")  # a host service on the port
+    try:
+        served = _serve(e2e.alpha, f"{taken.port}:8080")
+        assert served.returncode == 0, served.stderr
+        try:
+            said = f"port tcp 127.0.0.1:{taken.port} not published: "
+            assert _until(lambda: said in _keeper_log(e2e.alpha)), _keeper_log(e2e.alpha)[-2000:]
+            before = len(taken.seen)
+            # The host's service answers (its HTTP/1.0, not the container's httpd).
+            assert _host_read(taken.port).startswith("HTTP/1.0 200 OK\r\nContent-Length")
+            assert len(taken.seen) > before
+        finally:
+            e2e.alpha.docker("rm", "-f", served.stdout.strip())
+    finally:
+        taken.sock.close()
+
+
+def test_the_keeper_withdraws_a_port_the_range_no_longer_allows(e2e: E2E) -> None:
+    port = _free_port()
+    served = _serve(e2e.alpha, f"{port}:8080", "--restart", "always")
+    assert served.returncode == 0, served.stderr
+    container = served.stdout.strip()
+    try:
+        assert TOKEN in _host_read(port), _keeper_log(e2e.alpha)[-2000:]
+        # Narrowed under a running container: the gate saw nothing, the keeper holds it at its next event.
+        set_setting(e2e.machine, "publish-ports", "1024-1034")
+        e2e.alpha.docker("run", "--rm", IMAGE, "true")  # any container event
+        said = f"port tcp {port} not published: outside this machine's publish-ports 1024-1034"
+        assert _until(lambda: said in _keeper_log(e2e.alpha)), _keeper_log(e2e.alpha)[-2000:]
+        assert _until(lambda: _host_read(port, attempts=1) == ""), _keeper_log(e2e.alpha)[-2000:]
+        # The daemon's restart policy starts it again, unseen by the gate: still not published.
+        subprocess.run(["kill", "-9", _main_pid(e2e.alpha, container)], check=True)
+        assert _until(lambda: _restarts(e2e.alpha, container) > 0)
+        assert _until(lambda: _keeper_log(e2e.alpha).count(said) == 2), _keeper_log(e2e.alpha)[-2000:]
+        assert _host_read(port, attempts=20) == ""
+        # Control: widened again, the keeper publishes it at its next event.
+        unset_setting(e2e.machine, "publish-ports")
+        e2e.alpha.docker("run", "--rm", IMAGE, "true")
+        assert TOKEN in _host_read(port), _keeper_log(e2e.alpha)[-2000:]
+    finally:
+        unset_setting(e2e.machine, "publish-ports")
+        e2e.alpha.docker("rm", "-f", container)
+
+
+def _main_pid(env: RepoEnv, container: str) -> str:
+    found = env.docker("inspect", "-f", "{{.State.Pid}}", container)
+    assert found.returncode == 0, found.stderr
+    return found.stdout.strip()
+
+
+def _restarts(env: RepoEnv, container: str) -> int:
+    found = env.docker("inspect", "-f", "{{.RestartCount}} {{.State.Running}}", container)
+    count, running = found.stdout.split()
+    return int(count) if running == "true" else 0
