@@ -138,8 +138,8 @@ def test_a_forks_bind_volume_reaches_only_the_forks_copy_of_the_files(
     )
     # A bind volume still (it sees the files as they were copied), so this is where the write went:
     assert wrote.returncode == 0 and wrote.stdout == "copied\n", wrote.stderr
+    assert not (src_files / shared / "from-fork").exists()  # where it landed before issue 28's fix
     assert (fork_files / shared / "from-fork").read_text() == "x\n"
-    assert not (src_files / shared / "from-fork").exists()
 
     later = src.docker("run", "--rm", "-v", f"{volume}:/v", IMAGE, "sh", "-c", "echo y > /v/later")
     assert later.returncode == 0, later.stderr
