@@ -175,10 +175,27 @@ def _naming(top: Path, needles: list[str]) -> dict[str, str]:
     return found
 
 
-def test_nothing_in_a_forks_copy_names_the_source(e2e: E2E, source: RepoEnv, tmp_short: Path) -> None:
+@pytest.fixture(params=["overlay2", "containerd"])
+def image_store(request: pytest.FixtureRequest, e2e: E2E) -> Iterator[str]:
+    """The machine's image store while the test's repos are made: the graph driver, or containerd's
+    (images and snapshots in the repo's own containerd, whose records a fork copies too)."""
+    if request.param == "containerd":
+        changed = e2e.rdc("machine", "config", "m1", "--set", "image-store=containerd")
+        assert changed.returncode == 0, changed.stderr
+    try:
+        yield str(request.param)
+    finally:
+        assert e2e.rdc("machine", "config", "m1", "--unset", "image-store").returncode == 0
+
+
+def test_nothing_in_a_forks_copy_names_the_source(
+    e2e: E2E, image_store: str, source: RepoEnv, tmp_short: Path
+) -> None:
     """Volumes both ways, containers with binds and volumes, a network, a build: after the fork no
     file of the fork's state directory holds the source's id or run directory, in any record
-    (JSON, the daemon's bolt databases, containerd's)."""
+    (JSON, the daemon's bolt databases, containerd's), with either image store."""
+    driver = source.docker("info", "--format", "{{json .DriverStatus}}")
+    assert ("io.containerd.snapshotter" in driver.stdout) == (image_store == "containerd"), driver.stdout
     files = files_dir(e2e.machine, source.repo.id)
     _bind_volumes(source, files)
     assert source.docker("volume", "create", "plain").returncode == 0
