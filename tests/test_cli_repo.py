@@ -267,6 +267,68 @@ def test_fork_copies_the_files_and_the_containers_records_name_only_the_forks_pa
     assert (files_dir(box, alpha.id) / "data.txt").read_text() == "alpha's\n"
 
 
+def test_fork_repins_a_bind_volume_to_its_own_copy_of_the_files(box: Machine) -> None:
+    """A volume bound to the source's files names the source's pin, in the local driver's options
+    (what it mounts) and in the volume store's bolt database: both name the fork's pin of its copy."""
+    from rediacc_core.gate.pins import directory_for, pin_name
+    from rediacc_core.repos import RepoStore, files_dir, repo_state_dir
+    from rediacc_core.runtime import boltdb
+
+    ok("repo", "create", "alpha@box")
+    alpha = RepoStore(box).get_by_label("alpha")
+    (files_dir(box, alpha.id) / "shared").mkdir()
+    name = pin_name(os.stat(files_dir(box, alpha.id) / "shared"), read_only=False)
+    state = repo_state_dir(box, alpha.id)
+    (state / "pins.json").write_text(
+        json.dumps({name: {"source": f"{files_dir(box, alpha.id)}/shared", "readOnly": False}})
+    )
+    pinned = f"{directory_for(box.run_dir, alpha.id)}/{name}"
+    (state / "docker/volumes/vb").mkdir(parents=True)
+    (state / "docker/volumes/vb/opts.json").write_text(
+        json.dumps({"MountType": "none", "MountOpts": "bind", "MountDevice": pinned, "Quota": {"Size": 0}})
+    )
+    meta = {"Name": "vb", "Driver": "local", "Labels": None, "Options": {"device": pinned, "o": "bind"}}
+    volumes = boltdb.Bucket({b"vb": json.dumps(meta).encode()})
+    boltdb.write(state / "docker/volumes/metadata.db", boltdb.Database(boltdb.Bucket({b"volumes": volumes})))
+
+    fork_id = json.loads(ok("repo", "fork", "alpha", "--tag", "exp", "-o", "json").stdout)["id"]
+    copy = files_dir(box, fork_id) / "shared"
+    repinned = f"{directory_for(box.run_dir, fork_id)}/{pin_name(os.stat(copy), read_only=False)}"
+    fork_state = repo_state_dir(box, fork_id)
+    assert json.loads((fork_state / "docker/volumes/vb/opts.json").read_text())["MountDevice"] == repinned
+    stored = boltdb.read(fork_state / "docker/volumes/metadata.db").root.items[b"volumes"]
+    assert isinstance(stored, boltdb.Bucket) and isinstance(record := stored.items[b"vb"], bytes)
+    assert json.loads(record)["Options"] == {"device": repinned, "o": "bind"}
+    assert json.loads((fork_state / "pins.json").read_text()) == {
+        repinned.rsplit("/", 1)[1]: {"source": str(copy), "readOnly": False}
+    }
+
+
+def test_fork_leaves_tenant_content_as_it_is_and_refuses_a_record_it_cannot_rewrite(box: Machine) -> None:
+    """A volume's data may hold anything, the source's paths too: it is copied as it is. A daemon
+    record naming the source in a form rdc cannot rewrite refuses the fork, and nothing is kept."""
+    from rediacc_core.repos import RepoStore, repo_state_dir
+
+    ok("repo", "create", "alpha@box")
+    alpha = RepoStore(box).get_by_label("alpha")
+    state = repo_state_dir(box, alpha.id)
+    tenant = state / "docker/volumes/v/_data/notes"
+    tenant.parent.mkdir(parents=True)
+    tenant.write_bytes(b"\x00" + bytes(state))
+    fork_id = json.loads(ok("repo", "fork", "alpha", "--tag", "exp", "-o", "json").stdout)["id"]
+    assert (repo_state_dir(box, fork_id) / "docker/volumes/v/_data/notes").read_bytes() == tenant.read_bytes()
+
+    (state / "docker/network/files").mkdir(parents=True)
+    (state / "docker/network/files/state.bin").write_bytes(b"\x00\x01" + bytes(state) + b"/x")
+    result = rdc("repo", "fork", "alpha", "--tag", "other")
+    assert result.exit_code == EXIT_STATE
+    assert "network/files/state.bin" in result.stderr and "cannot rewrite" in result.stderr
+    assert [r.ref for r in RepoStore(box).list()] == ["alpha@box", "alpha:exp@box"]
+    assert sorted(p.name for p in state.parent.iterdir()) == sorted([alpha.id, fork_id])
+    advised = [*result.stderr.split("--empty")[0].rsplit("rdc ", 1)[1].split(), "--empty"]
+    assert "nothing copied" in ok(*advised).stderr
+
+
 def test_fork_of_a_repo_that_is_up_is_refused_and_creates_nothing(box: Machine) -> None:
     from rediacc_core.repos import RepoStore
     from rediacc_core.runtime.lifecycle import runtime_for

@@ -200,6 +200,8 @@ def delete(ref: str, yes: bool) -> None:
 def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
     """Copy REPO as NAME:TAG: its files, images, volumes and containers, under a new identity.
 
+    Whatever the daemon recorded of REPO's paths names the fork's own in the copy (a bind volume
+    mounts the fork's copy of REPO's files); a record rdc cannot rewrite refuses the fork.
     The fork starts without grants (they stay with the original): a copied container that holds
     a GPU does not start in the fork until the fork is granted it. REPO must be down (`rdc repo
     down`), unless --empty.

@@ -5,12 +5,16 @@ daemon's data-root (images, volumes, containers, networks, build cache), with `c
 (a copy-on-write clone where the filesystem has one), and its pins index. Not copied: its logs and
 audit trail (the fork's history starts empty) and its grants (they belong to the source's identity).
 
-The daemon's container records name absolute paths: their hosts/resolv.conf/log files and volumes
-under the data-root, their binds under the repo's files directory or its pins. Each of those is
-rewritten to the fork's own, so no container of the fork names anything of the source's; a path
-outside both (a bind root the operator shares) stays as it is and is checked again when the fork's
-gate restores its pins. A container of the fork that holds a CDI device is refused at every start
-by the fork's gate and runtime guard until the fork is granted that device.
+The daemon's records name absolute paths: containers their hosts/resolv.conf/log files and volumes
+under the data-root and their binds under the repo's files directory or its pins; a bind-backed
+volume its pinned device; containerd its bundles under the run directory. Every record that names
+the source's state directory, pins or run directory is rewritten to the fork's own
+(`runtime.dataroot`), and a pin is re-keyed to the fork's copy of what it held, so the fork's gate
+pins the copy and a container or volume of the fork mounts only that. A record still naming the
+source after that refuses the fork (nothing is kept). A path outside them all (a bind root the
+operator shares) stays as it is and is checked again when the fork's gate restores its pins. A
+container of the fork that holds a CDI device is refused at every start by the fork's gate and
+runtime guard until the fork is granted that device.
 
 The source must be down: a running daemon's data-root is not a consistent copy.
 """
@@ -31,9 +35,10 @@ from rediacc_core.files import atomic_write_text
 from rediacc_core.gate import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
+from rediacc_core.runtime import dataroot
+from rediacc_core.runtime.lifecycle import runtime_for
 
 COPIED = ("files", "docker")  # under the repo's state directory
-_RECORDS = ("config.v2.json", "hostconfig.json")  # per container, under docker/containers/<id>/
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ def path_moves(machine: Machine, source: Repo, fork: Repo) -> dict[str, str]:
         str(pins.directory_for(machine.run_dir, source.id)): str(
             pins.directory_for(machine.run_dir, fork.id)
         ),
+        str(runtime_for(machine, source).run_dir): str(runtime_for(machine, fork).run_dir),
     }
 
 
@@ -130,13 +136,16 @@ def copy_repo(machine: Machine, source: Repo, fork: Repo) -> ForkCopy:
         _write_json(
             dst_dir / "pins.json", {renamed.get(n, n): rewrite(e, moves) for n, e in recorded.items()}
         )
-    containers = 0
-    for record_dir in sorted((dst_dir / "docker" / "containers").glob("*")):
-        if not record_dir.is_dir():
-            continue
-        containers += 1
-        for name in _RECORDS:
-            record = record_dir / name
-            if record.exists():
-                _write_json(record, rewrite(json.loads(record.read_text()), moves))
+    data_root = dst_dir / "docker"
+    needles = dataroot.needles_of(moves)
+    dataroot.rewrite_records(data_root, lambda value: rewrite(value, moves), needles)
+    left = dataroot.leftovers(data_root, needles)
+    if left:
+        raise StateError(
+            f"{', '.join(left[:5])} under {src_dir / 'docker'} name {source.ref}'s own paths in a form "
+            "rdc cannot rewrite for a copy: through them the fork would reach the source's files",
+            f"in {source.ref}, remove the containers, volumes or networks those records belong to and "
+            f"fork again, or fork it empty: rdc repo fork {source.ref} --tag {fork.tag} --empty",
+        )
+    containers = sum(1 for d in (data_root / "containers").glob("*") if d.is_dir())
     return ForkCopy(tuple(copied), containers)
