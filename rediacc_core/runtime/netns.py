@@ -13,6 +13,8 @@ way out is a user-mode uplink, `slirp4netns` (the uplink rootless Docker uses):
 - Because slirp4netns connects from the host, the host's own addresses and the networks it reaches
   directly (a system Docker's bridge, a VM bridge) would answer; `uplink_rules` rejects them, and
   link-local (the cloud metadata service), in the namespace's own netfilter, before anything leaves.
+  The host gains addresses and bridges while repos are up (a VPN, a VM, a system Docker started
+  later): the port keeper's `uplinkwatch` thread writes the rules again at every change.
 
 Inside the namespace dockerd manages iptables and forwarding as usual: both are per namespace.
 Containers resolve names through the uplink's DNS forwarder (10.0.2.3).
@@ -163,7 +165,8 @@ def _run(argv: Sequence[str]) -> str:
 
 
 def host_destinations() -> list[str]:
-    """`blocked_destinations` of the host as it is now (read at each `rdc repo up`)."""
+    """`blocked_destinations` of the host as it is now (read at each `rdc repo up`, and at each
+    change of its addresses and routes by `uplinkwatch`)."""
     found = rtnetlink.dump(rtnetlink.RTM_GETADDR, socket.AF_INET)
     found += rtnetlink.dump(rtnetlink.RTM_GETROUTE, socket.AF_INET)
     addresses = [a for a in map(rtnetlink.address, found) if a is not None]
@@ -198,7 +201,8 @@ def exists(net: RepoNetwork) -> bool:
 def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
     """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
     (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
-    rules are written again each time, from the host's addresses as they are now."""
+    rules are written again each time, from the host's addresses as they are now; the keeper's
+    `uplinkwatch` thread keeps them so while the host changes."""
     ip = _tool("ip")
     if not exists(net):
         _run([ip, "netns", "add", net.name])
@@ -208,7 +212,7 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
         _start_uplink(net)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
-        keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket)]
+        keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
         with open(net.ports_log, "ab") as log:
             process = subprocess.Popen(
                 keeper, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

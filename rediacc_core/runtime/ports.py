@@ -9,7 +9,10 @@ ports the repo's running containers publish on all of the namespace's addresses 
 on each allowed host address. A port published on one address inside (`-p 127.0.0.1:8080:80`)
 stays inside: the operator, not the tenant, chooses the host's addresses.
 
-    python -m rediacc_core.runtime.ports --root R --daemon SOCK --api SOCK   # `netns.bring_up` starts it
+    python -m rediacc_core.runtime.ports --root R --daemon SOCK --api SOCK --netns NAME
+
+`netns.bring_up` starts it. With `--netns` it also runs the namespace's `uplinkwatch` thread (the
+uplink rules follow the host).
 
 The decisions (`wanted`, `plan`) are pure and tested without a daemon.
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rediacc_core import unixhttp
+from rediacc_core.runtime import netns, uplinkwatch
 
 GUEST_ADDRESS = "10.0.2.100"  # the namespace's uplink address (slirp4netns --configure)
 _ANY = frozenset({"", "0.0.0.0", "::"})
@@ -148,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", required=True, type=Path, help="the machine's filesystem root")
     parser.add_argument("--daemon", required=True, type=Path, help="the repo daemon's socket")
     parser.add_argument("--api", required=True, type=Path, help="slirp4netns's API socket")
+    parser.add_argument("--netns", help="the repo's network namespace, whose uplink rules follow the host")
     args = parser.parse_args(argv)
+    if args.netns:  # a thread of this process, so it starts and stops with the keeper
+        uplinkwatch.start(
+            netns.RepoNetwork(args.netns, args.api.parent), lambda line: print(line, flush=True)
+        )
     with contextlib.suppress(KeyboardInterrupt):
         follow(args.root, args.daemon, args.api)
     return 0
