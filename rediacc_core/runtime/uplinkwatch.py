@@ -73,6 +73,7 @@ def _wait_for_change(events: socket.socket) -> None:
 def follow(net: netns.RepoNetwork, log: Log) -> None:
     """Keep `net`'s uplink rules equal to the host's destinations, for as long as the process lives."""
     applied: list[str] | None = None
+    said = ""  # the last failure: said once, not every second while it lasts
     while True:
         try:
             with rtnetlink.subscribe(GROUPS) as events:  # subscribed before the read: no change lost
@@ -81,12 +82,13 @@ def follow(net: netns.RepoNetwork, log: Log) -> None:
                     if blocked != applied:
                         netns.apply_rules(net, blocked)
                         log(changes(applied, blocked))
-                        applied = blocked
+                        applied, said = blocked, ""
                     _wait_for_change(events)
-        except Exception as exc:  # never stops: logged, then a new subscription and a whole read
-            log(
-                f"uplink rules: following the host failed: {type(exc).__name__}: {exc}; again in {RETRY:.0f}s"
-            )
+        except Exception as exc:  # never stops: a new subscription and a whole read, written whole
+            failure = f"uplink rules: following the host failed: {type(exc).__name__}: {exc}; trying again"
+            if failure != said:
+                log(failure)
+                said = failure
             applied = None
             time.sleep(RETRY)
 

@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import threading
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def test_the_log_says_what_is_refused_first_and_then_what_changed() -> None:
 
 
 def _follow(
-    monkeypatch: pytest.MonkeyPatch, reads: list[list[str]], fail_apply: int = -1
+    monkeypatch: pytest.MonkeyPatch, reads: list[list[str]], failing: Collection[int] = ()
 ) -> tuple[list[Any], list[str]]:
     """Run `follow` over successive host reads (one per change); what it applied and logged."""
     applied: list[Any] = []
@@ -49,7 +50,7 @@ def _follow(
 
     def apply(net: netns.RepoNetwork, blocked: list[str]) -> None:
         applied.append(list(blocked))
-        if len(applied) == fail_apply:
+        if len(applied) in failing:
             raise OSError("iptables-restore: resource busy")
 
     def subscribe(groups: int) -> socket.socket:
@@ -83,9 +84,15 @@ def test_after_a_failure_it_subscribes_again_and_writes_the_whole_rule_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first = ["0.0.0.0/8", "192.0.2.2/32"]
-    applied, logged = _follow(monkeypatch, [first, first], fail_apply=1)
+    applied, logged = _follow(monkeypatch, [first, first], failing={1})
     assert applied == [first, first]  # written again though unchanged: the failed write may be partial
     assert "following the host failed: OSError: iptables-restore: resource busy" in logged[0]
+
+
+def test_a_failure_that_lasts_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[list[str]] = [["0.0.0.0/8"]] * 5
+    applied, logged = _follow(monkeypatch, reads, failing=range(1, 6))
+    assert len(applied) == 5 and len(logged) == 1  # every write failed: said once
 
 
 def _announce(sender: socket.socket, kind: int) -> None:
