@@ -301,14 +301,24 @@ def _await_refused(env: RepoEnv, *cidrs: str) -> None:
 
 
 def _host_get(address: str, port: int) -> str:
+    """What the host itself reads from address:port, retried until the deadline: an IPv6 address
+    is usable a moment after `ip addr add` returns (the kernel adds its local route from a work
+    queue)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as conn:
-        conn.settimeout(5)
-        conn.connect((address, port))
-        data = b""  # the listener answers at once and closes: a request it never reads would reset it
-        while chunk := conn.recv(65536):
-            data += chunk
-    return data.decode(errors="replace")
+    deadline = time.monotonic() + RULE_DEADLINE
+    while True:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as conn:
+                conn.settimeout(5)
+                conn.connect((address, port))
+                data = b""  # the listener answers at once and closes: a request it never reads would reset it
+                while chunk := conn.recv(65536):
+                    data += chunk
+            return data.decode(errors="replace")
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _listen6(address: str) -> Listener:
