@@ -163,9 +163,13 @@ def start_daemon(
 
     Its containers run under the runtime guard, so no container holding a device the repo lacks
     starts, whoever starts it (the gate, a restart policy, the daemon's own start after a crash)."""
-    if not runtime.owns_daemon or daemon.ping(runtime.upstream_socket):
+    if not runtime.owns_daemon:
         return None
     paths = runtime.daemon_paths
+    if daemon.ping(runtime.upstream_socket):
+        if netns.exists(runtime.network):  # a port keeper (the uplink rules' watcher) that died comes back
+            netns.bring_up(runtime.network, machine.root, paths.socket)
+        return None
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
     netns.bring_up(runtime.network, machine.root, paths.socket)
     return daemon.start_dockerd(

@@ -13,6 +13,8 @@ way out is a user-mode uplink, `slirp4netns` (the uplink rootless Docker uses):
 - Because slirp4netns connects from the host, the host's own addresses and the networks it reaches
   directly (a system Docker's bridge, a VM bridge) would answer; `uplink_rules` rejects them, and
   link-local (the cloud metadata service), in the namespace's own netfilter, before anything leaves.
+  The host gains addresses and bridges while repos are up (a VPN, a VM, a system Docker started
+  later): the port keeper's `uplinkwatch` thread writes the rules again at every change.
 
 Inside the namespace dockerd manages iptables and forwarding as usual: both are per namespace.
 Containers resolve names through the uplink's DNS forwarder (10.0.2.3).
@@ -25,21 +27,20 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rediacc_core import publishing
 from rediacc_core.errors import StateError, ToolError
 from rediacc_core.machine import Machine
-from rediacc_core.runtime import pids
+from rediacc_core.runtime import pids, rtnetlink
 
 NETNS_DIR = Path("/run/netns")
 UPLINK_DEVICE = "tap0"
@@ -51,6 +52,7 @@ CHAIN = "RDC-UPLINK"
 # Always unreachable through the uplink: link-local (169.254.169.254 is the metadata service of
 # every major cloud) and "this network".
 ALWAYS_BLOCKED = ("169.254.0.0/16", "0.0.0.0/8")
+LOOPBACK_INDEX = 1  # the kernel gives `lo` index 1 in every network namespace
 _INSTALL_HINT = "install slirp4netns (Debian/Ubuntu: apt install slirp4netns) and iproute2"
 
 
@@ -97,29 +99,29 @@ def network_for(short_id: str, run_dir: Path) -> RepoNetwork:
 
 
 def blocked_destinations(
-    addresses: Iterable[Mapping[str, Any]], routes: Iterable[Mapping[str, Any]]
+    addresses: Iterable[rtnetlink.Address], routes: Iterable[rtnetlink.Route]
 ) -> list[str]:
-    """IPv4 destinations the uplink must not reach, from `ip -4 -j addr` and `ip -4 -j route`:
-    each host address (its services), each network on a host interface that carries no default
-    route (bridges and VMs the host reaches directly), and ALWAYS_BLOCKED. The network of the
-    default route's interface stays reachable: that is the machine's network, as seen from outside.
+    """IPv4 destinations the uplink must not reach, from the host's addresses and routes
+    (`rtnetlink`): each host address (its services), each local range the host answers as its own
+    (`ip route add local …`), each network of the main table on an interface that carries no
+    default route (bridges and VMs the host reaches directly), and ALWAYS_BLOCKED. The network of
+    the default route's interface stays reachable: that is the machine's network, as seen from
+    outside. IPv6 is left out: the uplink carries none (slirp4netns runs without --enable-ipv6, so
+    the namespace has no IPv6 route out).
     """
     blocked: list[str] = list(ALWAYS_BLOCKED)
-    uplinks = {str(r.get("dev")) for r in routes if r.get("dst") == "default"}
-    for iface in addresses:
-        for info in iface.get("addr_info", ()):
-            local = info.get("local")
-            if info.get("family", "inet") != "inet" or not local:
-                continue
-            if ipaddress.ip_address(local).is_loopback:
-                continue  # the namespace has its own loopback; the uplink's gateway is not it
-            blocked.append(f"{local}/32")
-    for route in routes:
-        dst, dev = route.get("dst"), str(route.get("dev"))
-        if dst in (None, "default") or dev in uplinks or dev == "lo" or route.get("gateway"):
-            continue
-        network = ipaddress.ip_network(str(dst), strict=False)
-        if not network.is_loopback:
+    for address in addresses:
+        if address.family == socket.AF_INET and not ipaddress.ip_address(address.local).is_loopback:
+            # The namespace has its own loopback; the uplink's gateway is not the host's.
+            blocked.append(f"{address.local}/32")
+    v4 = [r for r in routes if r.family == socket.AF_INET]
+    main = [r for r in v4 if r.table == rtnetlink.RT_TABLE_MAIN and r.kind == rtnetlink.RTN_UNICAST]
+    uplinks = {r.oif for r in main if r.is_default}
+    for route in v4:
+        own = route.table == rtnetlink.RT_TABLE_LOCAL and route.kind == rtnetlink.RTN_LOCAL
+        direct = route in main and not (route.is_default or route.gateway or route.oif in uplinks)
+        network = ipaddress.ip_network(route.dst)
+        if (own or (direct and route.oif != LOOPBACK_INDEX)) and not network.is_loopback:
             blocked.append(str(network))
     return sorted(set(blocked), key=lambda n: (ipaddress.ip_network(n).network_address, n))
 
@@ -165,10 +167,12 @@ def _run(argv: Sequence[str]) -> str:
 
 
 def host_destinations() -> list[str]:
-    """`blocked_destinations` of the host as it is now (read at each `rdc repo up`)."""
-    ip = _tool("ip")
-    addresses = json.loads(_run([ip, "-4", "-j", "addr"]) or "[]")
-    routes = json.loads(_run([ip, "-4", "-j", "route"]) or "[]")
+    """`blocked_destinations` of the host as it is now (read at each `rdc repo up`, and at each
+    change of its addresses and routes by `uplinkwatch`)."""
+    found = rtnetlink.dump(rtnetlink.RTM_GETADDR, socket.AF_INET)
+    found += rtnetlink.dump(rtnetlink.RTM_GETROUTE, socket.AF_INET)
+    addresses = [a for a in map(rtnetlink.address, found) if a is not None]
+    routes = [r for r in map(rtnetlink.route, found) if r is not None]
     return blocked_destinations(addresses, routes)
 
 
@@ -199,7 +203,8 @@ def exists(net: RepoNetwork) -> bool:
 def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
     """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
     (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
-    rules are written again each time, from the host's addresses as they are now."""
+    rules are written again each time, from the host's addresses as they are now; the keeper's
+    `uplinkwatch` thread keeps them so while the host changes."""
     ip = _tool("ip")
     if not exists(net):
         _run([ip, "netns", "add", net.name])
@@ -209,7 +214,7 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
         _start_uplink(net)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
-        keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket)]
+        keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
         state = publishing.state_file(Machine(name="local", root=root).run_dir, net.name.removeprefix("rdc-"))
         keeper += ["--state", str(state)]
         with open(net.ports_log, "ab") as log:

@@ -15,7 +15,10 @@ daemon's restart policy, gets no port outside it. Ports it forwards already keep
 the limit, then the oldest containers' come first; what it skips, it says once in its log. It writes
 what it publishes to its state file, where the gates of the machine's repos read it.
 
-    python -m rediacc_core.runtime.ports --root R --daemon SOCK --api SOCK --state FILE   # `netns.bring_up`
+    python -m rediacc_core.runtime.ports --root R --daemon SOCK --api SOCK --state FILE --netns NAME
+
+`netns.bring_up` starts it. With `--netns` it also runs the namespace's `uplinkwatch` thread (the
+uplink rules follow the host).
 
 The decisions (`published_ports`, `admit`, `wanted`, `plan`) are pure and tested without a daemon.
 """
@@ -37,6 +40,7 @@ from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.publishing import ANY_ADDRESS, PROTOCOLS, Policy, Port, policy_from, write_state
+from rediacc_core.runtime import netns, uplinkwatch
 
 GUEST_ADDRESS = "10.0.2.100"  # the namespace's uplink address (slirp4netns --configure)
 DEFAULT_POLICY = policy_from({})
@@ -222,7 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--daemon", required=True, type=Path, help="the repo daemon's socket")
     parser.add_argument("--api", required=True, type=Path, help="slirp4netns's API socket")
     parser.add_argument("--state", type=Path, help="where to write the ports it publishes")
+    parser.add_argument("--netns", help="the repo's network namespace, whose uplink rules follow the host")
     args = parser.parse_args(argv)
+    if args.netns:  # a thread of this process, so it starts and stops with the keeper
+        uplinkwatch.start(
+            netns.RepoNetwork(args.netns, args.api.parent), lambda line: print(line, flush=True)
+        )
     # `repo down` sends SIGTERM: the state file goes first, so no gate counts what is withdrawn.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

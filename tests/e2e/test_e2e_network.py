@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -424,3 +425,163 @@ def _restarts(env: RepoEnv, container: str) -> int:
     found = env.docker("inspect", "-f", "{{.RestartCount}} {{.State.Running}}", container)
     count, running = found.stdout.split()
     return int(count) if running == "true" else 0
+
+
+# Addresses the host gains while the repos are up: a bridge of a system Docker, libvirt or a VPN
+# started later. 198.18.0.0/15 and 2001:db8::/32 are for benchmarks and documentation: no real network.
+LATE_V4, LATE_NET, LATE_V4_MORE = "198.18.5.1", "198.18.5.0/24", "198.18.5.2"
+LATE_V6 = "2001:db8:5::1"
+RULE_DEADLINE = 10.0  # seconds for the port keeper's watcher to write the rules after a change
+
+
+@contextlib.contextmanager
+def _late_bridge() -> Iterator[str]:
+    name = f"br-late{os.getpid() % 10000}"
+    try:
+        subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", f"{LATE_V4}/24", "dev", name], check=True)
+        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=False)
+
+
+def _uplink_rules(env: RepoEnv) -> str:
+    listed = subprocess.run(
+        env.runtime.network.enter(["iptables", "-S", netns.CHAIN]), capture_output=True, text=True, check=True
+    )
+    return listed.stdout
+
+
+def _await_refused(env: RepoEnv, *cidrs: str) -> None:
+    """Until the namespace's uplink rules refuse each of `cidrs` (the watcher follows the host's
+    changes a moment after the kernel announces them)."""
+    deadline = time.monotonic() + RULE_DEADLINE
+    while True:
+        rules = _uplink_rules(env)
+        if all(f"-d {cidr} " in rules for cidr in cidrs):
+            return
+        assert time.monotonic() < deadline, (cidrs, rules, env.runtime.network.ports_log.read_text()[-2000:])
+        time.sleep(0.05)
+
+
+def _host_get(address: str, port: int) -> str:
+    """What the host itself reads from address:port, retried until the deadline: an IPv6 address
+    is usable a moment after `ip addr add` returns (the kernel adds its local route from a work
+    queue)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    deadline = time.monotonic() + RULE_DEADLINE
+    while True:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as conn:
+                conn.settimeout(5)
+                conn.connect((address, port))
+                data = b""  # the listener answers at once and closes: a request it never reads would reset it
+                while chunk := conn.recv(65536):
+                    data += chunk
+            return data.decode(errors="replace")
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _listen6(address: str) -> Listener:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.bind((address, 0))
+    sock.listen(16)
+    listener = Listener(address, sock)
+    threading.Thread(target=listener.serve, daemon=True).start()
+    return listener
+
+
+def _builds_read(env: RepoEnv, context: Path, address: str, port: int) -> tuple[bool, bool]:
+    """Whether a classic build and a BuildKit build exported with `--output type=local` got
+    `ADD http://address:port/x` (the listener's TOKEN)."""
+    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nADD http://{address}:{port}/x /x\n")
+    classic = env.docker("build", "-t", "late:1", str(context), extra_env={"DOCKER_BUILDKIT": "0"})
+    env.docker("rmi", "-f", "late:1")
+    exported = context.parent / f"out-{time.monotonic_ns()}"
+    env.docker("build", "--output", f"type=local,dest={exported}", str(context), timeout=300)
+    got = exported / "x"
+    return classic.returncode == 0, got.exists() and TOKEN in got.read_text()
+
+
+def test_an_address_the_host_gains_after_up_is_refused_to_containers_and_builds(
+    e2e: E2E, tmp_short: Path
+) -> None:
+    context = tmp_short / "ctx"
+    context.mkdir()
+    with _late_bridge() as bridge:
+        late = _listen(LATE_V4)
+        try:
+            assert TOKEN in _host_get(LATE_V4, late.port)  # control: the host itself reaches it
+            late.seen.clear()
+            _await_refused(e2e.alpha, f"{LATE_V4}/32", LATE_NET)
+            net = _network(e2e.alpha, "probe-late")
+            try:
+                said = _fetch(e2e.alpha, net, LATE_V4, late.port)
+                assert TOKEN not in said and "can't connect" in said, said
+                assert _builds_read(e2e.alpha, context, LATE_V4, late.port) == (False, False)
+                assert late.seen == []
+                # Control: the rules are what stops them. Without them the container and both
+                # builds read the listener; the host's next change writes the whole chain again.
+                for cidr in (f"{LATE_V4}/32", LATE_NET):
+                    rule = ["-D", netns.CHAIN, "-o", netns.UPLINK_DEVICE, "-d", cidr, "-j", "REJECT"]
+                    rule += ["--reject-with", "icmp-admin-prohibited"]
+                    subprocess.run(e2e.alpha.runtime.network.enter(["iptables", *rule]), check=True)
+                assert TOKEN in _fetch(e2e.alpha, net, LATE_V4, late.port)
+                assert _builds_read(e2e.alpha, context, LATE_V4, late.port) == (True, True)
+                subprocess.run(["ip", "addr", "add", f"{LATE_V4_MORE}/32", "dev", bridge], check=True)
+                _await_refused(e2e.alpha, f"{LATE_V4}/32", LATE_NET, f"{LATE_V4_MORE}/32")
+                late.seen.clear()
+                assert TOKEN not in _fetch(e2e.alpha, net, LATE_V4, late.port)
+                assert late.seen == []
+            finally:
+                e2e.alpha.docker("network", "rm", net)
+        finally:
+            late.sock.close()
+
+
+def test_an_ipv6_address_the_host_gains_is_out_of_reach_since_the_uplink_carries_no_ipv6(e2e: E2E) -> None:
+    with _late_bridge() as bridge:
+        subprocess.run(["ip", "addr", "add", f"{LATE_V6}/64", "dev", bridge, "nodad"], check=True)
+        late = _listen6(LATE_V6)
+        try:
+            assert TOKEN in _host_get(LATE_V6, late.port)  # control: the host itself reaches it
+            late.seen.clear()
+            said = _fetch(e2e.alpha, "bridge", LATE_V6, late.port)
+            assert TOKEN not in said and "unreachable" in said.lower(), said
+            # Nor does the daemon: its namespace has no IPv6 route out at all.
+            route = subprocess.run(
+                e2e.alpha.runtime.network.enter(["ip", "-6", "route", "get", LATE_V6]),
+                capture_output=True,
+                text=True,
+            )
+            assert route.returncode != 0 and "unreachable" in route.stderr.lower(), route
+            assert late.seen == []
+        finally:
+            late.sock.close()
+
+
+def test_repo_up_starts_a_port_keeper_that_died_again_and_its_watcher_follows_the_host(
+    e2e: E2E, eta: RepoEnv
+) -> None:
+    """While no keeper runs, the rules stay as last written; `rdc repo up` starts one again (the
+    daemon still runs), and it writes the rules from the host as it is then and follows it."""
+    network = eta.runtime.network
+    keeper = netns.ports_pid(network)
+    assert keeper is not None
+    os.kill(keeper, signal.SIGKILL)
+    deadline = time.monotonic() + RULE_DEADLINE
+    while netns.ports_pid(network) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with _late_bridge() as bridge:
+        assert f"-d {LATE_V4}/32 " not in _uplink_rules(eta)  # nobody follows the host now
+        again = e2e.rdc("repo", "up", eta.repo.ref)
+        assert again.returncode == 0, again.stderr
+        assert netns.ports_pid(network) not in (None, keeper)
+        _await_refused(eta, f"{LATE_V4}/32", LATE_NET)
+        subprocess.run(["ip", "addr", "add", f"{LATE_V4_MORE}/32", "dev", bridge], check=True)
+        _await_refused(eta, f"{LATE_V4_MORE}/32")

@@ -3,23 +3,37 @@ netfilter rules that say so inside the repo's namespace."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
-from rediacc_core.runtime import daemon, netns
+from rediacc_core.runtime import daemon, netns, rtnetlink
 
-# `ip -4 -j addr` and `ip -4 -j route` of a host with a system Docker and a libvirt bridge.
+V4, V6 = socket.AF_INET, socket.AF_INET6
+LO, ETH0, DOCKER0, VIRBR0, TUN0 = 1, 2, 3, 4, 5
+
+
+def _route(
+    dst: str, oif: int | None, gateway: str | None = None, *, table: int = 254, kind: int = 1
+) -> rtnetlink.Route:
+    return rtnetlink.Route(V4, table, kind, dst, oif, gateway)
+
+
+# The addresses and routes (main and local tables) of a host with a system Docker and a libvirt bridge.
 ADDRESSES = [
-    {"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
-    {"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.0.2.2", "prefixlen": 24}]},
-    {"ifname": "docker0", "addr_info": [{"family": "inet", "local": "172.17.0.1", "prefixlen": 16}]},
-    {"ifname": "virbr0", "addr_info": [{"family": "inet", "local": "192.168.122.1", "prefixlen": 24}]},
+    rtnetlink.Address(V4, LO, 8, "127.0.0.1"),
+    rtnetlink.Address(V4, ETH0, 24, "192.0.2.2"),
+    rtnetlink.Address(V4, DOCKER0, 16, "172.17.0.1"),
+    rtnetlink.Address(V4, VIRBR0, 24, "192.168.122.1"),
 ]
 ROUTES = [
-    {"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"},
-    {"dst": "192.0.2.0/24", "dev": "eth0", "scope": "link", "prefsrc": "192.0.2.2"},
-    {"dst": "172.17.0.0/16", "dev": "docker0", "scope": "link", "prefsrc": "172.17.0.1"},
-    {"dst": "192.168.122.0/24", "dev": "virbr0", "scope": "link", "prefsrc": "192.168.122.1"},
-    {"dst": "10.8.0.0/16", "gateway": "192.0.2.9", "dev": "eth0"},
+    _route("0.0.0.0/0", ETH0, "192.0.2.1"),
+    _route("192.0.2.0/24", ETH0),
+    _route("172.17.0.0/16", DOCKER0),
+    _route("192.168.122.0/24", VIRBR0),
+    _route("10.8.0.0/16", ETH0, "192.0.2.9"),
+    _route("127.0.0.0/8", LO, table=255, kind=rtnetlink.RTN_LOCAL),
+    _route("192.0.2.2/32", ETH0, table=255, kind=rtnetlink.RTN_LOCAL),
+    _route("192.0.2.255/32", ETH0, table=255, kind=3),  # broadcast
 ]
 
 
@@ -34,12 +48,51 @@ def test_the_machine_network_and_routed_networks_stay_reachable_like_the_outside
     blocked = netns.blocked_destinations(ADDRESSES, ROUTES)
     assert "192.0.2.0/24" not in blocked  # the default route's own network: the outside, seen from here
     assert "10.8.0.0/16" not in blocked  # reached through a gateway: outside too
+    assert "192.0.2.255/32" not in blocked  # the machine network's broadcast address
     assert not [cidr for cidr in blocked if cidr.startswith("127.")]  # the namespace's own loopback
 
 
+def test_a_bridge_the_host_gains_later_is_refused_with_its_address() -> None:
+    late = [*ADDRESSES, rtnetlink.Address(V4, 9, 24, "198.18.5.1")]
+    routes = [
+        *ROUTES,
+        _route("198.18.5.0/24", 9),
+        _route("198.18.5.1/32", 9, table=255, kind=rtnetlink.RTN_LOCAL),
+    ]
+    blocked = netns.blocked_destinations(late, routes)
+    assert {"198.18.5.1/32", "198.18.5.0/24"} <= set(blocked)
+    assert "198.18.5.0/24" not in netns.blocked_destinations(ADDRESSES, ROUTES)
+
+
+def test_a_range_the_host_answers_as_its_own_is_refused_whole() -> None:
+    """`ip route add local 198.18.8.0/24 dev lo`: the host answers every address in it, with no
+    interface address to show for it."""
+    routes = [*ROUTES, _route("198.18.8.0/24", LO, table=255, kind=rtnetlink.RTN_LOCAL)]
+    assert "198.18.8.0/24" in netns.blocked_destinations(ADDRESSES, routes)
+
+
+def test_routes_of_other_tables_and_types_and_loopback_routes_are_not_the_hosts_networks() -> None:
+    routes = [
+        *ROUTES,
+        _route("198.18.10.0/24", TUN0, table=51820),  # a VPN's policy table
+        _route("198.18.11.0/24", None, kind=6),  # unreachable
+        _route("198.18.12.0/24", LO),  # routed into the host's loopback device
+    ]
+    blocked = netns.blocked_destinations(ADDRESSES, routes)
+    assert not [cidr for cidr in blocked if cidr.startswith("198.18.")]
+
+
+def test_without_a_default_route_every_directly_connected_network_is_refused() -> None:
+    """No interface is the machine's network then (before DHCP, a VPN that took the default
+    route away): all of them are the host's alone until it has one."""
+    routes = [r for r in ROUTES if not r.is_default]
+    assert "192.0.2.0/24" in netns.blocked_destinations(ADDRESSES, routes)
+
+
 def test_ipv6_and_an_empty_host_leave_only_the_fixed_destinations() -> None:
-    v6 = [{"ifname": "eth0", "addr_info": [{"family": "inet6", "local": "fd00::2", "prefixlen": 64}]}]
-    assert netns.blocked_destinations(v6, []) == sorted(netns.ALWAYS_BLOCKED)
+    v6 = [rtnetlink.Address(V6, ETH0, 64, "fd00::2")]
+    v6_routes = [rtnetlink.Route(V6, 254, 1, "fd00::/64", ETH0, None)]
+    assert netns.blocked_destinations(v6, v6_routes) == sorted(netns.ALWAYS_BLOCKED)
 
 
 def test_the_rules_replace_the_chain_in_one_step() -> None:
