@@ -150,6 +150,7 @@ def _unescape(text: str) -> str:
 def sweep(fp: Footprint, timeout: float = KILL_TIMEOUT) -> Sweep:
     """Kill the repo's processes, unmount its mounts, and say what is still there (normally nothing)."""
     done = Sweep()
+    killed: set[int] = set()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = processes(fp)
@@ -158,7 +159,10 @@ def sweep(fp: Footprint, timeout: float = KILL_TIMEOUT) -> Sweep:
         for pid, what in found.items():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                if what not in done.killed:
+                # Said once per process: one still exiting may read differently on the next pass
+                # (its command line is gone before its namespaces are).
+                if pid not in killed:
+                    killed.add(pid)
                     done.killed.append(what)
         time.sleep(0.1)
     for _ in range(5):  # mounts stacked on one point come off one per pass
