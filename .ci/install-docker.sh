@@ -30,18 +30,30 @@ if have_cdi_dockerd && [ -s /var/cache/rediacc/docker-api/swagger.yaml ] && have
 fi
 export DEBIAN_FRONTEND=noninteractive
 src=/etc/apt/sources.list.d/debian.sources
-if [ ! -f /etc/apt/sources.list.d/trixie.sources ]; then
+# Trixie is added once: not again where any configured source already names it (on trixie itself,
+# or a host that lists it elsewhere), which apt would warn about as a duplicate on every update.
+if ! grep -rqsE '(^|[[:space:]])trixie([[:space:]]|$)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
   # First stanza's Types/URIs/Signed-By, re-pointed at trixie main.
   awk 'BEGIN{RS="";FS="\n"} NR==1{for(i=1;i<=NF;i++) if ($i ~ /^(Types|URIs|Signed-By):/) print $i; exit}' "$src" \
     > /tmp/trixie.head
   { cat /tmp/trixie.head; echo "Suites: trixie"; echo "Components: main"; } > /etc/apt/sources.list.d/trixie.sources
-  printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' > /etc/apt/preferences.d/trixie-low
 fi
+[ -f /etc/apt/preferences.d/trixie-low ] || printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' \
+  > /etc/apt/preferences.d/trixie-low
 apt-get update -qq
-dv=$(apt-cache madison docker.io | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^26\.' | head -n1)
-cv=$(apt-cache madison docker-compose | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^2\.' | head -n1)
+# The versions README names, taken from trixie only: a host that also lists sid (or backports) would
+# otherwise get whatever is highest there.
+from_trixie() {  # PACKAGE VERSION-PREFIX
+  apt-cache madison "$1" | awk -F'|' -v want="^$2" '$3 ~ / trixie\// {gsub(/ /,"",$2); if ($2 ~ want) {print $2; exit}}'
+}
+dv=$(from_trixie docker.io '26\.1\.')
+cv=$(from_trixie docker-compose '2\.26\.1')
 # buildx too: the 26.1 CLI then builds with BuildKit, as a user's does (without it, the legacy builder).
-bv=$(apt-cache madison docker-buildx | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^0\.' | head -n1)
+bv=$(from_trixie docker-buildx '0\.13\.1')
+if [ -z "$dv" ] || [ -z "$cv" ] || [ -z "$bv" ]; then
+  echo "trixie no longer has docker.io 26.1, docker-compose 2.26.1 or docker-buildx 0.13.1 (found: '$dv' '$cv' '$bv')" >&2
+  exit 1
+fi
 echo "installing docker.io=$dv docker-compose=$cv docker-buildx=$bv"
 apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" "docker-buildx=$bv" busybox-static haproxy \
   slirp4netns iptables iproute2 >/dev/null
