@@ -196,6 +196,30 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
     filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
     if runtime.owns_daemon:
         _refuse_autoallowed_devices(machine, repo)
+    was_down = not running_parts(machine, repo)
+    try:
+        return _start(machine, repo, runtime, timeout)
+    except KeyboardInterrupt:
+        if not was_down:
+            raise  # what ran before this command is not its to stop
+        _undo_interrupted_up(machine, repo)
+        raise
+
+
+def _undo_interrupted_up(machine: Machine, repo: Repo) -> None:
+    """Ctrl-C during `repo up`: stop what it had started (uplink, containerd, dockerd, gate, mounts),
+    so nothing of the repo runs while `repo list` says it is down; what cannot be stopped is said."""
+    try:
+        repo_down(machine, repo)
+    except (StateError, OSError) as exc:
+        what = exc.what if isinstance(exc, StateError) else str(exc)
+        raise StateError(
+            f"interrupted while starting repo {repo.ref}; what it had started is not all stopped: {what}",
+            f"rdc repo down {repo.ref}",
+        ) from exc
+
+
+def _start(machine: Machine, repo: Repo, runtime: RepoRuntime, timeout: float) -> RepoRuntime:
     start_daemon(machine, repo, runtime, detach=True)
     if daemon.ping(runtime.gate_socket):
         return runtime  # already up
@@ -247,16 +271,25 @@ def _stop_by_pidfile(pidfile: Path, timeout: float) -> int | None:
 
 
 def running_parts(machine: Machine, repo: Repo) -> list[str]:
-    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)"); empty when it is down."""
+    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
+    keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
     runtime = runtime_for(machine, repo)
     pidfiles = [("gate", runtime.gate_pidfile)]
     if runtime.owns_daemon:
-        pidfiles.append(("dockerd", runtime.daemon_paths.pidfile))
+        pidfiles += [
+            ("dockerd", runtime.daemon_paths.pidfile),
+            ("containerd", runtime.daemon_paths.containerd_pidfile),
+        ]
     running = []
     for what, pidfile in pidfiles:
         pid = daemon.read_pid(pidfile)
         if pid is not None and pids.pid_alive(pid):
             running.append(f"{what} (pid {pid})")
+    if runtime.owns_daemon:  # these two are told apart from a reused pid by their command line
+        for what, found in (("uplink", netns.uplink_pid), ("port keeper", netns.ports_pid)):
+            pid = found(runtime.network)
+            if pid is not None:
+                running.append(f"{what} (pid {pid})")
     return running
 
 

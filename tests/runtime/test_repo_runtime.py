@@ -199,3 +199,54 @@ def test_a_crashed_daemons_marker_is_cleared_before_the_next_start(tmp_path: Pat
     (paths.exec_root / "unmount-on-shutdown").write_text("")
     assert daemon.undo_crashed_bind(paths) is False  # not a mount point: nothing unmounted
     assert not (paths.exec_root / "unmount-on-shutdown").exists()
+
+
+# --- Ctrl-C during `rdc repo up` ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def interrupted_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """`repo up` of a down repo cut by Ctrl-C while it starts its parts; what `repo down` was asked."""
+    from rediacc_core.runtime import filesmount
+
+    downs: list[str] = []
+    monkeypatch.setattr(filesmount, "secure_repo", lambda machine, repo_id: None)
+    monkeypatch.setattr(lifecycle, "_refuse_autoallowed_devices", lambda machine, repo: None)
+
+    def cut(*args: Any) -> lifecycle.RepoRuntime:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle, "_start", cut)
+    monkeypatch.setattr(lifecycle, "repo_down", lambda machine, repo: downs.append(repo.ref) or [])
+    return downs
+
+
+def test_ctrl_c_during_up_stops_what_it_started(interrupted_up: list[str], tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.repo_up(Machine("m1", tmp_path), make_repo())
+    assert interrupted_up == ["alpha@m1"]
+
+
+def test_ctrl_c_during_up_leaves_alone_what_ran_before(
+    interrupted_up: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle, "running_parts", lambda machine, repo: ["dockerd (pid 42)"])
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.repo_up(Machine("m1", tmp_path), make_repo())
+    assert interrupted_up == []
+
+
+def test_ctrl_c_during_up_names_what_it_could_not_stop_and_the_command(
+    interrupted_up: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rediacc_core.errors import StateError
+
+    def stuck(machine: Machine, repo: Repo) -> list[str]:
+        raise StateError("repo alpha@m1 still has, after stopping its daemon: sleep (pid 7)", "...")
+
+    monkeypatch.setattr(lifecycle, "repo_down", stuck)
+    with pytest.raises(StateError) as raised:
+        lifecycle.repo_up(Machine("m1", tmp_path), make_repo())
+    assert "interrupted while starting repo alpha@m1" in raised.value.what
+    assert "sleep (pid 7)" in raised.value.what
+    assert raised.value.todo == "rdc repo down alpha@m1"
