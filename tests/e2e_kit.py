@@ -9,7 +9,8 @@ import os
 import socket
 import stat
 import subprocess
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,16 @@ def build_machine_root(root: Path) -> None:
         _char_device(root / "dev" / "dri" / "renderD128", 226, 128)
         render = _cdi_spec(root, "rediacc.io/dri", {"renderD128": "/dev/dri/renderD128"})
         (cdi / "rediacc-render.json").write_text(json.dumps(render, indent=2))
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Whether `predicate` came true before `timeout` seconds (polled: what it waits on runs apart)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:

@@ -13,12 +13,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused
+from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused, wait_for
 
 from rediacc_core.grants import Grant, read_grants
 from rediacc_core.holdings import device_openers
@@ -35,15 +35,6 @@ def state(repo: RepoEnv, name: str) -> dict[str, Any]:
     assert status == 200, inspected
     found: dict[str, Any] = inspected["State"]
     return found
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 @pytest.fixture

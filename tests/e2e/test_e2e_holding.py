@@ -16,25 +16,16 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv
+from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, wait_for
 
 from rediacc_core.holdings import device_openers
 
 HELPER = Path(__file__).parent / "helpers" / "fdpass.c"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 @pytest.fixture(scope="module")

@@ -217,7 +217,12 @@ def interrupted_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]
         raise KeyboardInterrupt
 
     monkeypatch.setattr(lifecycle, "_start", cut)
-    monkeypatch.setattr(lifecycle, "repo_down", lambda machine, repo: downs.append(repo.ref) or [])
+
+    def down(machine: Machine, repo: Repo) -> list[str]:
+        downs.append(repo.ref)
+        return []
+
+    monkeypatch.setattr(lifecycle, "repo_down", down)
     return downs
 
 
