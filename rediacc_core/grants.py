@@ -296,7 +296,7 @@ class GrantStore:
                         )
                     )
                 else:
-                    outcomes.append(GrantOutcome(held, False, "already granted"))
+                    outcomes.append(GrantOutcome(held, False, _granted_again(repo, held, expires_at)))
             if any(outcome.changed for outcome in outcomes):
                 _write_grants(self.machine, result)
         for old in {h.repo.id: h.repo for h in stopped}.values():
@@ -543,6 +543,18 @@ class GrantStore:
 
 def _unique(devices: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(devices))
+
+
+def _granted_again(repo: Repo, held: Grant, expires_at: str | None) -> str:
+    """What a grant of a name the repo holds already says: its end is kept, and when the end asked
+    for differs (a lease, or none), the renew that moves it."""
+    if held.expires_at is None and expires_at is None:
+        return "already granted"
+    renew = f"rdc repo gpu renew {repo.ref} --device {held.device}"
+    if expires_at is None:
+        return f"already granted until {held.expires_at}, a lease kept as it is (no end: {renew} --forever)"
+    now = f"until {held.expires_at}" if held.expires_at else "with no end"
+    return f"already granted {now}, kept as it is (to end it at {expires_at}: {renew} --until {expires_at})"
 
 
 def _pair_text(pair: tuple[str, str]) -> str:

@@ -590,6 +590,40 @@ def test_the_lock_wait_is_ten_seconds_unless_the_environment_says_otherwise(
 # --- leases ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "says"),
+    [
+        (None, None, "already granted"),
+        (
+            "2030-01-01T00:00:00Z",
+            "2031-01-01T00:00:00Z",
+            "already granted until 2030-01-01T00:00:00Z, kept as it is (to end it at 2031-01-01T00:00:00Z: "
+            "rdc repo gpu renew alpha@box --device vendor.example/gpu=0 --until 2031-01-01T00:00:00Z)",
+        ),
+        (
+            "2030-01-01T00:00:00Z",
+            None,
+            "already granted until 2030-01-01T00:00:00Z, a lease kept as it is "
+            "(no end: rdc repo gpu renew alpha@box --device vendor.example/gpu=0 --forever)",
+        ),
+        (
+            None,
+            "2031-01-01T00:00:00Z",
+            "already granted with no end, kept as it is (to end it at 2031-01-01T00:00:00Z: "
+            "rdc repo gpu renew alpha@box --device vendor.example/gpu=0 --until 2031-01-01T00:00:00Z)",
+        ),
+    ],
+    ids=["same", "another-end", "lease-then-none", "none-then-lease"],
+)
+def test_granting_a_held_name_again_keeps_its_end_and_says_how_to_move_it(
+    store: GrantStore, alpha: Repo, first: str | None, again: str | None, says: str
+) -> None:
+    store.grant(alpha, [f"{GPU}=0"], expires_at=first)
+    (outcome,) = store.grant(alpha, [f"{GPU}=0"], expires_at=again)
+    assert not outcome.changed and outcome.grant.expires_at == first
+    assert outcome.note == says
+
+
 def test_a_lease_is_absent_for_the_gate_from_its_end_on_without_a_write(
     store: GrantStore, alpha: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
