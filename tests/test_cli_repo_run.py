@@ -68,6 +68,18 @@ def test_units_names_both_units_and_installs_the_templates(box: Machine, tmp_pat
     ]
 
 
+def test_units_advise_enabling_only_once_the_templates_are_installed(box: Machine) -> None:
+    assert rdc("repo", "create", "alpha@box").exit_code == 0
+    missing = rdc("repo", "units", "alpha@box")
+    assert missing.exit_code == 0, missing.output
+    advice = "The unit templates are not installed: sudo rdc repo units alpha@box --install "
+    assert advice + str(box.path("/etc/systemd/system")) in missing.stderr
+    installed = rdc("repo", "units", "alpha@box", "--install", str(box.path("/etc/systemd/system")))
+    assert installed.exit_code == 0, installed.output
+    again = rdc("repo", "units", "alpha@box")
+    assert "Enable them with: systemctl enable --now rediacc-repo-dockerd@alpha@box.service" in again.stderr
+
+
 def test_a_repo_on_an_existing_daemon_has_only_a_gate_unit(box: Machine) -> None:
     created = rdc("repo", "create", "beta@box", "--docker-host", "unix:///run/other/docker.sock")
     assert created.exit_code == 0, created.output

@@ -297,4 +297,20 @@ def units(ref: str, install_dir: Path | None) -> None:
         names.insert(0, f"rediacc-repo-dockerd@{instance}.service")
     for name in names:
         click.echo(name)
-    note("Enable them with: systemctl enable --now " + " ".join(names))
+    enable = "systemctl enable --now " + " ".join(names)
+    if install_dir is None and not _units_installed(machine):
+        # Enabling instances of templates systemd does not have would fail: install them first.
+        note(
+            f"The unit templates are not installed: sudo rdc repo units {found.ref} --install "
+            f"{machine.path(UNIT_DIRS[0])}, then: systemctl daemon-reload && {enable}"
+        )
+        return
+    note(f"Enable them with: {enable}")
+
+
+# Where systemd looks for unit files, the operator's own first (what --install is advised into).
+UNIT_DIRS = ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+
+
+def _units_installed(machine: Machine) -> bool:
+    return all(any(machine.path(d).joinpath(n).is_file() for d in UNIT_DIRS) for n in UNIT_TEMPLATES)
