@@ -215,14 +215,18 @@ _CHECKERS: dict[str, Callable[[bytes, BuildPolicy], Verdict]] = {
 }
 
 
+# How a user asks for an entitlement: buildx turns `--network host` into network.host itself.
+_ASKED_BY = {"network.host": "docker build --network host, or --allow network.host"}
+
+
 def entitlements(names: list[str], where: str) -> list[Finding]:
     return [
         refuse(
             "build-option",
             name,
-            f"{where}.Entitlements {name!r} (--allow {name}) is refused: it would let build steps reach the "
-            "host (its network, every device, or privileged mode)",
-            "a build without --allow (steps run on the repo's network, unprivileged)",
+            f"{where}.Entitlements {name!r} ({_ASKED_BY.get(name, f'--allow {name}')}) is refused: it would "
+            "let build steps reach the host (its network, every device, or privileged mode)",
+            "a build without --network host or --allow (steps run on the repo's network, unprivileged)",
         )
         for name in names
     ]

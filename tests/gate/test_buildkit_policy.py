@@ -90,7 +90,12 @@ def test_control_solve_passes(request_: bytes) -> None:
 
 
 REFUSED = [
-    ("--network host", length_field(9, "network.host"), "--allow network.host", "build-option"),
+    (
+        "--network host",
+        length_field(9, "network.host"),
+        "(docker build --network host, or --allow network.host)",
+        "build-option",
+    ),
     ("--allow security.insecure", length_field(9, "security.insecure"), "security.insecure", "build-option"),
     ("--allow device", length_field(9, "device"), "'device'", "build-option"),
     ("a custom frontend image", length_field(6, "gateway.v0"), "'gateway.v0' is refused", "build-option"),
