@@ -75,6 +75,8 @@ def fold_compose_devices(body: dict[str, Any], container: str = "HostConfig") ->
     """Move `Devices` entries whose host path is a CDI name into the CDI device request.
 
     Compose before 2.30 sends `devices: [vendor/class=name]` that way; the daemon would refuse it.
+    (Every Compose splits the short syntax at ':', so a name with ':' arrives split: see
+    `_device_fields`.)
     Returns the names moved. `container` is where Devices live ("" for an update body).
     """
     holder = _dict(body.get(container)) if container else body
@@ -164,7 +166,9 @@ def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
                 "cdi-name-split",
                 host,
                 f"device {host}:{inside} looks like a CDI name split at ':' by Compose's short syntax",
-                "a device name without ':' (such as the UUID form), or Compose 2.30 or later",
+                # Every Compose splits the short syntax (2.40 too): only a name without ':' survives it.
+                f"the same device's name without ':', its UUID form "
+                f"(rdc repo gpu list {repo_ref} shows both)",
             )
             continue
         yield refuse("raw-device", host, f"raw device {host or '(empty path)'} is refused", CDI_DEVICE)
