@@ -74,6 +74,7 @@ class GrantOutcome:
     changed: bool
     note: str = ""
     stopped: tuple[Holder, ...] = ()  # containers of other repos stopped to make way (--stop-holders)
+    taken: tuple[tuple[str, str], ...] = ()  # (repo ref, device) of the grants --take-over revoked
 
 
 # The CDI-holding containers of a repo (None when its daemon is not running): `holdings.repo_holders`.
@@ -256,6 +257,7 @@ class GrantStore:
         exclusive: bool = False,
         *,
         stop_holders: bool = False,
+        take_over: bool = False,
         expires_at: str | None = None,
     ) -> list[GrantOutcome]:
         """Grant every name in `devices` to `repo`, or none of them.
@@ -264,17 +266,25 @@ class GrantStore:
         exclusive grant is in the way, or when an exclusive grant would reserve hardware that a
         running container of another repo holds (unless `stop_holders`: then those containers are
         stopped first, under the same lock), BusyError (exit 15) when the lock cannot be had.
+        With `take_over` (a handover in one step) the other repos' grants in the way are revoked
+        and their holders stopped, under the same lock, instead of refusing.
         """
         wanted = _unique(devices)
         stopped: tuple[Holder, ...] = ()
+        taken: list[Grant] = []
         with state_lock(self.machine, self.lock_timeout):
             owners = self._owners(repo)
             self._check_names(wanted)
             current = read_grants(self.machine)
-            self._check_exclusivity(repo, wanted, exclusive, current, owners)
+            conflicts = self._conflicts(repo, wanted, exclusive, current, owners)
+            if conflicts and not take_over:
+                raise self._refusal(repo, wanted, exclusive, conflicts, owners)
+            taken = list(dict.fromkeys(other for other, _ in conflicts))
+            current = [g for g in current if g not in taken]
             if exclusive:
-                stopped = self._clear_holders(repo, wanted, owners, stop_holders)
-                stopped += self._clear_openers(repo, wanted, owners, current, stop_holders)
+                stop = stop_holders or take_over
+                stopped = self._clear_holders(repo, wanted, owners, stop)
+                stopped += self._clear_openers(repo, wanted, owners, current, stop)
             outcomes: list[GrantOutcome] = []
             result = list(current)
             stamp = now_iso()
@@ -297,9 +307,14 @@ class GrantStore:
                     )
                 else:
                     outcomes.append(GrantOutcome(held, False, _granted_again(repo, held, expires_at)))
-            if any(outcome.changed for outcome in outcomes):
+            if taken:
+                refs = tuple((_owner_ref(owners, g.repo_id), g.device) for g in taken)
+                outcomes = [dataclasses.replace(o, taken=refs) for o in outcomes]
+            if taken or any(outcome.changed for outcome in outcomes):
                 _write_grants(self.machine, result)
-        for old in {h.repo.id: h.repo for h in stopped}.values():
+        handed = {h.repo.id: h.repo for h in stopped}
+        handed.update({g.repo_id: owners[g.repo_id] for g in taken if g.repo_id in owners})
+        for old in handed.values():
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
                 from rediacc_core.holdings import record_handover
 
@@ -354,17 +369,18 @@ class GrantStore:
                 problems.append("spec files that could not be read: " + "; ".join(broken))
             raise ValidationError("; ".join(problems), todo)
 
-    def _check_exclusivity(
+    def _conflicts(
         self,
         repo: Repo,
         devices: Sequence[str],
         exclusive: bool,
         current: Sequence[Grant],
         owners: Mapping[str, Repo],
-    ) -> None:
+    ) -> list[tuple[Grant, str]]:
+        """Other repos' grants an exclusive reservation puts in the way of `devices` (theirs or
+        this one), each with what it reaches in common."""
         units = _Units(self.machine, self.plugins)
-        blocked: list[str] = []
-        revokes: list[str] = []
+        found: list[tuple[Grant, str]] = []
         for device in devices:
             for other in current:
                 if other.repo_id == repo.id or not (exclusive or other.exclusive):
@@ -376,23 +392,40 @@ class GrantStore:
                     if not pairs:
                         continue
                     why = f", which reaches the same hardware as {device} ({_pair_text(pairs[0])})"
-                owner = owners.get(other.repo_id)
-                who = owner.ref if owner is not None else f"a deleted repo (id {other.repo_id})"
                 how = " exclusively" if other.exclusive else ""
-                blocked.append(f"repo {who} holds {other.device}{how}{why}")
-                if owner is not None:
-                    revokes.append(f"`rdc repo gpu revoke {owner.ref} --device {other.device}`")
-        if blocked:
-            mode = " exclusively" if exclusive else ""
-            todo = "an exclusive grant reserves its hardware for one repo"
-            if revokes:
-                todo += "; to move it, first run " + " and ".join(dict.fromkeys(revokes))
-            raise RefusedError(
-                f"cannot grant {', '.join(devices)}{mode} to {repo.ref}: "
-                + "; ".join(blocked)
-                + "; nothing was granted",
-                todo,
+                found.append(
+                    (other, f"repo {_owner_ref(owners, other.repo_id)} holds {other.device}{how}{why}")
+                )
+        return found
+
+    def _refusal(
+        self,
+        repo: Repo,
+        devices: Sequence[str],
+        exclusive: bool,
+        conflicts: Sequence[tuple[Grant, str]],
+        owners: Mapping[str, Repo],
+    ) -> RefusedError:
+        mode = " exclusively" if exclusive else ""
+        todo = "an exclusive grant reserves its hardware for one repo"
+        revokes = [
+            f"`rdc repo gpu revoke {owners[g.repo_id].ref} --device {g.device}`"
+            for g, _ in conflicts
+            if g.repo_id in owners
+        ]
+        if revokes:
+            names = " ".join(f"--device {d}" for d in devices)
+            todo += (
+                f"; to move it in one step: `rdc repo gpu grant {repo.ref} {names} --exclusive --take-over`"
+                f" (revokes it there and stops its holders), or first run "
+                + " and ".join(dict.fromkeys(revokes))
             )
+        return RefusedError(
+            f"cannot grant {', '.join(devices)}{mode} to {repo.ref}: "
+            + "; ".join(why for _, why in conflicts)
+            + "; nothing was granted",
+            todo,
+        )
 
     def running_holders(
         self, repo: Repo, devices: Sequence[str], owners: Mapping[str, Repo] | None = None
@@ -543,6 +576,11 @@ class GrantStore:
 
 def _unique(devices: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(devices))
+
+
+def _owner_ref(owners: Mapping[str, Repo], repo_id: str) -> str:
+    owner = owners.get(repo_id)
+    return owner.ref if owner is not None else f"a deleted repo (id {repo_id})"
 
 
 def _granted_again(repo: Repo, held: Grant, expires_at: str | None) -> str:

@@ -182,6 +182,7 @@ def test_an_exclusive_grant_is_refused_when_another_repo_holds_the_name(
     assert caught.value.exit_code == EXIT_REFUSED
     assert f"repo beta@box holds {GPU}=0" in caught.value.what
     assert f"rdc repo gpu revoke beta@box --device {GPU}=0" in caught.value.todo
+    assert f"`rdc repo gpu grant alpha@box --device {GPU}=0 --exclusive --take-over`" in caught.value.todo
     assert devices_of(store, alpha) == []
 
 
@@ -679,6 +680,17 @@ def test_an_exclusive_grant_waits_for_a_running_holder_in_another_repo(
     (outcome,) = store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
     assert [h.name for h in stopped] == ["trainer"] and outcome.stopped == tuple(stopped)
     assert read_grants(box)[0].exclusive
+
+
+def test_take_over_is_a_handover_in_one_step(box: Machine, plugins: Plugins, alpha: Repo, beta: Repo) -> None:
+    running = {alpha.id: [holder_of(alpha, "trainer", "running", f"{GPU}=all")]}
+    stopped: list[Holder] = []
+    store = GrantStore(box, plugins, holders=lambda repo: running.get(repo.id), stop=stopped.append)
+    store.grant(alpha, [f"{GPU}=all"], exclusive=True)  # reaches card 0's hardware too
+    (outcome,) = store.grant(beta, [f"{GPU}=0"], exclusive=True, take_over=True)
+    assert outcome.changed and outcome.taken == (("alpha@box", f"{GPU}=all"),)
+    assert [h.name for h in stopped] == ["trainer"], "the old repo's holders are stopped in the same step"
+    assert [(g.repo_id, g.device, g.exclusive) for g in read_grants(box)] == [(beta.id, f"{GPU}=0", True)]
 
 
 @pytest.mark.parametrize(

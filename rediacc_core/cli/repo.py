@@ -274,6 +274,11 @@ _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several
     is_flag=True,
     help="With --exclusive: stop the running containers of other repos that hold the same hardware.",
 )
+@click.option(
+    "--take-over",
+    is_flag=True,
+    help="With --exclusive: a handover in one step (revoke other repos' grants in the way, stop holders).",
+)
 @click.option("--for", "duration", metavar="DURATION", help=_FOR_HELP)
 @click.option("--until", metavar="TIME", help=_UNTIL_HELP)
 @output_option("table", "json", "yaml")
@@ -282,6 +287,7 @@ def grant(
     devices: tuple[str, ...],
     exclusive: bool,
     stop_holders: bool,
+    take_over: bool,
     duration: str | None,
     until: str | None,
     fmt: str,
@@ -289,7 +295,9 @@ def grant(
     """Grant REPO the named devices (all of them or none); takes effect at its next Docker request.
 
     An exclusive grant is refused (exit 4) while a container of another repo runs with the same
-    hardware; --stop-holders stops those containers first, under the machine's lock. With --for or
+    hardware; --stop-holders stops those containers first, under the machine's lock. It is refused
+    too while another repo holds a grant of that hardware; --take-over revokes that grant and stops
+    its holders, in the same step (audited in both repos). With --for or
     --until the grant is a lease: from its end on it is gone (renew it with `rdc repo gpu renew`).
 
     \b
@@ -297,20 +305,20 @@ def grant(
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --for 8h
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive --stop-holders
+      rdc repo gpu grant gpu-b --device vendor.example/gpu=0 --exclusive --take-over
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
     from rediacc_core.grants import GrantStore
     from rediacc_core.leases import lease_end
     from rediacc_core.plugins import get_plugins
 
-    if stop_holders and not exclusive:
-        raise ValidationError(
-            "--stop-holders goes with --exclusive", "add --exclusive, or leave --stop-holders out"
-        )
+    for flag, given in (("--stop-holders", stop_holders), ("--take-over", take_over)):
+        if given and not exclusive:
+            raise ValidationError(f"{flag} goes with --exclusive", f"add --exclusive, or leave {flag} out")
     expires_at = lease_end(duration, until)
     machine, found = resolve_ref(ref, Config.load())
     outcomes = GrantStore(machine, get_plugins()).grant(
-        found, devices, exclusive, stop_holders=stop_holders, expires_at=expires_at
+        found, devices, exclusive, stop_holders=stop_holders, take_over=take_over, expires_at=expires_at
     )
     stopped = list({h.id: h for o in outcomes for h in o.stopped}.values())
     emit(
@@ -319,10 +327,16 @@ def grant(
             "repoId": found.id,
             "grants": [{**_grant_json(o.grant), "changed": o.changed} for o in outcomes],
             "stopped": [h.to_json() for h in stopped],
+            "takenOver": [
+                {"repo": who, "device": device}
+                for who, device in dict.fromkeys(t for o in outcomes for t in o.taken)
+            ],
         },
         fmt,
         lambda _: "",
     )
+    for who, device in dict.fromkeys(t for o in outcomes for t in o.taken):
+        note(f"Took {device} over from {who}: its grant there is revoked.")
     for holder in stopped:
         held = f"it held {', '.join(holder.cdi)}" if holder.cdi else "; ".join(holder.opened)
         note(f"Stopped container {holder.name} of repo {holder.repo.ref} ({held}).")
