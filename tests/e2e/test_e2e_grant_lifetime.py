@@ -155,6 +155,34 @@ def test_an_exclusive_grant_waits_for_the_other_repos_running_holder(e2e: E2E, h
         e2e.rdc("repo", "gpu", "revoke", beta, "--device", GPU0)
 
 
+def test_take_over_hands_the_device_over_in_one_step(e2e: E2E, holder: str) -> None:
+    """The other repo still holds its grant: --take-over revokes it there and stops its holders."""
+    assert e2e.alpha.docker("start", holder).returncode == 0
+    beta = e2e.beta.repo.ref
+    try:
+        blocked = e2e.rdc("repo", "gpu", "grant", beta, "--device", GPU0, "--exclusive")
+        assert blocked.returncode == 4, blocked.stderr
+        advised = f"rdc repo gpu grant {beta} --device {GPU0} --exclusive --take-over"
+        assert advised in blocked.stderr
+        moved = e2e.rdc(*advised.split()[1:])  # the advice, run as printed
+        assert moved.returncode == 0, moved.stderr
+        assert f"Took {GPU0} over from alpha@m1: its grant there is revoked." in moved.stderr
+        assert f"Stopped container {holder} of repo alpha@m1" in moved.stderr
+        assert GPU0 not in e2e.rdc("repo", "gpu", "list", e2e.alpha.repo.ref).stdout
+        assert state(e2e.alpha, holder)["Running"] is False
+        refused(e2e.alpha.docker("start", holder), NOT_GRANTED)
+        ran = e2e.beta.docker("run", "--rm", "--device", GPU0, IMAGE, "ls", "/dev/fakegpu0")
+        assert ran.returncode == 0, ran.stderr
+        for side in (e2e.alpha, e2e.beta):  # the handover is in both repos' audit trails
+            lines = [json.loads(line) for line in side.runtime.audit_log.read_text().splitlines()]
+            assert any(
+                e.get("decision") == "handover" and holder in e["message"] and "to beta@m1" in e["message"]
+                for e in lines
+            )
+    finally:
+        e2e.rdc("repo", "gpu", "revoke", beta, "--device", GPU0)
+
+
 def test_the_handover_check_finds_a_device_node_held_open(e2e: E2E) -> None:
     """What `--stop-holders` checks after stopping: any process of the old repo with the node open."""
     e2e.grant(e2e.alpha, GPU0)
