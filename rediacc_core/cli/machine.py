@@ -372,9 +372,16 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
     for warning in report.warnings:
         note(f"Warning: {warning}")
     inventory = report.inventory or {}
+    unnamed = _cards_without_names(inventory)
+    why = (
+        f"; {len(unnamed)} GPU(s) no CDI spec names, so not grantable ({', '.join(unnamed)}): "
+        f"rdc machine setup {name} --dry-run says why"
+        if unnamed
+        else ""
+    )
     note(
         f"Machine {name} is set up: {report.cards} GPU(s), {len(inventory.get('devices', []))} grantable "
-        f"CDI device(s); inventory at {target.inventory_path}."
+        f"CDI device(s){why}; inventory at {target.inventory_path}."
     )
     for path in report.written:
         note(f"  wrote {path}")
@@ -499,7 +506,7 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
                     _mib(g.get("memoryMiB")),
                     inventory.get("platform"),
                     g.get("pciBusId"),
-                    ", ".join(g.get("cdiNames", [])) or None,
+                    ", ".join(g.get("cdiNames", [])) or "(none: no CDI spec names it)",
                 ]
             )
             for p in g.get("partitions", []):
@@ -535,6 +542,15 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
     else:
         out.append("Grantable CDI devices: none")
     return "\n".join(out)
+
+
+def _cards_without_names(inventory: Mapping[str, Any]) -> list[str]:
+    """The cards of the inventory that no CDI spec names (no grantable name reaches them)."""
+    return [
+        f"{g.get('name')} at {g.get('pciBusId')}" if g.get("pciBusId") else str(g.get("name"))
+        for g in _one_per_card(inventory.get("gpus", []))
+        if not g.get("cdiNames")
+    ]
 
 
 def _one_per_card(gpus: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -33,7 +33,7 @@ def rdc_discover(machine: Machine) -> list[Gpu]:
 def rdc_setup_options() -> list[click.Option]:
     return [
         click.Option(
-            ["--install-nvidia-toolkit", toolkit.OPTION],
+            [toolkit.OPTION_FLAG, toolkit.OPTION],
             type=click.Choice(toolkit.CHOICES, case_sensitive=False),
             default="auto",
             show_default=True,

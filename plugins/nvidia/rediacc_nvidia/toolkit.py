@@ -14,6 +14,7 @@ from rediacc_core import CdiSpecFile, Gpu, Machine, SetupContext, SetupStep, Too
 from rediacc_nvidia.discovery import is_wsl
 
 OPTION = "install_nvidia_toolkit"
+OPTION_FLAG = "--install-nvidia-toolkit"
 CHOICES = ("auto", "true", "false")
 SPEC_FILE = "nvidia.yaml"
 SPEC_PATH = f"/etc/cdi/{SPEC_FILE}"
@@ -260,7 +261,7 @@ def persistenced_step(ctx: SetupContext) -> SetupStep | None:
 
 def setup_steps(ctx: SetupContext) -> list[SetupStep]:
     if not toolkit_wanted(ctx):
-        return []
+        return [unspecified_step(ctx)] if has_nvidia_gpu(ctx.gpus) else []
     steps = [install_step(ctx)]
     if not is_wsl(ctx.machine):
         steps.append(refresh_step(ctx))
@@ -268,6 +269,20 @@ def setup_steps(ctx: SetupContext) -> list[SetupStep]:
     if persistenced is not None:
         steps.append(persistenced)
     return steps
+
+
+def unspecified_step(ctx: SetupContext) -> SetupStep:
+    """NVIDIA GPUs found while the toolkit is not wanted: no spec names them, so none is grantable.
+    Said in the plan (and the dry run), with the command that makes them grantable."""
+    machine = ctx.machine
+    return SetupStep(
+        "NVIDIA GPUs without a CDI spec",
+        (
+            f"skip: no {SPEC_FILE} is generated ({OPTION_FLAG}=false), so the NVIDIA GPUs found are not "
+            f"grantable; to make them grantable: rdc machine setup {machine.name} {OPTION_FLAG}=auto",
+        ),
+        order=20,
+    )
 
 
 # --- the spec ---------------------------------------------------------------------------------------

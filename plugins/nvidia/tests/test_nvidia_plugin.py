@@ -164,3 +164,22 @@ def test_setup_of_the_demo_machine_runs_again_from_any_shell(rdc_config: Path, t
     assert os.environ["PATH"] == path_before
     listing = runner.invoke(cli, ["machine", "gpu", "list", "demo", "-o", "json"])
     assert any(g["vendor"] == "nvidia" for g in json.loads(listing.stdout)["gpus"])
+
+
+def test_setup_without_the_toolkit_says_which_gpus_are_not_grantable_and_how(
+    rdc_config: Path, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    fm = make_fake_machine("notk")
+    testing.nvidia_machine(fm, capture(XML_A100), toolkit=False)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["machine", "add", "notk", "--root", str(fm.root)]).exit_code == 0
+    advice = "to make them grantable: rdc machine setup notk --install-nvidia-toolkit=auto"
+    dry = runner.invoke(cli, ["machine", "setup", "notk", "--install-nvidia-toolkit=false", "--dry-run"])
+    assert dry.exit_code == 0 and advice in dry.output
+    done = runner.invoke(cli, ["machine", "setup", "notk", "--install-nvidia-toolkit=false"])
+    assert done.exit_code == 0, done.output
+    assert (
+        "1 GPU(s) no CDI spec names, so not grantable (NVIDIA A100-SXM4-40GB at 0000:00:04.0)" in done.stderr
+    )
+    listing = runner.invoke(cli, ["machine", "gpu", "list", "notk"])
+    assert "(none: no CDI spec names it)" in listing.stdout

@@ -70,8 +70,19 @@ def test_install_choice(bare: FakeMachine, choice: str, gpus: tuple[Gpu, ...], w
     testing.install_ctk(bare)
     steps = toolkit.setup_steps(ctx(bare.machine, choice, gpus))
     specs = toolkit.cdi_specs(ctx(bare.machine, choice, gpus))
-    assert bool(steps) is wanted
+    installs = [step for step in steps if step.title == "Install the NVIDIA Container Toolkit"]
+    assert bool(installs) is wanted
     assert [spec.filename for spec in specs if spec.command] == (["nvidia.yaml"] if wanted else [])
+
+
+def test_nvidia_gpus_left_without_a_spec_are_said_in_the_plan_with_the_command(bare: FakeMachine) -> None:
+    (step,) = toolkit.setup_steps(ctx(bare.machine, "false", (NVIDIA_GPU,)))
+    assert step.title == "NVIDIA GPUs without a CDI spec" and step.apply is None
+    assert step.plan == (
+        "skip: no nvidia.yaml is generated (--install-nvidia-toolkit=false), so the NVIDIA GPUs found are "
+        "not grantable; to make them grantable: rdc machine setup bare --install-nvidia-toolkit=auto",
+    )
+    assert toolkit.setup_steps(ctx(bare.machine, "false", (NOUVEAU_GPU,))) == [], "nothing for nouveau"
 
 
 def test_false_generates_nothing_even_with_an_old_spec(bare: FakeMachine) -> None:
