@@ -205,6 +205,12 @@ class _Units:
         self._inventory: Inventory | None = None
         self._cache: dict[str, tuple[str, ...]] = {}
 
+    def unplaced(self, name: str) -> bool:
+        """True when a plugin owns `name` but the inventory places it on no hardware it knows (its
+        only unit is the name itself, `cdi:NAME`): an exclusive reservation could not follow it."""
+        found = self(name)
+        return bool(found) and all(unit.startswith("cdi:") for unit in found)
+
     def __call__(self, name: str) -> tuple[str, ...]:
         if name not in self._cache:
             if self._inventory is None:
@@ -380,6 +386,17 @@ class GrantStore:
         """Other repos' grants an exclusive reservation puts in the way of `devices` (theirs or
         this one), each with what it reaches in common."""
         units = _Units(self.machine, self.plugins)
+        if exclusive:
+            unplaced = [device for device in devices if units.unplaced(device)]
+            if unplaced:  # fail closed: a reservation must follow hardware, not a string
+                name = self.machine.name
+                raise RefusedError(
+                    f"cannot grant {', '.join(unplaced)} exclusively to {repo.ref}: the machine's inventory "
+                    "places it on no hardware it knows, so the reservation could not follow the hardware; "
+                    "nothing was granted",
+                    f"run `rdc machine setup {name}` so the inventory and the specs agree, then grant again "
+                    f"(`rdc machine gpu list {name}` shows which names reach which GPU)",
+                )
         found: list[tuple[Grant, str]] = []
         for device in devices:
             for other in current:
@@ -387,6 +404,11 @@ class GrantStore:
                     continue  # a repo never blocks itself; two shared grants never block each other
                 if other.device == device:
                     why = ""
+                elif _kind(device) == _kind(other.device) and (
+                    units.unplaced(device) or units.unplaced(other.device)
+                ):
+                    # An exclusive reservation beside a name of unknown hardware: they may overlap.
+                    why = f", and the inventory places {device} or {other.device} on no hardware it knows"
                 else:
                     pairs = overlapping_units(units(device), units(other.device))
                     if not pairs:
@@ -576,6 +598,10 @@ class GrantStore:
 
 def _unique(devices: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(devices))
+
+
+def _kind(name: str) -> str:
+    return name.partition("=")[0]
 
 
 def _owner_ref(owners: Mapping[str, Repo], repo_id: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,10 +14,12 @@ from rediacc_nvidia import testing
 
 from rediacc_core import ApiRequest, Refusal
 from rediacc_core.cli import cli
-from rediacc_core.errors import ToolError
+from rediacc_core.errors import RefusedError, ToolError
+from rediacc_core.grants import GrantStore
 from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins, load_plugins
+from rediacc_core.repos import RepoStore
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
 
@@ -183,3 +186,28 @@ def test_setup_without_the_toolkit_says_which_gpus_are_not_grantable_and_how(
     )
     listing = runner.invoke(cli, ["machine", "gpu", "list", "notk"])
     assert "(none: no CDI spec names it)" in listing.stdout
+
+
+def test_an_exclusive_reservation_fails_closed_on_a_name_the_inventory_places_nowhere(
+    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
+) -> None:
+    """The facts disagree: the spec names MIG device 0:0, an inventory rebuilt without MIG does not
+    place it. Exclusivity cannot follow its hardware, so it must not pass (it reaches GPU 0)."""
+    fm = make_fake_machine("drift")
+    testing.nvidia_machine(
+        fm, capture(XML_A100), compute_caps=["8.0"], mig_profiles={0: ["3g.20gb", "3g.20gb"]}
+    )
+    run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+    document = json.loads(fm.machine.inventory_path.read_text())
+    for gpu in document["gpus"]:
+        gpu["partitions"] = []  # what a setup from /proc alone records
+    fm.machine.inventory_path.write_text(json.dumps(document))
+    repos = RepoStore(fm.machine)
+    alpha, beta = repos.create("alpha"), repos.create("beta")
+    store = GrantStore(fm.machine, plugins)
+    store.grant(beta, ["nvidia.com/gpu=0"], exclusive=True)
+    with pytest.raises(RefusedError, match="places it on no hardware it knows"):
+        store.grant(alpha, ["nvidia.com/gpu=0:0"], exclusive=True)
+    with pytest.raises(RefusedError, match=re.escape("places nvidia.com/gpu=0:0 or nvidia.com/gpu=0 on no")):
+        store.grant(alpha, ["nvidia.com/gpu=0:0"])
+    assert [g.repo_id for g in store.all()] == [beta.id]
