@@ -12,9 +12,12 @@ Rule ids (a plugin refusal with one of these replaces the core's finding about t
 `cdi-annotation`, `annotation`, `cdi-name-split`, `capability`, `bind-root`, `volume-driver`,
 `volume-type`, `volume-subpath`, `mount-type`, `tmpfs-option`, `namespace`, `security-opt`,
 `masked-paths`, `sysctl`, `cgroup-parent`, `oom`, `pids-limit`, `ulimit`, `isolation`, `log-driver`,
-`storage-opt`, `network-driver`, `network-option`, `build-option`, `git-remote`, `fetch-address`,
-`swarm`, `publish-port`; the decider adds `grant` for names the repo was not granted and
-`endpoint` for routes it refuses whole.
+`storage-opt`, `network-driver`, `network-option`, `network-subnet`, `mount-propagation`,
+`build-option`, `git-remote`, `fetch-address`, `swarm`, `publish-port`; the decider adds `grant` for
+names the repo was not granted and `endpoint` for routes it refuses whole. Below the rules, the
+exchange answers `bad-request` (a body it cannot read), `limit` (past a size or rate bound),
+`upstream` (the daemon's answer could not be relayed) and `gate` (the gate could not decide: a bug,
+refused rather than let through).
 
 Some rules also write defaults into the canonical body the gate forwards (`limits.py`: the PIDs
 limit; `isolation.py`: a private cgroup namespace for old API versions), so what the daemon reads
@@ -51,6 +54,9 @@ RULE_IDS = frozenset(
         "annotation", "pids-limit", "ulimit", "git-remote", "fetch-address", "publish-port",
     }
 )  # fmt: skip
+# Ids of the exchange below the rules: the audit trail and the metrics count these too.
+PROTOCOL_RULE_IDS = frozenset({"bad-request", "limit", "upstream", "gate"})
+ALL_RULE_IDS = RULE_IDS | PROTOCOL_RULE_IDS
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 # Annotations reach the OCI spec, where runtimes act on them: runc on `org.systemd.property.*`
 # (properties of the container's systemd scope, `Slice=` and `DevicePolicy=` among them, under the
