@@ -92,14 +92,16 @@ def rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None:
 def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     """Refusals or rewrites for one Docker API request reaching a repo's gate.
 
-    Called for every request whose body the gate decodes (container create, update and exec;
-    volume create; plugin pull, upgrade and set; service create and update) after the repo's
-    grants for `request.cdi_devices` were checked. Return `Refusal`s naming the CDI form to use
-    instead, `Rewrite`s that turn a legacy request into the CDI form, or `[]`. `ctx.inventory` is the
+    Called for every request whose body the gate decodes, the routes `container-create`,
+    `container-update`, `exec-create`, `volume-create`, `network-create`, `network-connect` and
+    `auth` (the names of `gate/endpoints.py`; routes the gate refuses whole, such as plugin
+    installs and swarm services, never reach a plugin), after the repo's grants for
+    `request.cdi_devices` were checked. Return `Refusal`s naming the CDI form to use instead,
+    `Rewrite`s that turn a legacy request into the CDI form, or `[]`. `ctx.inventory` is the
     machine's typed `Inventory` (None before the first setup), rebuilt only when its file changes.
 
     Decisions run on the gate's event loop: before any blocking I/O of your own, call
-    `rediacc_core.gate.images.may_block()`, which moves the decision to a worker thread
-    (`ctx.image_config` already does this).
+    `rediacc_core.may_block()`, which moves the decision to a worker thread (`ctx.image_config`
+    already does this).
     """
     raise NotImplementedError

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+import rediacc_core
 from rediacc_core import hookspecs
+from rediacc_core.gate.endpoints import ROUTES
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "hooks.md"
@@ -121,3 +123,17 @@ def test_a_hook_named_only_in_a_comment_or_string_has_no_test(tmp_path: Path) ->
     )
     assert "rdc_discover" not in _code_names(source)
     assert "rdc_setup_steps" in _code_names(source)
+
+
+def test_the_request_rules_hook_names_exactly_the_routes_that_reach_plugins() -> None:
+    doc = hookspecs.rdc_request_rules.__doc__ or ""
+    sentence = doc.split("Called for every request", 1)[1].split("after the repo's", 1)[0]
+    named = set(re.findall(r"`([a-z]+(?:-[a-z]+)*)`", sentence))
+    decoded = {route.name for route in ROUTES if route.action == "inspect" and route.body is not None}
+    assert sorted(named ^ decoded) == []
+
+
+def test_the_hook_docs_name_may_block_where_plugins_import_it() -> None:
+    assert "may_block" in rediacc_core.__all__
+    for text in (hookspecs.rdc_request_rules.__doc__ or "", DOC.read_text(encoding="utf-8")):
+        assert "rediacc_core.may_block()" in text and "gate.images.may_block" not in text
