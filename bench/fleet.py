@@ -156,7 +156,7 @@ def measure(work: Path, count: int, runs: int) -> tuple[Samples, dict[str, float
         for how in ("", ", one-shot agent"):
             added = medians[f"{command}, ssh{how}"] - medians[f"{command}, local"]
             summary[f"{command} added by ssh{how} (t_py)"] = added / t_py
-    cpu = {case: statistics.median(values) for case, values in client_cpu.items()}
+    client = {case: statistics.median(values) for case, values in client_cpu.items()}
     host = {case: statistics.median(values) for case, values in host_cpu.items()}
     slowest = max(names, key=lambda name: medians[f"single {name}"])
     summary |= {
@@ -164,7 +164,7 @@ def measure(work: Path, count: int, runs: int) -> tuple[Samples, dict[str, float
         "--all / sum of singles": medians[fleet_case] / sum(singles),
         # On a real fleet each machine answers on its own CPUs, so what --all adds is the client's
         # own work; here the 8 agents, sshd and the client share this host's cores.
-        "--all client CPU / single client CPU": cpu[fleet_case] / cpu[f"single {slowest}"],
+        "--all client CPU / single client CPU": client[fleet_case] / client[f"single {slowest}"],
         # The least wall time --all could take here: all the CPU it made this host spend, on every core.
         "--all host CPU / cores / slowest single": host[fleet_case]
         / (os.cpu_count() or 1)
