@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
-from rediacc_core.gate.audit import Audit, Peer
+from rediacc_core.gate.audit import Audit, Peer, append_event
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import containerd, lifecycle, netns
@@ -123,6 +123,19 @@ def test_gate_log_prints_each_decision_with_the_client_credentials(box: Machine)
     assert len(rows) == 3
     assert "pid 4242 uid 1000" in rows[2] and "refused 403" in rows[2] and "grant" in rows[2]
     assert "vendor.example/gpu=1 (refused)" in rows[2]
+
+
+def test_a_handover_reads_as_what_rdc_did_not_as_a_refusal(box: Machine) -> None:
+    path = _audited(box)
+    repo = RepoStore(box).get_by_label("alpha")
+    append_event(
+        path, {"id": repo.id, "name": repo.name}, endpoint="gpu-handover", decision="handover",
+        cdi=["vendor.example/gpu=0"], message="vendor.example/gpu=0 granted exclusively to beta@box",
+    )  # fmt: skip
+    row = rdc("repo", "gate", "log", "alpha@box").stdout.splitlines()[-1]
+    assert "gpu-handover" in row and "handover" in row
+    assert row.rstrip().endswith("vendor.example/gpu=0") and "(refused)" not in row
+    assert f"pid {os.getpid()} uid {os.getuid()}" in row, "the rdc command that did it"
 
 
 def test_gate_log_since_and_json_give_the_recent_entries_as_json_lines(box: Machine) -> None:

@@ -221,7 +221,10 @@ _GATE_LOG_HEADER = "  ".join(
 def _gate_log_line(entry: dict[str, Any]) -> str:
     peer = entry.get("peer") or {}
     asked, admitted = entry.get("cdi_asked") or [], entry.get("cdi_admitted") or []
-    cdi = ",".join(admitted) if admitted else (",".join(asked) + " (refused)" if asked else "-")
+    if entry.get("method") == "rdc":  # something rdc did (a handover): nothing was refused
+        cdi = ",".join(asked) or "-"
+    else:
+        cdi = ",".join(admitted) if admitted else (",".join(asked) + " (refused)" if asked else "-")
     cells = (
         str(entry.get("time", "")),
         f"pid {peer.get('pid', '?')} uid {peer.get('uid', '?')}" + _ssh_cell(peer.get("ssh")),

@@ -443,6 +443,7 @@ def append_event(
         "time": _stamp(time.time()),
         "repo": repo,
         "method": "rdc",
+        "peer": {"pid": os.getpid(), "uid": os.getuid()},  # the rdc command that did it
         "endpoint": endpoint,
         "decision": decision,
         "status": 0,
