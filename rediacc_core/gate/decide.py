@@ -272,6 +272,22 @@ class Decider:
     def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
         target = parse_target(raw_target)
         endpoint = match_route(method, target.path)
+        decision = self._decide_route(method, raw_target, target, endpoint, content_type, body)
+        if decision.endpoint or endpoint is None or not endpoint.name:
+            return decision
+        # Every decision of a named route carries its name: the audit trail and the metrics label
+        # it by name, never by a path with a container's id in it.
+        return dataclasses.replace(decision, endpoint=endpoint.name)
+
+    def _decide_route(
+        self,
+        method: str,
+        raw_target: str,
+        target: Target,
+        endpoint: Route | None,
+        content_type: str | None,
+        body: bytes,
+    ) -> Decision:
         early = self._head(method, target, endpoint)
         if early is not None:
             return early

@@ -670,3 +670,21 @@ def test_docker_cli_requests(gate: Any, index: int, expected: str) -> None:
     assert (decision.forward, decision.status) == (False, 403)
     for part in expected.split("|"):
         assert part in decision.message
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "name"),
+    [
+        ("POST", "/v1.45/containers/abc/start", "container-start"),
+        ("POST", "/v1.45/containers/create", "container-create"),
+        ("GET", "/v1.45/info", "info"),
+    ],
+)
+def test_every_decision_of_a_named_route_carries_its_name(
+    gate: Any, method: str, target: str, name: str
+) -> None:
+    """The audit trail and the metrics label decisions by route, never by a path with an id in it."""
+    decision = gate.decider.decide(
+        method, target, "application/json", b'{"Image": "bb"}' if "create" in target else b""
+    )
+    assert decision.endpoint == name
