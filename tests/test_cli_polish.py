@@ -216,6 +216,15 @@ def test_bash_completes_a_repos_own_grants_for_revoke(completion_env: dict[str, 
     assert complete_line("rdc repo gpu revoke beta:exp@box --device ", completion_env) == []
 
 
+def test_bash_completes_setting_keys_and_their_choices(completion_env: dict[str, str]) -> None:
+    assert complete_line("rdc machine config box --set lease-e", completion_env) == ["lease-end="]
+    assert complete_line("rdc machine config box --set lease-end=", completion_env) == [
+        "lease-end=keep",
+        "lease-end=stop",
+    ]
+    assert complete_line("rdc machine config box --unset image-st", completion_env) == ["image-store"]
+
+
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
 def test_zsh_and_fish_scripts_are_printed(shell: str) -> None:
     assert "_RDC_COMPLETE" in ok("completion", shell).stdout

@@ -154,6 +154,21 @@ def complete_granted(ctx: click.Context, param: click.Parameter, incomplete: str
         return []
 
 
+def complete_setting_keys(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """`KEY=` for `machine config --set` (`KEY` for `--unset`); after `=`, the values a setting names."""
+    from rediacc_core.settings import SETTINGS
+
+    key, eq, _ = incomplete.partition("=")
+    if param.name == "unset":
+        return _items(SETTINGS, incomplete)
+    if not eq:
+        return _items((f"{name}=" for name in SETTINGS), incomplete)
+    setting = SETTINGS.get(key)
+    return _items((f"{key}={choice}" for choice in setting.choices), incomplete) if setting else []
+
+
 def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer | None:
     if param.name == "ref":
         return complete_new_repo if path[-2:] == ("repo", "create") else complete_repos
@@ -162,6 +177,8 @@ def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer |
         return complete_machines
     if param.name == "devices":
         return complete_granted if path[-1] in ("revoke", "renew") else complete_devices
+    if path[-2:] == ("machine", "config") and param.name in ("assignments", "unset"):
+        return complete_setting_keys
     return None
 
 
