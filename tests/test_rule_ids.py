@@ -70,5 +70,5 @@ def test_the_rules_docstring_lists_exactly_the_rule_ids() -> None:
 
 
 def test_security_md_sends_readers_to_the_list() -> None:
-    text = (CORE.parent / "SECURITY.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[1] / "SECURITY.md").read_text(encoding="utf-8")
     assert "Every rule id the gate answers with is listed in `rediacc_core/gate/rules.py`" in text
