@@ -53,6 +53,7 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "gpu", "revoke"): ON_REF,
     ("repo", "gpu", "renew"): ON_REF,
     ("repo", "gpu", "list"): READ_REF,
+    ("repo", "check"): READ_REF,  # decides offline, on the machine whose grants it reads
     ("repo", "up"): ON_REF,
     ("repo", "down"): ON_REF,
     ("repo", "units"): ON_REF,  # --install writes unit files

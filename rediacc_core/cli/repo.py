@@ -60,6 +60,7 @@ def _status(running: list[str]) -> str:
 _ELSEWHERE = {
     **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
     **dict.fromkeys(("env", "tunnel"), "rediacc_core.cli.repo_ssh"),
+    "check": "rediacc_core.cli.repo_check",
 }
 
 

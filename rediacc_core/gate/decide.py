@@ -78,6 +78,7 @@ class Decision:
     rules: tuple[str, ...] = ()
     cdi_asked: tuple[str, ...] = ()
     cdi_admitted: tuple[str, ...] = ()
+    refusals: tuple[Refusal, ...] = ()  # each problem apart, for a caller that shows them (`rdc repo check`)
 
 
 def _live_grants(machine: Machine) -> GrantsReader:
@@ -183,6 +184,7 @@ class Decider:
         pins: Pins | None = None,
         containers: ContainerLookup | None = None,
         upstream: Path | None = None,
+        pinning: bool = True,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -204,6 +206,8 @@ class Decider:
             index = repo_state_dir(machine, repo.id) / "pins.json"
             pins = Pins(pins_directory(machine.run_dir, repo.id), index)
         self.pins = pins
+        # False only for a decision that is never forwarded (`rdc repo check`): nothing is mounted.
+        self.pinning = pinning
         self._allowances: tuple[Mapping[str, Any], _Allowances] | None = None
 
     # --- what to read ---------------------------------------------------------------------------
@@ -622,7 +626,7 @@ class Decider:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 forwarded = encode(body)
                 cdi += new
-        if endpoint in _PINNED and rules.names_host_paths(endpoint, canonical):
+        if self.pinning and endpoint in _PINNED and rules.names_host_paths(endpoint, canonical):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
             body = json.loads(forwarded)
             pinned = rules.pin(endpoint, body, self._rule_context(target, settings, pinning=True))
@@ -675,4 +679,5 @@ class Decider:
             endpoint=endpoint,
             rules=rule_ids,
             cdi_asked=cdi,
+            refusals=tuple(refusals),
         )

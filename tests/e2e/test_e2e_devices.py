@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from e2e_kit import E2E, GPU0, GPU1, HAS_RENDER_PLUGIN, IMAGE, RENDER, refused
+from run_cases import REFUSED_RUNS, case_id
 
 
 def test_a_granted_cdi_device_appears_in_the_container(e2e: E2E) -> None:
@@ -48,28 +49,7 @@ def test_repos_have_separate_daemons(e2e: E2E) -> None:
         e2e.alpha.docker("rm", "-f", "only-in-alpha")
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["--gpus", "all"], "--device"),
-        (["--gpus", "device=0"], "--device"),
-        (["--privileged"], "rivileged"),
-        (["--device", "/dev/fakegpu0"], "/dev/fakegpu0"),
-        (["--device", "/dev/null:/dev/fakegpu0"], "/dev/null"),
-        (["-v", "/dev:/dev"], "/dev"),
-        (["-v", "/dev/null:/x"], "/dev/null"),
-        (["--mount", "type=bind,src=/dev/null,dst=/x"], "/dev/null"),
-        (
-            ["--mount", "type=volume,dst=/x,volume-opt=type=none,volume-opt=o=bind,volume-opt=device=/dev"],
-            "/dev",
-        ),
-        (["--device-cgroup-rule", "c 1:3 rwm"], "cgroup"),
-        (["--runtime", "nvidia"], "runtime"),
-        (["--runtime", "io.containerd.runc.v2"], "runtime"),
-        (["--annotation", f"cdi.k8s.io/x={GPU0}"], "cdi.k8s.io"),
-    ],
-    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
-)
+@pytest.mark.parametrize(("args", "needle"), REFUSED_RUNS, ids=case_id)
 def test_hardware_outside_a_cdi_grant_is_refused(e2e: E2E, args: list[str], needle: str) -> None:
     e2e.grant(e2e.alpha, GPU0)  # a grant must not open any other route
     try:

@@ -1,0 +1,140 @@
+"""`rdc repo check`: what the repo's gate would decide for a Compose file or a `docker run` line, before
+anything is sent. The requests they would make are decided by the gate's own decider, against the
+repo's grants in force and the machine's settings, read as a running gate reads them."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rediacc_core.cli.check_docker import CheckedRequest, from_docker
+from rediacc_core.cli.output import emit, note, output_option
+from rediacc_core.cli.repo import repo
+from rediacc_core.config import Config
+from rediacc_core.errors import EXIT_REFUSED, ValidationError
+from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import get_plugins
+from rediacc_core.repos import Repo, resolve_ref
+
+_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml")
+
+
+def requests_of(words: tuple[str, ...]) -> list[CheckedRequest]:
+    """The requests a Compose file (one word: its path) or a docker command line would send."""
+    from rediacc_core.cli.check_compose import from_compose
+
+    if len(words) == 1 and not words[0].startswith("docker"):
+        return from_compose(Path(words[0]))
+    args = list(words[1:] if words[:1] == ("docker",) else words)
+    if args[:1] != ["compose"]:
+        return from_docker(words)
+    return from_compose(*_compose_file(args[1:]))
+
+
+def _compose_file(args: list[str]) -> tuple[Path, str | None]:
+    """The file and project name of `docker compose [-f FILE] [-p NAME] [--project-directory DIR] …`."""
+    files, project, directory = [], None, Path()
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        name, eq, value = args[i].partition("=")
+        if name in ("-f", "--file", "-p", "--project-name", "--project-directory"):
+            if not eq:
+                i += 1
+                value = args[i] if i < len(args) else ""
+            if name in ("-f", "--file"):
+                files.append(value)
+            elif name == "--project-directory":
+                directory = Path(value)
+            else:
+                project = value
+        i += 1
+    if len(files) > 1:
+        raise ValidationError(
+            "rdc repo check reads one Compose file, not several merged",
+            "check each file alone: rdc repo check REPO FILE",
+        )
+    if files:
+        return Path(files[0]), project
+    for name in _COMPOSE_FILES:
+        if (directory / name).is_file():
+            return directory / name, project
+    raise ValidationError(
+        f"no Compose file in {directory.resolve()} ({', '.join(_COMPOSE_FILES)})",
+        "name it: rdc repo check REPO -- docker compose -f FILE up",
+    )
+
+
+def decide(
+    machine: Machine, found: Repo, requests: list[CheckedRequest]
+) -> list[tuple[CheckedRequest, Decision]]:
+    """Each request decided as the repo's gate decides it now, nothing sent or mounted. An image's
+    own settings (its exposed ports, its environment) are not known here: decided as if it had none."""
+    import json
+
+    decider = Decider(machine, found, get_plugins(), lambda image: None, lambda line: None, pinning=False)
+    return [
+        (r, decider.decide(r.method, r.target, "application/json", json.dumps(r.body).encode()))
+        for r in requests
+    ]
+
+
+def _refusals(decision: Decision) -> list[dict[str, Any]]:
+    if decision.refusals:
+        return [{"rule": r.rule, "message": r.message, "instead": r.replacement} for r in decision.refusals]
+    return [{"rule": (decision.rules or ("",))[0], "message": decision.message, "instead": None}]
+
+
+def _render(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for row in rows:
+        lines.append(f"{row['request']}: {'admitted' if row['admitted'] else 'refused'}")
+        for refusal in row["refusals"]:
+            lines.append(f"  [{refusal['rule']}] {refusal['message']}")
+            if refusal["instead"]:
+                lines.append(f"    instead: {refusal['instead']}")
+    return "\n".join(lines)
+
+
+@repo.command("check", context_settings={"ignore_unknown_options": True})
+@click.argument("ref", metavar="REPO-REF")
+@click.argument("what", nargs=-1, required=True, type=click.UNPROCESSED, metavar="COMPOSE-FILE | -- docker …")
+@output_option("table", "json", "yaml")
+def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
+    """Say what the repo's gate would decide for a Compose file or a docker run line, sending nothing.
+
+    Each request they would make (each service's container, each named volume and network) is
+    decided by the gate's own rules, against the repo's grants in force and the machine's settings.
+    Every refusal is printed with what to use instead; the exit code is 4 when any would be refused.
+    On an SSH machine the check runs there, and a Compose file is read there.
+
+    \b
+    Examples:
+      rdc repo check gpu-a compose.yaml
+      rdc repo check gpu-a -- docker run --rm --device vendor.example/gpu=0 ubuntu true
+      rdc repo check gpu-a -- docker compose -f compose.yaml up -d
+      rdc repo check gpu-a compose.yaml -o json
+    """
+    machine, found = resolve_ref(ref, Config.load())
+    decided = decide(machine, found, requests_of(what))
+    rows = [
+        {
+            "request": r.what,
+            "admitted": d.forward,
+            "status": 200 if d.forward else d.status,
+            "refusals": [] if d.forward else _refusals(d),
+        }
+        for r, d in decided
+    ]
+    emit(rows, fmt, _render)
+    refused = [row for row in rows if not row["admitted"]]
+    if refused:
+        note(
+            f"The gate of repo {found.ref} would refuse {len(refused)} of {len(rows)} requests of "
+            f"{shlex.join(what)}; change what each refusal names, then check again."
+        )
+        raise click.exceptions.Exit(EXIT_REFUSED)
+    note(f"The gate of repo {found.ref} would admit all {len(rows)} requests of {shlex.join(what)}.")
