@@ -164,7 +164,8 @@ class Config:
         if entry is None:
             raise NotFoundError(
                 f"no machine named {name!r}{self._where()}",
-                "run `rdc machine list` to see the machines, or `rdc machine add`",
+                "run `rdc machine list` to see the machines, or add it: "
+                f"`rdc machine add {name} --ssh root@<host>` (or `--root <dir>` for a simulated machine)",
             )
         ssh = entry.get("ssh")
         if ssh is not None:  # its root is on that machine: nothing here to check

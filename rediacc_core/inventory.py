@@ -150,16 +150,17 @@ def _gpu(record: Mapping[str, Any]) -> Gpu:
     )
 
 
-def check_inventory(document: Any, source: str, *, text: str | None = None) -> None:
+def check_inventory(document: Any, source: str, *, text: str | None = None, machine: str = "MACHINE") -> None:
     """Raise ValidationError naming `source` when `document` is not a valid inventory. With `text`
-    (what the file `source` holds), a text that passed before is not checked again."""
+    (what the file `source` holds), a text that passed before is not checked again. `machine` is the
+    machine whose setup the advice names."""
     if isinstance(document, Mapping) and isinstance(document.get("schemaVersion"), int):
         version = document["schemaVersion"]
         if version > SCHEMA_VERSION:
             raise ValidationError(
                 f"inventory {source} has schemaVersion {version}, newer than this rdc understands "
                 f"({SCHEMA_VERSION})",
-                "upgrade rdc, or run `rdc machine setup` again with this version to rewrite it",
+                f"upgrade rdc, or run `rdc machine setup {machine}` again with this version to rewrite it",
             )
     if text is None:
         problems = schema_errors(document, SCHEMA)
@@ -168,7 +169,7 @@ def check_inventory(document: Any, source: str, *, text: str | None = None) -> N
     if problems:
         raise ValidationError(
             f"inventory {source} does not match its schema: " + "; ".join(problems[:5]),
-            "run `rdc machine setup` to regenerate it",
+            f"run `rdc machine setup {machine}` to regenerate it",
         )
 
 
@@ -183,14 +184,14 @@ def read_inventory_text(machine: Machine) -> str | None:
         raise ValidationError(
             f"cannot read inventory {path}: {exc.strerror}", f"check the permissions of {path}"
         ) from exc
-    _parse(text, str(path))
+    _parse(text, str(path), machine.name)
     return text
 
 
 def load_inventory(machine: Machine) -> dict[str, Any] | None:
     """The machine's inventory, or None when `rdc machine setup` never ran there."""
     text = read_inventory_text(machine)
-    return None if text is None else _parse(text, str(machine.inventory_path))
+    return None if text is None else _parse(text, str(machine.inventory_path), machine.name)
 
 
 def read_inventory(machine: Machine) -> Inventory | None:
@@ -199,15 +200,15 @@ def read_inventory(machine: Machine) -> Inventory | None:
     return None if document is None else inventory_from_document(document)
 
 
-def _parse(text: str, source: str) -> dict[str, Any]:
+def _parse(text: str, source: str, machine: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(
             f"inventory {source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            "run `rdc machine setup` to regenerate it",
+            f"run `rdc machine setup {machine}` to regenerate it",
         ) from exc
-    check_inventory(document, source, text=text)
+    check_inventory(document, source, text=text, machine=machine)
     result: dict[str, Any] = document
     return result
 
@@ -223,7 +224,7 @@ class LiveInventory:
             found = read_text_keyed(path, "inventory")
             if found is None:
                 return None
-            return found[0], inventory_from_document(_parse(found[1], str(path)))
+            return found[0], inventory_from_document(_parse(found[1], str(path), machine.name))
 
         self._file: LiveFile[Inventory | None] = LiveFile(path, load, None, "inventory")
 
@@ -238,7 +239,7 @@ class LiveInventory:
 
 def write_inventory(machine: Machine, document: Mapping[str, Any]) -> None:
     """Validate, then replace the inventory atomically: a bad document never reaches the disk."""
-    check_inventory(document, str(machine.inventory_path))
+    check_inventory(document, str(machine.inventory_path), machine=machine.name)
     atomic_write_json(machine.inventory_path, document)
 
 

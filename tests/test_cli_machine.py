@@ -92,7 +92,8 @@ def test_an_unknown_machine_exits_5_with_error_and_next_step(rdc_config: Path, a
     assert result.exit_code == EXIT_NOT_FOUND
     assert result.stderr.splitlines() == [
         f"Error: no machine named 'ghost' (there is no client config at {rdc_config})",
-        "What to do: run `rdc machine list` to see the machines, or `rdc machine add`",
+        "What to do: run `rdc machine list` to see the machines, or add it: "
+        "`rdc machine add ghost --ssh root@<host>` (or `--root <dir>` for a simulated machine)",
     ]
     assert result.stdout == ""
 

@@ -186,7 +186,7 @@ def delete(ref: str, yes: bool) -> None:
             raise click.Abort()
     from rediacc_core.runtime import filesmount
 
-    filesmount.release_repo(machine, found.id)  # left by units stopped without `rdc repo down`
+    filesmount.release_repo(machine, found.id, found.ref)  # left by units stopped without `rdc repo down`
     dropped = RepoStore(machine).delete(found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 

@@ -173,8 +173,8 @@ def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
                 host,
                 f"device {host}:{inside} looks like a CDI name split at ':' by Compose's short syntax",
                 # Every Compose splits the short syntax (2.40 too): only a name without ':' survives it.
-                f"the same device's name without ':', its UUID form (rdc machine gpu list "
-                f"{repo_ref.rpartition('@')[2]} shows both; the repo needs a grant of that name)",
+                f"the same device's name without ':', its UUID form (`rdc machine gpu list "
+                f"{repo_ref.rpartition('@')[2]}` shows both; the repo needs a grant of that name)",
             )
             continue
         yield refuse("raw-device", host, f"raw device {host or '(empty path)'} is refused", CDI_DEVICE)

@@ -263,7 +263,7 @@ def classify(machine: SshMachine, returncode: int, stderr: str) -> RdcError:
     if "Permission denied" in text or "Too many authentication failures" in text:
         return RdcError(
             f"machine {machine.name} ({machine.address}) refused the login: {last}",
-            "check the user and key: ssh-add -l, the --identity given to `rdc machine add`, and the "
+            "check the user and key: ssh-add -l, the --identity the machine was added with, and the "
             f"machine's authorized_keys; try it by hand: {try_command(machine)}",
             exit_code=EXIT_UNREACHABLE,
         )

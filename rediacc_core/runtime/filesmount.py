@@ -116,9 +116,9 @@ def secure(files: Path) -> bool:
     return True
 
 
-def release(files: Path) -> bool:
-    """Unmount what `secure` mounted on `files`; True when it did. Raises StateError naming the mount
-    when it stays."""
+def release(files: Path, ref: str) -> bool:
+    """Unmount what `secure` mounted on `files` (of repo `ref`); True when it did. Raises StateError
+    naming the mount when it stays."""
     marker = marker_path(files)
     if not marker.exists():
         return False
@@ -131,7 +131,7 @@ def release(files: Path) -> bool:
         if why is not None:
             raise StateError(
                 f"the nosuid,nodev mount of the files directory {point} cannot be unmounted: {why}",
-                f"unmount it as root (umount {point}), then run rdc repo down again",
+                f"unmount it as root (umount {point}), then run rdc repo down {ref} again",
             )
     marker.unlink()
     return ours is not None
@@ -154,8 +154,8 @@ def secure_repo(machine: Machine, repo_id: str) -> None:
         ) from exc
 
 
-def release_repo(machine: Machine, repo_id: str) -> None:
+def release_repo(machine: Machine, repo_id: str, ref: str) -> None:
     """At `rdc repo down` and `rdc repo delete`: take off the files directory's mount (see
     `release`); only root mounts it."""
     if os.geteuid() == 0:
-        release(files_dir(machine, repo_id))
+        release(files_dir(machine, repo_id), ref)

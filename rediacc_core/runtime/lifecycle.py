@@ -189,7 +189,7 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
     if not runtime.owns_daemon and not daemon.ping(runtime.upstream_socket):
         raise StateError(
             f"repo {repo.ref} uses the Docker daemon at {repo.docker_host}, which does not answer",
-            "start that daemon first, then run rdc repo up again",
+            f"start that daemon first, then run rdc repo up {repo.ref} again",
         )
     from rediacc_core.runtime import filesmount
 
@@ -300,7 +300,7 @@ def _release_pins(machine: Machine, repo: Repo) -> list[str]:
     from rediacc_core.runtime import filesmount
 
     released = pins.release_all(pins.directory_for(machine.run_dir, repo.id))
-    filesmount.release_repo(machine, repo.id)
+    filesmount.release_repo(machine, repo.id, repo.ref)
     return [f"released {len(released)} pinned bind source(s)"] if released else []
 
 
@@ -336,10 +336,10 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     stopped += [f"unmounted {point}" for point in swept.unmounted]
     stopped += _release_pins(machine, repo)
     if not swept.left:  # the namespace goes last: what is left of the repo may still be in it
-        stopped += [f"removed {what}" for what in netns.tear_down(runtime.network)]
+        stopped += [f"removed {what}" for what in netns.tear_down(runtime.network, repo.ref)]
     if swept.left:
         raise StateError(
             f"repo {repo.ref} still has, after stopping its daemon: " + "; ".join(swept.left),
-            "stop those processes (as root), unmount those paths, then run rdc repo down again",
+            f"stop those processes (as root), unmount those paths, then run rdc repo down {repo.ref} again",
         )
     return stopped

@@ -292,10 +292,10 @@ def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> bool:
     return False
 
 
-def tear_down(net: RepoNetwork) -> list[str]:
-    """Stop the uplink and delete the namespace (what is left in it goes with its last process:
-    `rdc repo down` stops those first). Returns what it removed, for the user; raises, keeping the
-    namespace and the pidfile, when the uplink or the port keeper would not exit."""
+def tear_down(net: RepoNetwork, ref: str) -> list[str]:
+    """Stop the uplink and delete the namespace of repo `ref` (what is left in it goes with its last
+    process: `rdc repo down` stops those first). Returns what it removed, for the user; raises,
+    keeping the namespace and the pidfile, when the uplink or the port keeper would not exit."""
     done = []
     for what, pid, pidfile in (
         ("port keeper", ports_pid(net), net.ports_pidfile),
@@ -305,7 +305,7 @@ def tear_down(net: RepoNetwork) -> list[str]:
             if not pids.stop_pid(pid, PROCESS_STOP_TIMEOUT):  # gone before its namespace is
                 raise StateError(
                     f"the {what} of {net.name} (pid {pid}) did not exit after SIGKILL",
-                    f"find out what holds it (cat /proc/{pid}/stack), then run rdc repo down again",
+                    f"find out what holds it (cat /proc/{pid}/stack), then run rdc repo down {ref} again",
                 )
             done.append(f"{what} (pid {pid})")
         with contextlib.suppress(FileNotFoundError):

@@ -114,9 +114,9 @@ def test_secure_mounts_the_directory_nosuid_nodev_once_and_release_takes_it_off(
     assert filesmount.secure(files) is False  # a second `rdc repo up`, or a gate restarted
     assert len(mounts_at(files)) == 1
 
-    assert filesmount.release(files) is True
+    assert filesmount.release(files, "alpha@m1") is True
     assert mounts_at(files) == [] and not filesmount.marker_path(files).exists()
-    assert filesmount.release(files) is False  # `rdc repo down` again
+    assert filesmount.release(files, "alpha@m1") is False  # `rdc repo down` again
 
 
 @as_root
@@ -126,18 +126,18 @@ def test_a_mount_remounted_without_the_flags_is_hardened_again_not_stacked(files
     assert not nosuid_nodev(files)
     assert filesmount.secure(files) is True
     assert nosuid_nodev(files) and len(mounts_at(files)) == 1
-    filesmount.release(files)
+    filesmount.release(files, "alpha@m1")
 
 
 @as_root
 def test_a_marker_from_before_a_crash_and_reboot_is_replaced(files: Path) -> None:
     filesmount.marker_path(files).write_text(json.dumps({"bootId": "before-reboot", "mountId": 1}))
-    assert filesmount.release(files) is False  # nothing of this boot to take off
+    assert filesmount.release(files, "alpha@m1") is False  # nothing of this boot to take off
     assert not filesmount.marker_path(files).exists()
     filesmount.marker_path(files).write_text(json.dumps({"bootId": "before-reboot", "mountId": 1}))
     assert filesmount.secure(files) is True
     assert json.loads(filesmount.marker_path(files).read_text())["bootId"] == BOOT_ID
-    assert filesmount.release(files) is True and mounts_at(files) == []
+    assert filesmount.release(files, "alpha@m1") is True and mounts_at(files) == []
 
 
 @as_root
@@ -146,7 +146,7 @@ def test_a_directory_the_host_already_mounts_nosuid_nodev_needs_no_mount(files: 
     try:
         assert filesmount.secure(files) is False
         assert len(mounts_at(files)) == 1 and not filesmount.marker_path(files).exists()
-        assert filesmount.release(files) is False
+        assert filesmount.release(files, "alpha@m1") is False
         assert len(mounts_at(files)) == 1  # the host's own mount stays
     finally:
         subprocess.run(["umount", str(files)], check=True)
@@ -162,7 +162,7 @@ def test_what_the_operator_mounted_below_stays_visible_and_keeps_its_flags(files
         filesmount.secure(files)
         assert (below / "set.csv").read_text() == "a,b\n"
         assert os.statvfs(below).f_flag & os.ST_NOEXEC
-        filesmount.release(files)
+        filesmount.release(files, "alpha@m1")
         assert (below / "set.csv").exists()
     finally:
         subprocess.run(["umount", str(below)], check=True)
@@ -175,7 +175,7 @@ def test_a_read_only_or_noexec_host_mount_stays_so_under_the_bind(files: Path) -
         assert filesmount.secure(files) is True
         flags = os.statvfs(files).f_flag
         assert flags & os.ST_NOEXEC and flags & os.ST_RDONLY and nosuid_nodev(files)
-        filesmount.release(files)
+        filesmount.release(files, "alpha@m1")
     finally:
         subprocess.run(["umount", str(files)], check=True)
 
@@ -185,7 +185,7 @@ def test_release_refuses_to_unmount_a_mount_stacked_on_its_own(files: Path) -> N
     filesmount.secure(files)
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(files)], check=True)
     with pytest.raises(StateError, match="another mount is stacked on it") as caught:
-        filesmount.release(files)
+        filesmount.release(files, "alpha@m1")
     assert "umount" in caught.value.todo
     subprocess.run(["umount", str(files)], check=True)
-    assert filesmount.release(files) is True and mounts_at(files) == []
+    assert filesmount.release(files, "alpha@m1") is True and mounts_at(files) == []

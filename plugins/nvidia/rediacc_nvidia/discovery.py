@@ -45,12 +45,12 @@ def find_smi(machine: Machine) -> str | None:
     return machine.which("nvidia-smi")
 
 
-def _tool_error(argv: list[str], returncode: int, output: str) -> ToolError:
+def _tool_error(machine: str, argv: list[str], returncode: int, output: str) -> ToolError:
     detail = output.strip().splitlines()[-1] if output.strip() else "no output"
     return ToolError(
         f"`{' '.join(argv)}` failed (exit {returncode}): {detail}",
         "check the NVIDIA driver on the machine (does `nvidia-smi` work there?), "
-        "then run `rdc machine setup` again",
+        f"then run `rdc machine setup {machine}` again",
     )
 
 
@@ -59,7 +59,7 @@ def discover_smi(machine: Machine, smi: str, platform: str) -> list[Gpu]:
     argv = [smi, "-q", "-x"]
     result = machine.run(argv, timeout=_TIMEOUT)
     if not result.ok:
-        raise _tool_error(argv, result.returncode, result.stderr or result.stdout)
+        raise _tool_error(machine.name, argv, result.returncode, result.stderr or result.stdout)
     try:
         report = parse_xml(result.stdout)
     except SmiParseError as exc:
@@ -83,7 +83,7 @@ def discover_smi(machine: Machine, smi: str, platform: str) -> list[Gpu]:
             if has_mig:  # MIG UUIDs and profiles exist nowhere else
                 raise ToolError(str(exc), "run `nvidia-smi -L` on the machine to see what it prints") from exc
     elif has_mig:
-        raise _tool_error([smi, "-L"], listing.returncode, listing.stderr or listing.stdout)
+        raise _tool_error(machine.name, [smi, "-L"], listing.returncode, listing.stderr or listing.stdout)
     return combine(report, rows, listed, platform)
 
 
