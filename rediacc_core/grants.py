@@ -37,9 +37,9 @@ from rediacc_core.repos import Repo, RepoStore, now_iso
 from rediacc_core.statelock import state_lock
 
 if TYPE_CHECKING:
-    from rediacc_core.holdings import Holder
     from rediacc_core.model import Inventory
     from rediacc_core.plugins import Plugins
+    from rediacc_core.runtime.holdings import Holder
     from rediacc_core.runtime.openers import Node, Opener
 
 # Reading grants (every `rdc` read, the gate, the runtime guard) needs only this module's top; what
@@ -240,8 +240,8 @@ class GrantStore:
         openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
     ) -> None:
         self.machine = machine
-        from rediacc_core.holdings import device_openers, repo_holders, stop_holder
         from rediacc_core.plugins import get_plugins
+        from rediacc_core.runtime.holdings import device_openers, repo_holders, stop_holder
 
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
@@ -322,7 +322,7 @@ class GrantStore:
         handed.update({g.repo_id: owners[g.repo_id] for g in taken if g.repo_id in owners})
         for old in handed.values():
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
-                from rediacc_core.holdings import record_handover
+                from rediacc_core.runtime.holdings import record_handover
 
                 record_handover(self.machine, old, repo, wanted, stopped)
         return outcomes
@@ -481,7 +481,7 @@ class GrantStore:
             listing = "; ".join(
                 f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in in_the_way
             )
-            from rediacc_core.holdings import stop_command
+            from rediacc_core.runtime.holdings import stop_command
 
             commands = " and ".join(dict.fromkeys(f"`{stop_command(h)}`" for h, _ in in_the_way))
             what = ", ".join(devices)
@@ -508,7 +508,7 @@ class GrantStore:
         named the device, or opened through a hard link, counts, and so does a process that left its
         container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
         repo may hold through a grant of its own in force (a shared control node) do not count."""
-        from rediacc_core.holdings import clear_openers, nodes_of, openers_report
+        from rediacc_core.runtime.holdings import clear_openers, nodes_of, openers_report
 
         now = now_iso()
         stopped: list[Holder] = []

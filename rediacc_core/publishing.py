@@ -4,7 +4,7 @@ Policy (machine settings): `publish-ports`, the host ports a repo may publish on
 1024-65535: the ports below 1024 are the host's services', and a tenant holding 127.0.0.1:53 or :80
 would answer the host's own clients), and `publish-limit`, the most host ports one repo publishes at
 once (default 64: each is a listener of the uplink, and `-p 1-65535:1-65535` would ask for all).
-The gate refuses what breaks them (`gate/publish.py`); the keeper (`runtime/ports.py`) skips it,
+The gate refuses what breaks them (`gate/policy/publish.py`); the keeper (`runtime/ports.py`) skips it,
 for what the gate never saw (a container created before a change, a restart policy's start).
 
 State: each keeper writes the host ports it publishes to `<machine run dir>/published/<12 of the

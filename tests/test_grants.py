@@ -25,10 +25,10 @@ from rediacc_core.errors import (
 )
 from rediacc_core.files import schema_errors
 from rediacc_core.grants import GrantStore, LiveGrants, prune_orphans, read_grants, units_overlap
-from rediacc_core.holdings import Holder
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.holdings import Holder
 from rediacc_core.runtime.openers import Opener
 from rediacc_core.statelock import lock_timeout, state_lock
 from rediacc_core.testing import FakeMachine

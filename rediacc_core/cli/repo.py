@@ -372,7 +372,8 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.holdings import (
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.holdings import (
         Holder,
         clear_openers,
         device_openers,
@@ -382,7 +383,6 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
         stop_command,
         stop_holder,
     )
-    from rediacc_core.plugins import get_plugins
 
     machine, found = resolve_ref(ref, Config.load())
     store = GrantStore(machine, get_plugins())

@@ -21,10 +21,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from rediacc_core import pids
 from rediacc_core.errors import ToolError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.runtime import daemon as daemon_mod
-from rediacc_core.runtime import pids
 from rediacc_core.runtime.daemon import DaemonPaths
 from rediacc_core.runtime.netns import RepoNetwork
 from rediacc_core.unixhttp import listening

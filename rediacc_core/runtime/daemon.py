@@ -37,8 +37,8 @@ from typing import Any
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
+from rediacc_core.pids import pid_alive, stop_pid
 from rediacc_core.runtime.netns import UPLINK_DNS, RepoNetwork
-from rediacc_core.runtime.pids import pid_alive, stop_pid
 
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 # The deepest socket dockerd creates below its exec-root (its managed containerd's ttrpc socket).
@@ -174,11 +174,11 @@ def daemon_config(
     machine's setting of that name."""
     runtimes: dict[str, Any] = {}
     if guard is not None:
-        from rediacc_core.runtime import guard as runtime_guard  # only a daemon with a guard names it
+        from rediacc_core.gate.policy.rules import GUARD_RUNTIME  # only a daemon with a guard names it
 
         runtimes = {
-            "runtimes": {runtime_guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}},
-            "default-runtime": runtime_guard.GUARD_RUNTIME,
+            "runtimes": {GUARD_RUNTIME: {"path": str(paths.guard_script)}},
+            "default-runtime": GUARD_RUNTIME,
         }
     return {
         **runtimes,

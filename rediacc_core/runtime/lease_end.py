@@ -19,9 +19,9 @@ from collections.abc import Callable, Collection
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import RdcError
 from rediacc_core.grants import read_grants
-from rediacc_core.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, now_iso
+from rediacc_core.runtime.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.runtime.openers import Node, Opener
 from rediacc_core.settings import effective, read_settings
 

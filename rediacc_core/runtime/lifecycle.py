@@ -23,10 +23,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
-from rediacc_core.runtime import daemon, netns, pids
+from rediacc_core.runtime import daemon, netns
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
 # are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
@@ -296,7 +297,7 @@ def running_parts(machine: Machine, repo: Repo) -> list[str]:
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
     """Unmount the repo's pinned bind sources (with its gate down, no new container can use them)
     and its files directory's nosuid,nodev mount."""
-    from rediacc_core.gate import pins
+    from rediacc_core.gate.policy import pins
     from rediacc_core.runtime import filesmount
 
     released = pins.release_all(pins.directory_for(machine.run_dir, repo.id))

@@ -37,10 +37,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rediacc_core import publishing
+from rediacc_core import pids, publishing
 from rediacc_core.errors import StateError, ToolError
 from rediacc_core.machine import Machine
-from rediacc_core.runtime import pids, rtnetlink
+from rediacc_core.runtime import rtnetlink
 
 NETNS_DIR = Path("/run/netns")
 UPLINK_DEVICE = "tap0"

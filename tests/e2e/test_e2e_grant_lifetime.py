@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused, wait_for
 
+from rediacc_core import pids
 from rediacc_core.grants import Grant, read_grants
-from rediacc_core.holdings import device_openers
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle, pids
+from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime.holdings import device_openers
 from rediacc_core.testing.dockerenv import docker_api, import_busybox
 
 JSON = "application/json"

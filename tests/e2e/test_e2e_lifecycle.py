@@ -10,10 +10,11 @@ from collections.abc import Iterator
 import pytest
 from e2e_kit import E2E, IMAGE, post, raw_exchange
 
+from rediacc_core import pids
 from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW
 from rediacc_core.errors import EXIT_STATE
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle, pids
+from rediacc_core.runtime import daemon, lifecycle
 
 
 def test_the_repo_daemon_reads_cdi_specs_only_from_the_machine(e2e: E2E) -> None:

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
+from rediacc_core import pids
 from rediacc_core.publishing import short_id, state_file
-from rediacc_core.runtime import daemon, netns, pids
+from rediacc_core.runtime import daemon, netns
 from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.runtime import daemon, pids
+from rediacc_core import pids
+from rediacc_core.runtime import daemon
 
 # The sleep's argument: how this test finds its container's process in /proc. Drawn per run, so that
 # another run of this suite on the same host (its own sleep) is never taken for this one's.

@@ -9,9 +9,9 @@ import pytest
 from grants_kit import GPU, build_machine, fake_plugins
 
 from rediacc_core.grants import GrantStore
-from rediacc_core.holdings import Holder
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.holdings import Holder
 from rediacc_core.runtime.lease_end import stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.openers import Opener

@@ -21,12 +21,13 @@ import contextlib
 import http.client
 import json
 import urllib.parse
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
+from rediacc_core.gate.wire.devicerequests import cdi_names
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import openers
@@ -35,17 +36,6 @@ from rediacc_core.runtime.openers import Node, Opener
 ASK_TIMEOUT = 10.0
 STOP_TIMEOUT = 10  # seconds the daemon waits after SIGTERM before it kills a holder
 _RUNS = frozenset({"running", "paused", "restarting"})
-
-
-def cdi_names(host_config: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """Every device id in the CDI device requests of a HostConfig (or update body), once each."""
-    names: list[str] = []
-    requests = host_config.get("DeviceRequests") if isinstance(host_config, Mapping) else None
-    for request in requests if isinstance(requests, list) else ():
-        if isinstance(request, dict) and request.get("Driver") == "cdi":
-            ids = request.get("DeviceIDs")
-            names.extend(i for i in (ids if isinstance(ids, list) else ()) if isinstance(i, str))
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -251,7 +241,7 @@ def record_handover(
     machine: Machine, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]
 ) -> None:
     """One line in each repo's audit log: which devices went from `old` to `new`, and what was stopped."""
-    from rediacc_core.gate.audit import append_event
+    from rediacc_core.gate.audit.log import append_event
     from rediacc_core.runtime.lifecycle import runtime_for
 
     devices = list(names)
