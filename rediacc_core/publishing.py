@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rediacc_core.pids import pid_alive
+
 DEFAULT_RANGE = "1024-65535"
 DEFAULT_LIMIT = 64
 MAX_LIMIT = 65535
@@ -111,22 +113,12 @@ def write_state(path: Path, ports: Iterable[Port], pid: int | None = None) -> No
     os.replace(temporary, path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_state(path: Path) -> frozenset[Port]:
     """The ports in `path`; none when it is missing, unreadable or its keeper is gone."""
     try:
         document = json.loads(path.read_text())
         pid, ports = int(document["pid"]), document["ports"]
-        if not _alive(pid):
+        if not pid_alive(pid):
             return frozenset()
         return frozenset((str(p), int(n)) for p, n in ports)
     except (OSError, ValueError, KeyError, TypeError):

@@ -23,7 +23,7 @@ from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import containerd, lifecycle, netns
-from rediacc_core.runtime.daemon import DaemonPaths
+from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.testing import FakeMachine
 
 

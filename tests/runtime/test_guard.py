@@ -13,7 +13,8 @@ import pytest
 
 from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.runtime import guard
-from rediacc_core.runtime.daemon import DaemonPaths, Guard, daemon_config, guard_script
+from rediacc_core.runtime.daemon import Guard, daemon_config, guard_script
+from rediacc_core.runtime.layout import DaemonPaths
 
 REPO_ID = "6f1d0d6e-3a57-4d5c-9d59-0a4f2f2b8c11"
 NULL = os.stat("/dev/null")
