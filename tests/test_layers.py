@@ -52,10 +52,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
     {
         ("rediacc_core.grants", "rediacc_core.runtime.holdings"),
         ("rediacc_core.repos", "rediacc_core.grants"),
-        ("rediacc_core.remote.dispatch", "rediacc_core.remote.tunnel"),
-        ("rediacc_core.remote.agent", "rediacc_core.remote.resident"),
-        ("rediacc_core.cli", "rediacc_core.launcher"),
-        ("rediacc_core.cli.machine", "rediacc_core.cli.machine_ssh"),
     }
 )
 

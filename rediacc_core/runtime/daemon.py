@@ -38,7 +38,6 @@ from typing import Any
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
 from rediacc_core.pids import pid_alive, stop_pid
-from rediacc_core.runtime.containerd import start_containerd, stop_containerd
 from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.runtime.netns import UPLINK_DNS, RepoNetwork
 from rediacc_core.runtime.process import log_tail
@@ -276,7 +275,7 @@ class RunningDaemon:
             stop_pid(self.pid, timeout, self.process)
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
-        stop_containerd(self.paths, timeout)
+        self.paths.containerd.stop(timeout)  # after dockerd: it stopped the containers
 
 
 def start_dockerd(
@@ -308,6 +307,9 @@ def start_dockerd(
     prepare(root, paths, guard, network)
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
+    # Imported here: a command that only reads pidfiles needs no socket client.
+    from rediacc_core.runtime.containerd import start_containerd
+
     start_containerd(paths, network, detach=detach)
     log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
@@ -319,7 +321,7 @@ def start_dockerd(
             start_new_session=detach,
         )
     except OSError as exc:
-        stop_containerd(paths)
+        paths.containerd.stop(5)
         raise ToolError(f"cannot run {dockerd}: {exc.strerror}", "install Docker Engine >= 25") from exc
     finally:
         log.close()

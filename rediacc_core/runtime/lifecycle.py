@@ -27,7 +27,6 @@ from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
 from rediacc_core.runtime import daemon, netns
-from rediacc_core.runtime.containerd import stop_containerd
 from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
 from rediacc_core.runtime.process import Child
 
@@ -307,7 +306,7 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     pid = runtime.daemon_paths.dockerd.stop(timeout)
     if pid is not None:
         stopped.append(f"dockerd (pid {pid})")
-    pid = stop_containerd(runtime.daemon_paths, timeout)  # after dockerd: it stopped the containers
+    pid = runtime.daemon_paths.containerd.stop(timeout)  # after dockerd: it stopped the containers
     if pid is not None:
         stopped.append(f"containerd (pid {pid})")
     swept = teardown.sweep(before)
