@@ -259,3 +259,48 @@ def record_handover(
             cdi=devices,
             message=message,
         )
+
+
+class Holdings:
+    """The machine's running parts as granting asks about them (`grants.RunningParts`): the
+    containers and processes of each repo that hold a device, stopping them, and the handover's
+    audit lines. Handed to `GrantStore` by its caller: the grant records never reach a daemon.
+
+    `holders`, `stop` and `openers` replace the daemon and /proc lookups (tests, simulations)."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        holders: Callable[[Repo], list[Holder] | None] | None = None,
+        stop: Callable[[Holder], None] | None = None,
+        openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+    ) -> None:
+        self.machine = machine
+        self._holders = holders or (lambda repo: repo_holders(machine, repo))
+        self._stop = stop or (lambda holder: stop_holder(machine, holder))
+        self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
+
+    def holders(self, repo: Repo) -> list[Holder] | None:
+        return self._holders(repo)
+
+    def stop(self, holder: Holder) -> None:
+        self._stop(holder)
+
+    def openers(self, repo: Repo, nodes: Collection[Node]) -> list[Opener]:
+        return self._openers(repo, nodes)
+
+    def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]:
+        return nodes_of(self.machine, names, besides)
+
+    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]:
+        return clear_openers(self.machine, repo, nodes, find=self._openers, stop=self._stop)
+
+    def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]:
+        return openers_report(self.machine, repo, left)
+
+    def stop_command(self, holder: Holder) -> str:
+        return stop_command(holder)
+
+    def record_handover(self, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]) -> None:
+        record_handover(self.machine, old, new, names, stopped)

@@ -21,7 +21,7 @@ import pytest
 from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused, wait_for
 
 from rediacc_core import pids
-from rediacc_core.grants import Grant, read_grants
+from rediacc_core.grants import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.holdings import device_openers
@@ -244,7 +244,7 @@ def gamma(e2e: E2E) -> Iterator[tuple[Repo, RepoEnv]]:
         yield repo, RepoEnv(repo, runtime, env)
     finally:
         lifecycle.repo_down(e2e.machine, repo)
-        RepoStore(e2e.machine).delete(repo)
+        delete_repo(e2e.machine, repo)
 
 
 # What stops a restart-policy start when a repo daemon comes back: the runtime guard, or on Engine
