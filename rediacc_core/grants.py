@@ -144,11 +144,17 @@ def _read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
     return None if found is None else (found[0], parse_grants(found[1], path))
 
 
+def in_force(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` in force at `now` (default this moment): the one place a lease that
+    has ended stops counting, for every reader (rdc, the gate, housekeeping)."""
+    stamp = now or now_iso()
+    return [g for g in grants if g.in_force(stamp)]
+
+
 def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
     """Every grant in force on the machine (at `now`, default this moment); [] when none."""
     found = _read_file(machine.grants_path)
-    stamp = now or now_iso()
-    return [] if found is None else [g for g in found[1] if g.in_force(stamp)]
+    return [] if found is None else in_force(found[1], now)
 
 
 def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> Grant | None:
@@ -537,14 +543,13 @@ class GrantStore:
         container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
         repo may hold through a grant of its own in force (a shared control node) do not count."""
         running = self.running
-        now = now_iso()
         stopped: list[Holder] = []
         problems: list[str] = []
         commands: list[str] = []
         for other in owners.values():
             if other.id == repo.id:
                 continue
-            besides = [g.device for g in current if g.repo_id == other.id and g.in_force(now)]
+            besides = [g.device for g in current if g.repo_id == other.id]  # read in force
             nodes = running.nodes_of(devices, besides)
             if stop:
                 more, left = running.clear_openers(other, nodes)
@@ -694,11 +699,7 @@ class LiveGrants:
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
         """The names granted to `repo_id` and in force now: a lease that has ended is absent at once."""
-        now = now_iso()
-        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id and g.in_force(now))
+        return frozenset(g.device for g in in_force(self.grants()) if g.repo_id == repo_id)
 
     def exclusive_for_repo(self, repo_id: str) -> frozenset[str]:
-        now = now_iso()
-        return frozenset(
-            g.device for g in self.grants() if g.repo_id == repo_id and g.exclusive and g.in_force(now)
-        )
+        return frozenset(g.device for g in in_force(self.grants()) if g.repo_id == repo_id and g.exclusive)

@@ -13,7 +13,7 @@ from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants import Grant, delete_repo, read_grants
-from rediacc_core.repos import Repo, RepoRef, RepoStore, now_iso, repo_state_dir, resolve_ref
+from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
 
 # The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
 # registry, the daemons) is imported by the command that makes it.
@@ -399,8 +399,7 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
                 stopped.add(holder.id)
     # Whatever its container named, any process of the repo holding a node of the devices keeps them
     # (a descriptor passed over a socket, a hard link); nodes of names still granted do not count.
-    now = now_iso()
-    nodes = nodes_of(machine, names, [g.device for g in store.for_repo(found.id) if g.in_force(now)])
+    nodes = nodes_of(machine, names, [g.device for g in store.for_repo(found.id)])  # in force now
     opened: list[Holder] = []
     if stop:
         opened, left = clear_openers(machine, found, nodes)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
 from rediacc_core.gate.buildkit.llb import BuildPolicy
-from rediacc_core.gate.containers import ContainerLookup, Held, LookupFailed
+from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
 from rediacc_core.gate.policy import isolation, mounts, publish, rules
 from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
 from rediacc_core.gate.policy.findings import Finding
@@ -336,9 +336,9 @@ class Decider:
         try:
             if route.name == "exec-start":
                 container = self.containers.exec_container(ref)
-                held = None if container is None else self.containers.held(container)
+                held = None if container is None else self.containers.lookup(container)
             else:
-                held = self.containers.held(ref)
+                held = self.containers.lookup(ref)
         except LookupFailed as exc:
             message = f"the gate could not check which devices container {ref} holds: {exc}; try again"
             return Decision(
@@ -368,7 +368,7 @@ class Decider:
         ]
         return self._refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
 
-    def _port_problems(self, held: Held) -> list[Refusal]:
+    def _port_problems(self, held: Container) -> list[Refusal]:
         """The publishing rules for a container about to run, under today's settings and keepers."""
         if not held.ports:
             return []
