@@ -484,6 +484,17 @@ class GrantStore:
             todo,
         )
 
+    def in_the_way(self, repo: Repo, device: str) -> str | None:
+        """Why `repo` could not be granted `device` now, or None when it could: the other repos'
+        exclusive grants in the way, who holds them and the handover that moves them. Read without
+        the state lock: it is advice for a refusal, and `grant` checks again under the lock."""
+        owners = {r.id: r for r in RepoStore(self.machine).list()}
+        conflicts = self._conflicts(repo, [device], False, self.all(), owners)
+        if not conflicts:
+            return None
+        handover = self._refusal(repo, [device], True, conflicts, owners).todo
+        return "; ".join(why for _, why in conflicts) + f" ({handover})"
+
     def running_holders(
         self, repo: Repo, devices: Sequence[str], owners: Mapping[str, Repo] | None = None
     ) -> list[tuple[Holder, str]]:

@@ -272,3 +272,6 @@ class GateContext:
     settings: Mapping[str, Any]
     image_config: Callable[[str], Mapping[str, Any] | None]
     log: Callable[[str], None]
+    # Why this repo could not be granted a CDI name now (another repo holds it, or hardware it
+    # reaches, exclusively: who, and the handover command), or None: for advice that leads somewhere.
+    in_the_way: Callable[[str], str | None] = lambda name: None

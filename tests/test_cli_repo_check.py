@@ -76,6 +76,22 @@ class TestDockerRunLines:
         assert not row["admitted"] and row["status"] in (400, 403)
         assert any(needle in f"{r['message']} {r['instead']}" for r in row["refusals"]), row
 
+    def test_a_device_another_repo_holds_exclusively_names_it_and_the_handover(self, box: Machine) -> None:
+        assert rdc("repo", "create", "beta@box").exit_code == 0
+        granted = rdc("repo", "gpu", "grant", "beta@box", "--device", GPU0, "--exclusive")
+        assert granted.exit_code == 0, granted.output
+        for asked, why in (
+            (GPU0, f"holds {GPU0} exclusively"),
+            (f"{GPU}=all", f"holds {GPU0} exclusively, which reaches the same hardware as {GPU}=all"),
+        ):
+            result = check_run("--device", asked)
+            assert result.exit_code == EXIT_REFUSED
+            assert f"repo alpha has no grant for {asked}, and cannot have one now: repo beta@box {why}" in (
+                result.stdout
+            )
+            assert f"`rdc repo gpu grant alpha@box --device {asked} --exclusive --take-over`" in result.stdout
+            assert f"({GPU.split('/')[0]}" not in result.stdout  # no plain grant advised
+
     def test_each_refusal_has_its_rule_and_replacement(self, box: Machine) -> None:
         result = check_run("--privileged", "--cap-add", "SYS_ADMIN", "-p", "80:80")
         assert result.exit_code == EXIT_REFUSED

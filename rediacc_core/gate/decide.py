@@ -362,15 +362,31 @@ class Decider:
                     f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
                     f"now{why}, so it may not run"
                 ),
-                replacement=(
-                    f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or `docker rm "
-                    f"{held.name}` and create it again without the device"
-                ),
+                replacement=self._held_instead(held.name, name),
                 rule="grant",
             )
             for name in missing
         ]
         return self._refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+
+    def _held_instead(self, container: str, name: str) -> str:
+        """What a container holding `name` without a grant can do: ask for the grant, or, when
+        another repo's exclusive grant is in the way (a fork's copy of a GPU container), hand it over."""
+        remove = f"`docker rm {container}` and create it again without the device"
+        blocked = self.in_the_way(name)
+        if blocked is not None:
+            return f"{remove}; {name} cannot be granted to repo {self.repo.label} now: {blocked}"
+        return f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or {remove}"
+
+    def in_the_way(self, name: str) -> str | None:
+        """Why this repo could not be granted `name` now (another repo's exclusive grant: who holds
+        it, and the handover), or None; read only for a refusal's advice."""
+        from rediacc_core.grants import GrantStore
+
+        try:
+            return GrantStore(self.machine, self.plugins).in_the_way(self.repo, name)
+        except Exception:  # only the advice depends on it: the refusal stands either way
+            return None
 
     def _port_problems(self, held: Container) -> list[Refusal]:
         """The publishing rules for a container about to run, under today's settings and keepers."""
@@ -552,6 +568,9 @@ class Decider:
                 lease = ended_lease(self.machine, self.repo.id, name)
             except Exception:  # only the advice depends on it
                 lease = None
+            blocked = self.in_the_way(name)
+            if blocked is not None:  # a grant would be refused: say who holds it, and the handover
+                return f"repo {self.repo.label} has no grant for {name}, and cannot have one now: {blocked}"
             if lease is not None:  # an ended lease cannot be renewed: it is granted anew
                 ended = lease.expires_at
                 return f"the lease of {name} to repo {self.repo.label} ended at {ended} ({grant} --for 8h)"
@@ -601,6 +620,7 @@ class Decider:
             settings=settings,
             image_config=self.image_config,
             log=self.log,
+            in_the_way=self.in_the_way,
         )
         try:
             verdicts = self.plugins.request_rules(request, ctx)

@@ -145,3 +145,19 @@ def test_the_lookup_waits_so_it_never_runs_on_the_event_loop(gate: Gate) -> None
 def test_a_decider_without_a_lookup_leaves_it_to_the_runtime_guard(gate: Gate) -> None:
     assert isinstance(gate.decider, Decider) and gate.decider.containers is None
     assert decide(gate, "POST", "/v1.45/containers/trainer/start", b"").forward
+
+
+def test_a_copied_container_is_told_who_holds_its_device_exclusively(
+    gate: Gate, containers: FakeContainers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fork's copy of a GPU container: asking for the grant would be refused while another repo
+    # holds the device exclusively, so the advice names that repo and the handover instead.
+    blocked = (
+        f"repo beta@m1 holds {GPU0} exclusively (to move it in one step: "
+        f"`rdc repo gpu grant {REF} --device {GPU0} --exclusive --take-over`)"
+    )
+    monkeypatch.setattr(gate.decider, "in_the_way", lambda name: blocked if name == GPU0 else None)
+    decision = decide(gate, "POST", "/v1.45/containers/trainer/start", b"")
+    assert not decision.forward
+    assert f"{GPU0} cannot be granted to repo alpha now: {blocked}" in decision.message
+    assert "an operator's" not in decision.message

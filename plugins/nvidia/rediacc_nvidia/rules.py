@@ -62,7 +62,8 @@ def replacement_for(cdi: list[str]) -> str:
 
 def usable_replacement(wanted: list[str], ctx: GateContext | None) -> str:
     """The replacement this repo can use now: the names asked when it holds them all; else the
-    NVIDIA names it holds (a request for `all` GPUs is all of those); else the grant to ask for.
+    NVIDIA names it holds (a request for `all` GPUs is all of those); else, when another repo's
+    exclusive grant is in the way, who holds it and the handover; else the grant to ask for.
 
     Without a context (a caller outside a gate), the names asked, as before."""
     if ctx is None:
@@ -73,6 +74,12 @@ def usable_replacement(wanted: list[str], ctx: GateContext | None) -> str:
     if held:
         mine = replacement_for(held)
         return f"{mine}: the GPUs this repo holds ({', '.join(wanted)} is not granted to it)"
+    for name in wanted:
+        blocked = None if name in ctx.grants else ctx.in_the_way(name)
+        if blocked is not None:  # a grant to ask for would be refused: who holds it, and the handover
+            others = " ".join(f"--device {g}" for g in sorted(ctx.grants))
+            what_it_has = f"; what it holds: {others}" if others else ""
+            return f"no NVIDIA GPU: {name} cannot be granted to this repo now: {blocked}{what_it_has}"
     devices = " ".join(f"--device {name}" for name in wanted)
     return (
         f"{replacement_for(wanted)} once an operator grants it: rdc repo gpu grant {ctx.repo_ref} {devices} "

@@ -73,6 +73,7 @@ class Gate:
         self.images: dict[str, Mapping[str, Any] | None] = {}
         self.lines: list[str] = []
         self.settings: dict[str, Any] = {}
+        self.blocked: dict[str, str] = {}  # what another repo's exclusive grant keeps from this one
         self.machine = Machine("m1", tmp_path / "root")
         self.inventory = inventory
         self.grants: frozenset[str] = frozenset(
@@ -94,6 +95,7 @@ class Gate:
             settings=self.settings,
             image_config=image_config,
             log=self.lines.append,
+            in_the_way=lambda name: self.blocked.get(name),
         )
 
     def decide(self, body: dict[str, Any], cdi: tuple[str, ...] = ()) -> list[Refusal | Rewrite]:
@@ -187,6 +189,24 @@ def test_the_advice_names_what_this_repo_can_use(
     gate.grants = frozenset(grants)
     refusal = only_refusal(gate.decide(create(DeviceRequests=[{**request_, "Capabilities": [["gpu"]]}])))
     assert refusal.replacement == told
+
+
+def test_gpus_all_in_a_repo_with_only_a_render_node_names_who_holds_the_cards(gate: Gate) -> None:
+    # Another repo holds the cards exclusively: a grant of nvidia.com/gpu=all would be refused, so
+    # the advice is who holds them and the handover, never that grant.
+    held = (
+        "repo beta@m1 holds nvidia.com/gpu=0 exclusively (to move it in one step: "
+        "`rdc repo gpu grant alpha@m1 --device nvidia.com/gpu=all --exclusive --take-over`)"
+    )
+    gate.grants = frozenset({"rediacc.io/dri=renderD128"})
+    gate.blocked = {"nvidia.com/gpu=all": held}
+    refusal = only_refusal(
+        gate.decide(create(DeviceRequests=[{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]))
+    )
+    assert refusal.replacement == (
+        f"no NVIDIA GPU: nvidia.com/gpu=all cannot be granted to this repo now: {held}; "
+        "what it holds: --device rediacc.io/dri=renderD128"
+    )
 
 
 def test_legacy_visible_devices_advice_follows_the_grants(gate: Gate) -> None:
