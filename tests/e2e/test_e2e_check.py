@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2e_kit import E2E, GPU0, GPU1, IMAGE
+from e2e_kit import E2E, GPU0, GPU1, IMAGE, refused
 from run_cases import REFUSED_RUNS, case_id
 
 
@@ -59,3 +59,19 @@ def test_a_compose_file_is_checked_as_the_gate_decides_it(e2e: E2E, tmp_path: Pa
         _agree(checked, live)
     finally:
         e2e.alpha.compose(project, "down")
+
+
+def test_a_device_held_exclusively_elsewhere_names_its_holder_live_and_offline(e2e: E2E) -> None:
+    # A grant of it would be refused, so both say who holds it and the handover, not that grant.
+    granted = e2e.rdc("repo", "gpu", "grant", e2e.beta.repo.ref, "--device", GPU1, "--exclusive")
+    assert granted.returncode == 0, granted.stderr
+    line = ["run", "--rm", "--device", GPU1, IMAGE, "true"]
+    try:
+        result, checked = _checked(e2e, "--", "docker", *line)
+        live = e2e.alpha.docker(*line)
+    finally:
+        e2e.revoke(e2e.beta, GPU1)
+    handover = f"rdc repo gpu grant {e2e.alpha.repo.ref} --device {GPU1} --exclusive --take-over"
+    refused(live, f"repo {e2e.beta.repo.ref} holds {GPU1} exclusively", handover)
+    assert result.returncode == 4 and handover in result.stdout
+    _agree(checked, live)
