@@ -97,3 +97,18 @@ def test_a_machine_whose_thread_dies_is_still_a_failed_row(fleet_of: Any) -> Non
     answers = fleet.ask_all(lambda name: ["repo", "list", name])
     assert [(a.machine, a.error) for a in answers] == [("a", None), ("b", "no answer")]
     assert fleet.exit_code(answers) != 0
+
+
+def test_a_machine_that_did_not_answer_has_its_failure_in_a_column_of_its_own() -> None:
+    grant = {"device": "vendor.example/gpu=0", "exclusive": True}
+    answers = [
+        fleet.Answer("a", data=[{"ref": "x@a", "id": "1", "grants": [grant]}]),
+        fleet.Answer("b", error="cannot reach machine b", exit=14),
+    ]
+    headers, rows = fleet.repo_rows(answers)
+    assert headers == ["MACHINE", "REPO", "ID", "GPU GRANTS", "FAILURE"]
+    assert rows == [
+        ["a", "x@a", "1", "vendor.example/gpu=0 *", None],
+        ["b", None, None, None, "cannot reach machine b"],
+    ]
+    assert fleet.repo_rows(answers[:1])[0] == ["MACHINE", "REPO", "ID", "GPU GRANTS"]  # none failed

@@ -131,16 +131,22 @@ def gpu_rows(answers: list[Answer]) -> list[list[object]]:
     return rows
 
 
-def repo_rows(answers: list[Answer]) -> list[list[object]]:
+REPO_HEADERS = ["MACHINE", "REPO", "ID", "GPU GRANTS"]
+
+
+def repo_rows(answers: list[Answer]) -> tuple[list[str], list[list[object]]]:
+    """The headers and rows of `rdc repo list --all`: a machine that did not answer is a row with
+    its error in a FAILURE column of its own (there only when one failed), never in REPO."""
+    failed = any(a.error is not None for a in answers)
     rows: list[list[object]] = []
     for a in answers:
         if a.error is not None:
-            rows.append([a.machine, f"(failed) {a.error}", None, None])
+            rows.append([a.machine, None, None, None, a.error])
             continue
         for r in a.data or []:
             grants = ", ".join(g["device"] + (" *" if g["exclusive"] else "") for g in r.get("grants", []))
-            rows.append([a.machine, r.get("ref"), r.get("id"), grants or None])
-    return rows
+            rows.append([a.machine, r.get("ref"), r.get("id"), grants or None] + ([None] if failed else []))
+    return ([*REPO_HEADERS, "FAILURE"] if failed else REPO_HEADERS), rows
 
 
 def _mib(value: object) -> str | None:
@@ -169,8 +175,7 @@ def fleet_repo_list(name: str | None, every: bool, fmt: str) -> None:
     """`rdc repo list --all`."""
     _check_choice(name, every, "rdc repo list")
     answers = ask_all(lambda machine: ["repo", "list", machine])
-    headers = ["MACHINE", "REPO", "ID", "GPU GRANTS"]
-    emit(as_json(answers, "repos"), fmt, lambda _data: table(headers, repo_rows(answers)))
+    emit(as_json(answers, "repos"), fmt, lambda _data: table(*repo_rows(answers)))
     _finish(answers)
 
 
