@@ -569,3 +569,14 @@ def test_demo_never_wipes_a_directory_it_did_not_make(
 
     assert result.exit_code == EXIT_STATE
     assert (tmp_path / "mine" / "root" / "precious").read_text() == "keep"
+
+
+def test_machine_list_says_what_it_did_not_ask_an_ssh_machine_and_how_to(rdc_config: Path) -> None:
+    config = Config.load()
+    config.add_ssh("far", SshAddress.parse("root@far.invalid"), "/")
+    config.save()
+
+    [row] = [line for line in rdc("machine", "list").stdout.splitlines() if line.startswith("far ")]
+    assert "not asked: rdc machine gpu list far" in row and "not asked: rdc machine config far" in row
+    [far] = [m for m in json.loads(rdc("machine", "list", "-o", "json").stdout) if m["name"] == "far"]
+    assert (far["platform"], far["settings"], far["inventory"]) == (None, None, None)  # unknown

@@ -123,12 +123,14 @@ def _settings_text(settings: Mapping[str, str] | None) -> str | None:
 
 def _machine_row(m: Machine, fmt: str) -> dict[str, Any]:
     if m.remote is not None:  # not asked over the network: the listing stays fast and offline
+        # A table says so, and how to ask; the data for scripts keeps null (unknown).
+        asked = None if fmt != "table" else "not asked"
         return {
             "name": m.name,
             "root": f"{m.remote}:{m.root}",
-            "platform": None,
-            "settings": None,
-            "inventory": None,
+            "platform": asked,
+            "settings": None if asked is None else f"{asked}: rdc machine config {m.name}",
+            "inventory": None if asked is None else f"{asked}: rdc machine gpu list {m.name}",
             "ssh": str(m.remote),
         }
     try:
