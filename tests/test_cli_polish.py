@@ -295,6 +295,47 @@ def test_a_card_two_plugins_report_is_one_row_with_both_names() -> None:
     assert rows[0].endswith("rediacc.io/amd=gpu1, rediacc.io/dri=renderD130")
 
 
+def test_gpu_list_fits_80_columns_leaving_what_is_said_elsewhere_to_wide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rediacc_core.cli import machine
+
+    uuid = "nvidia.com/gpu=GPU-8f3a0c2e-5b1d-4e7a-9c60-1d2e3f405a61"
+    card = {
+        "index": 1, "name": "NVIDIA H100 80GB HBM3", "vendor": "nvidia", "driverVersion": "590.48.01",
+        "memoryMiB": 81559, "pciBusId": "0000:65:00.0", "cdiNames": ["nvidia.com/gpu=1", uuid],
+        "partitions": [
+            {"index": 0, "profile": "3g.40gb", "memoryMiB": 40192, "cdiNames": ["nvidia.com/gpu=1:0", MIG]}
+        ],
+    }  # fmt: skip
+    amd = {
+        "index": 0,
+        "name": "AMD Instinct MI210",
+        "vendor": "amd",
+        "memoryMiB": 65536,
+        "pciBusId": "0000:03:00.0",
+        "cdiNames": ["rediacc.io/amd=gpu0", "rediacc.io/dri=renderD129"],
+    }
+    names = ["nvidia.com/gpu=1", uuid, "nvidia.com/gpu=1:0", MIG, "rediacc.io/amd=gpu0"]
+    inventory = {
+        "machine": "box",
+        "platform": "native",
+        "generatedAt": "2026-12-04T20:00:00Z",
+        "gpus": [card, amd],
+        "devices": [{"name": n, "spec": "rediacc-example.yaml"} for n in names],
+    }
+    grants = {MIG: ["alpha (exclusive)"]}
+    wide = machine.render_gpu_table(inventory, grants)
+    assert max(len(line) for line in wide.splitlines()) > 80 and uuid in wide and "590.48.01" in wide
+
+    monkeypatch.setattr(machine, "fitted_width", lambda: 80)
+    narrow = machine.render_gpu_table(inventory, grants)
+    assert max(len(line) for line in narrow.splitlines()[1:]) <= 80, narrow  # the first: the machine's line
+    for name in names:  # every CDI name still there, whole: UUID forms in the CDI DEVICE table
+        assert any(line.startswith(name) for line in narrow.splitlines()) or name in narrow, name
+    assert narrow.endswith("(fitted to the terminal: -o wide shows every column)")
+
+
 def _on_a_terminal(args: list[str], env: dict[str, str], columns: int) -> str:
     """`rdc ARGS` with stdout on a pseudo-terminal `columns` wide; its output."""
     main, child = pty.openpty()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import TerminalProgress, emit, fitted, note, output_option, table
+from rediacc_core.cli.output import TerminalProgress, emit, fitted, fitted_width, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants import prune_orphans, read_grants
@@ -438,7 +439,30 @@ def live_grants(target: Machine) -> dict[str, list[str]]:
     return held
 
 
+# The long forms of a name (a card's or a partition's UUID): on a narrow terminal they are left to
+# the CDI DEVICE table, where each name has a line of its own.
+_UUID_NAME = re.compile(r"=(GPU|MIG)-[0-9a-fA-F-]+$")
+
+
 def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str]]) -> str:
+    """The GPUs and CDI devices of `inventory`; on a terminal narrower than that, the columns that
+    repeat what is said elsewhere are left out (the platform, the driver, the UUID names in the GPU
+    table, the spec files), with a line saying `-o wide` shows them."""
+    full = _gpu_tables(inventory, grants, narrow=False)
+    width = fitted_width()
+    if width is None or max(map(len, full.splitlines()), default=0) <= width:
+        return full
+    return (
+        _gpu_tables(inventory, grants, narrow=True) + "\n(fitted to the terminal: -o wide shows every column)"
+    )
+
+
+def _gpu_tables(inventory: Mapping[str, Any], grants: Mapping[str, list[str]], *, narrow: bool) -> str:
+    def shown(found: list[str]) -> list[str]:
+        return [n for n in found if not (narrow and _UUID_NAME.search(n))] or found
+
+    width = fitted_width()
+
     generated = str(inventory.get("generatedAt", ""))
     out = [
         f"Machine {inventory.get('machine')}: platform {inventory.get('platform')}, "
@@ -458,7 +482,7 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
                     _mib(g.get("memoryMiB")),
                     inventory.get("platform"),
                     g.get("pciBusId"),
-                    ", ".join(g.get("cdiNames", [])) or "(none: no CDI spec names it)",
+                    ", ".join(shown(g.get("cdiNames", []))) or "(none: no CDI spec names it)",
                 ]
             )
             for p in g.get("partitions", []):
@@ -471,12 +495,14 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
                         _mib(p.get("memoryMiB")),
                         "",
                         "",
-                        ", ".join(p.get("cdiNames", [])) or None,
+                        ", ".join(shown(p.get("cdiNames", []))) or None,
                     ]
                 )
-        out.append(
-            table(["GPU", "NAME", "VENDOR", "DRIVER", "MEMORY", "PLATFORM", "PCI BUS ID", "CDI NAMES"], rows)
-        )
+        headers = ["GPU", "NAME", "VENDOR", "DRIVER", "MEMORY", "PLATFORM", "PCI BUS ID", "CDI NAMES"]
+        if narrow:  # the platform is in the line above; the driver in -o wide
+            rows = [[r[0], r[1], r[2], r[4], r[6], r[7]] for r in rows]
+            headers = ["GPU", "NAME", "VENDOR", "MEMORY", "PCI BUS ID", "CDI NAMES"]
+        out.append(table(headers, rows, width=width))
     else:
         out.append("GPUs: none found")
     out.append("")
@@ -489,8 +515,10 @@ def render_gpu_table(inventory: Mapping[str, Any], grants: Mapping[str, list[str
     for device, holders in sorted(grants.items()):
         if device not in names:
             device_rows.append([device, "(not defined on the machine)", ", ".join(holders)])
-    if device_rows:
-        out.append(table(["CDI DEVICE", "SPEC", "GRANTED TO"], device_rows))
+    if device_rows and narrow:
+        out.append(table(["CDI DEVICE", "GRANTED TO"], [[r[0], r[2]] for r in device_rows], width=width))
+    elif device_rows:
+        out.append(table(["CDI DEVICE", "SPEC", "GRANTED TO"], device_rows, width=width))
     else:
         out.append("Grantable CDI devices: none")
     return "\n".join(out)

@@ -72,6 +72,11 @@ def fitted(fmt: str) -> Iterator[None]:
         _width.reset(token)
 
 
+def fitted_width() -> int | None:
+    """The width tables are fitted to here (inside `fitted` on a terminal), or None: unbounded."""
+    return _width.get()
+
+
 def emit(data: Any, fmt: str, table_fn: Callable[[Any], str]) -> None:
     """Print `data` to stdout in `fmt`; `table_fn` renders the table form (and `wide`)."""
     if fmt == "json":
