@@ -121,10 +121,23 @@ def test_gate_log_prints_each_decision_with_the_client_credentials(box: Machine)
     result = rdc("repo", "gate", "log", "alpha@box")
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["TIME", "PEER", "METHOD", "ENDPOINT", "DECISION", "RULES", "CDI"]
+    assert header.split() == ["TIME", "PEER", "REQUEST", "DECISION", "RULES", "CDI"]
     assert len(rows) == 3
     assert "pid 4242 uid 1000" in rows[2] and "refused 403" in rows[2] and "grant" in rows[2]
     assert "vendor.example/gpu=1 (refused)" in rows[2]
+
+
+def test_gate_log_is_one_table_fitted_to_the_terminal(box: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rediacc_core.cli import repo_run
+    from rediacc_core.cli.output import table
+
+    _audited(box)
+    # As on an 80-column terminal (`fitted` gives `table` the terminal's width there).
+    monkeypatch.setattr(repo_run, "table", lambda headers, rows: table(headers, rows, width=80))
+    lines = rdc("repo", "gate", "log", "alpha@box").stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    assert lines[0].split() == ["TIME", "PEER", "REQUEST", "DECISION", "RULES", "CDI"]
+    assert "vendor.example/gpu=1" in "\n".join(lines)  # a CDI name is never cut
 
 
 def test_a_handover_reads_as_what_rdc_did_not_as_a_refusal(box: Machine) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from rediacc_core.cli.output import emit, note, output_option, waiting
+from rediacc_core.cli.output import emit, fitted, note, output_option, table, waiting
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config, serving_client
 from rediacc_core.errors import EXIT_INTERRUPTED, PermissionDeniedError, StateError, ValidationError
@@ -197,9 +197,14 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
         note(f"Repo {found.ref} has no audit log yet ({path}): its gate has decided nothing so far.")
         return
     entries = read.follow_entries(path, start) if follow else read.read_entries(path, start)
-    if fmt == "table":
-        click.echo(_GATE_LOG_HEADER)
     try:
+        if fmt == "table" and not follow:  # all at hand: one table, fitted to the terminal
+            rows = [_fitted_cells(entry) for entry in entries]
+            with fitted(fmt):
+                click.echo(table(_FITTED_COLUMNS, rows))
+            return
+        if fmt == "table":  # a stream (--follow): fixed columns, printed as each decision comes
+            click.echo(_GATE_LOG_HEADER)
         for entry in entries:
             click.echo(_gate_log_line(entry) if fmt == "table" else json.dumps(entry, ensure_ascii=False))
     except BrokenPipeError:  # `| head`: the reader has all it wanted
@@ -218,7 +223,23 @@ _GATE_LOG_HEADER = "  ".join(
 )
 
 
+# The table of a log read whole: the request in one column, the time to the second in two words,
+# so that on an 80-column terminal every cell wraps between words (`-o json` has every detail).
+_FITTED_COLUMNS = ("TIME", "PEER", "REQUEST", "DECISION", "RULES", "CDI")
+
+
+def _fitted_cells(entry: dict[str, Any]) -> list[str]:
+    time, peer, method, endpoint, *rest = _gate_log_cells(entry)
+    return [time[:19].replace("T", " "), peer, f"{method} {endpoint}", *rest]
+
+
 def _gate_log_line(entry: dict[str, Any]) -> str:
+    *cells, cdi = _gate_log_cells(entry)
+    return "  ".join([*(f"{c:<{w}}" for c, w in zip(cells, _GATE_LOG_WIDTHS, strict=True)), cdi])
+
+
+def _gate_log_cells(entry: dict[str, Any]) -> list[str]:
+    """One decision's cells, in `_GATE_LOG_COLUMNS` order."""
     peer = entry.get("peer") or {}
     asked, admitted = entry.get("cdi_asked") or [], entry.get("cdi_admitted") or []
     if entry.get("method") == "rdc":  # something rdc did (a handover): nothing was refused
@@ -233,7 +254,7 @@ def _gate_log_line(entry: dict[str, Any]) -> str:
         f"{entry.get('decision', '?')} {entry.get('status', '')}",
         ",".join(entry.get("rules") or []) or "-",
     )
-    return "  ".join([*(f"{c:<{w}}" for c, w in zip(cells, _GATE_LOG_WIDTHS, strict=True)), cdi])
+    return [*cells, cdi]
 
 
 def _ssh_cell(ssh: object) -> str:
