@@ -21,7 +21,7 @@ idle connection), and flow control is transport pause/resume in both directions.
 used when it is installed. A `101` answer (attach, exec start, BuildKit's session), or an answer whose
 body runs until the daemon closes (a hijacked stream), turns the connection into a raw tunnel that
 forwards each half-close to the other side; BuildKit's `/grpc` after its `101` goes to a
-`grpc_relay.GrpcRelay` instead, which relays and checks it call by call.
+`buildkit.relay.GrpcRelay` instead, which relays and checks it call by call.
 
 Limits (`GateLimits`, defaults below), so that one tenant cannot exhaust the gate's memory: at most
 `max_connections` client connections (one more is answered 503 and closed); a request head must be
@@ -191,7 +191,9 @@ class _Client(asyncio.BufferedProtocol):
     Reads go to the framers; their events are acted on here: ask the decider, write, pause or
     resume reading, close. What the request in progress is waiting for follows from the framers'
     states and from `refused` / `inspect` (how its body is handled: dropped, read whole, or
-    streamed to the daemon as it comes).
+    streamed to the daemon as it comes). It also holds the connection's limits (buffered bytes,
+    head and body timeouts), writes each decision to the audit trail, switches to a raw tunnel
+    after a 101 or a hijacked stream, and hands `/grpc` to the BuildKit relay.
     """
 
     def __init__(self, gate: GateServer) -> None:

@@ -190,7 +190,7 @@ def raise_open_files_limit() -> None:
 def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
     """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log; and
     applies the machine's `lease-end` setting to running containers whose grant ended."""
-    from rediacc_core.runtime.lease_end import stop_lapsed_holders
+    from rediacc_core.runtime.lapsed import stop_lapsed_holders
 
     runtime = lifecycle.runtime_for(machine, repo)
     paths = [runtime.gate_log]

@@ -118,7 +118,7 @@ ROUTES: tuple[Route, ...] = (
     _fwd("POST", "/session"),
     # BuildKit's control API (gRPC over h2c), which buildx and Compose drive: after the daemon's
     # 101 the gate relays it call by call and checks every request that carries build steps
-    # (`grpc_relay.py`, `buildkit.py`).
+    # (`buildkit/relay.py`, `buildkit/__init__.py`).
     _fwd("POST", "/grpc"),
     # Pull (`fromImage`) and import (`fromSrc`): the daemon fetches from the registry or URL named.
     Route("POST", "/images/create", "query", "image-create"),
