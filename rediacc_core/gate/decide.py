@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
+from rediacc_core.gate import buildkit
+from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
 from rediacc_core.gate.policy import isolation, mounts, publish, rules
@@ -474,6 +476,11 @@ class Decider:
         """What BuildKit's build steps may use, from the machine's settings (read live)."""
         allowances = self._current_allowances(self._read_settings())
         return BuildPolicy(allowances.extra_capabilities, registries=allowances.registries)
+
+    def judge_grpc(self, path: str, message: bytes) -> Verdict:
+        """One message of a BuildKit gRPC call on `/grpc` (`path` its method), judged like any
+        other request: by this repo's policy, with the machine's settings as they are now."""
+        return buildkit.check(path, message, self.build_policy())
 
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each

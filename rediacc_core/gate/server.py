@@ -47,11 +47,9 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
-from rediacc_core.gate import buildkit
 from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.audit.peer import NO_PEER, peer_of
 from rediacc_core.gate.buildkit import Verdict
-from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.buildkit.relay import GrpcRelay
 from rediacc_core.gate.http.framing import (
     COMPLETE,
@@ -140,6 +138,9 @@ class DeciderLike(Protocol):
     def remembers(self, method: str, raw_target: str) -> bool: ...
 
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
+
+    def judge_grpc(self, path: str, message: bytes) -> Verdict:
+        """One message of a BuildKit gRPC call, for the relay (`buildkit.relay`)."""
 
 
 def _grpc_upgrade(req: RequestHead | None) -> bool:
@@ -746,7 +747,7 @@ class _Client(asyncio.BufferedProtocol):
             self._account()
 
     def _judge_grpc(self, path: str, message: bytes) -> Verdict:
-        return buildkit.check(path, message, self.gate.build_policy())
+        return self.gate.decider.judge_grpc(path, message)
 
     def _grpc_report(self, path: str, status: int, message: str, rules: tuple[str, ...]) -> None:
         """A checked or refused gRPC call, for the gate's log and the audit trail."""
@@ -804,10 +805,8 @@ class GateServer:
         socket_mode: int = 0o660,
         limits: GateLimits | None = None,
         audit: Audit | None = None,
-        build_policy: Callable[[], BuildPolicy] = BuildPolicy,
     ) -> None:
         self.listen_path = listen_path
-        self.build_policy = build_policy  # what BuildKit's build steps may use (the machine's settings)
         self.upstream_path = upstream_path
         self.decider = decider
         self.log: Log = log or (lambda line: None)
