@@ -55,18 +55,6 @@ GrantsReader = Callable[[str], frozenset[str]]
 InventoryReader = Callable[[], Inventory | None]
 SettingsReader = Callable[[], Mapping[str, str]]
 
-# Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
-_DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
-# Requests after which a container's processes run with its devices: the daemon injects its CDI
-# devices at every start, so what it holds is checked against the grants in force now.
-_RUNS_CONTAINER = frozenset(
-    {"container-start", "container-restart", "container-unpause", "exec-create", "exec-start"}
-)
-# Requests after which the daemon binds a container's published ports (the keeper forwards them).
-_BINDS_PORTS = frozenset({"container-start", "container-restart"})
-# Endpoints whose admitted bodies name host paths, pinned before they are forwarded.
-_PINNED = frozenset({"container-create", "volume-create"})
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -304,7 +292,7 @@ class Decider:
             raise BadRequest(f"API version {target.version} is older than the gate supports (1.24)")
         if len(body) > MAX_INSPECTED_BODY:
             raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
-        if endpoint.name in _RUNS_CONTAINER:
+        if endpoint.runs:
             held = self._held_check(where, target, endpoint)
             if held is not None:
                 return held
@@ -327,7 +315,7 @@ class Decider:
             held = self._held_check(where, target, endpoint)
             if held is not None:
                 return held
-        return self._decide_body(method, target, endpoint.name, canonical)
+        return self._decide_body(method, target, endpoint, canonical)
 
     def _held_check(self, where: str, target: Target, route: Route) -> Decision | None:
         """The refusal of a request that would run a container holding CDI names the repo lacks now,
@@ -348,7 +336,7 @@ class Decider:
             )
         if held is None:
             return None  # no such container: the daemon says so
-        refusals = self._port_problems(held) if route.name in _BINDS_PORTS else []
+        refusals = self._port_problems(held) if route.binds_ports else []
         grants, error = self._read_grants() if held.cdi else (frozenset(), None)
         missing = [name for name in held.cdi if error is not None or name not in grants]
         if not missing and not refusals:
@@ -568,11 +556,12 @@ class Decider:
             f"every device: rdc machine gpu list {where})"
         )
 
-    def _decide_body(self, method: str, target: Target, endpoint: str, canonical: Any) -> Decision:
+    def _decide_body(self, method: str, target: Target, route: Route, canonical: Any) -> Decision:
         where = f"{method} {target.path}"
+        endpoint = route.name
         version = target.api_version
         log: list[str] = []
-        holder_key = _DEVICE_HOLDER.get(endpoint)
+        holder_key = route.devices_in
         cdi: tuple[str, ...] = ()
         if holder_key is not None and isinstance(canonical, dict):
             folded = rules.fold_compose_devices(canonical, holder_key)
@@ -629,7 +618,7 @@ class Decider:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 forwarded = encode(body)
                 cdi += new
-        if endpoint in _PINNED and rules.names_host_paths(endpoint, canonical):
+        if route.pins and rules.names_host_paths(endpoint, canonical):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
             body = json.loads(forwarded)
             pinned = rules.pin(endpoint, body, self._rule_context(target, settings, pinning=True))
