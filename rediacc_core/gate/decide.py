@@ -12,8 +12,8 @@ against the grants, pin the admitted bind sources (`pins.py`) and forward the re
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -574,13 +574,12 @@ class Decider:
         refusals = self._grant_problems(cdi, grants, grants_error)
         settings = self._read_settings()  # once per decision: the rules and plugins see one state
         findings = rules.check(endpoint, canonical, self._rule_context(target, settings, pinning=False))
-        # Encoded before plugins run, so nothing a plugin does to the body it is shown is forwarded.
-        forwarded = encode(canonical)
+        # Plugins are shown a copy, so nothing a plugin does to the body it is shown is forwarded.
         request = ApiRequest(
             method=method,
             path=target.path,
             query=target.query,
-            body=canonical,
+            body=copy.deepcopy(canonical),
             api_version=None if version is None else f"{version[0]}.{version[1]}",
             cdi_devices=cdi,
         )
@@ -611,29 +610,26 @@ class Decider:
                     f"rewrite ignored (only container create is rewritten): {r.description}" for r in rewrites
                 )
             else:
-                body, added = self._rewrite(json.loads(forwarded), rewrites, log)
+                added = self._rewrite(canonical, rewrites, log)
                 new = tuple(n for n in added if n not in cdi)
                 problems = self._grant_problems(new, grants, grants_error)
                 if problems:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
-                forwarded = encode(body)
                 cdi += new
         if route.pins and rules.names_host_paths(endpoint, canonical):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
-            body = json.loads(forwarded)
-            pinned = rules.pin(endpoint, body, self._rule_context(target, settings, pinning=True))
+            pinned = rules.pin(endpoint, canonical, self._rule_context(target, settings, pinning=True))
             if pinned:
                 return self._refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
-            forwarded = encode(body)
+        forwarded = encode(canonical)  # once: decoded once (canonicalise), changed in place, encoded once
         log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
         return Decision(
             True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi
         )
 
     @staticmethod
-    def _rewrite(
-        body: dict[str, Any], rewrites: list[Rewrite], log: list[str]
-    ) -> tuple[dict[str, Any], list[str]]:
+    def _rewrite(body: dict[str, Any], rewrites: list[Rewrite], log: list[str]) -> list[str]:
+        """Apply the plugins' rewrites to `body` in place; the CDI names they added."""
         added: list[str] = []
         for rewrite in rewrites:
             log.append(f"rewrite: {rewrite.description}")
@@ -648,7 +644,7 @@ class Decider:
                     host = body["HostConfig"] = {}
                 rules.add_cdi_devices(host, rewrite.add_cdi_devices)
                 added.extend(rewrite.add_cdi_devices)
-        return body, list(dict.fromkeys(added))
+        return list(dict.fromkeys(added))
 
     @staticmethod
     def _refuse(
