@@ -123,6 +123,12 @@ def _check_pids(value: str) -> str | None:
     return check_pids_setting(value)
 
 
+def _check_directory(value: str) -> str | None:
+    if value and (not value.startswith("/") or any(c in value for c in ",:\n")):
+        return f"{value!r} is not an absolute directory path (or empty, for off)"
+    return None
+
+
 def _check_registries(value: str) -> str | None:
     from rediacc_core.gate.fetches import check_allowed_setting
 
@@ -235,6 +241,15 @@ SETTINGS: dict[str, Setting] = {
             "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
             _check_workers,
             form="1-16",
+        ),
+        Setting(
+            "dcgm-job-mapping-dir",
+            (),
+            "",
+            "the directory dcgm-exporter reads job mappings from (its --hpc-job-mapping-dir): rdc writes "
+            "one file per GPU there naming the repos granted it, at every grant change; empty = off",
+            _check_directory,
+            form="DIR",
         ),
     ]
 }
