@@ -243,6 +243,14 @@ SETTINGS: dict[str, Setting] = {
             form="1-16",
         ),
         Setting(
+            "gpu-health",
+            ("refuse", "report"),
+            "refuse",
+            "a GPU whose driver reported a fatal event (a fault, an uncorrectable memory error, a "
+            "reset): refuse to start containers holding it until `rdc machine gpu clear`, or only "
+            "report it (gpu list, metrics)",
+        ),
+        Setting(
             "dcgm-job-mapping-dir",
             (),
             "",
