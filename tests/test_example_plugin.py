@@ -19,7 +19,7 @@ import pytest
 from packages_kit import env_with, install
 
 from rediacc_core.cdi.registry import Registry
-from rediacc_core.gate.containers import Held
+from rediacc_core.gate.containers import Container
 from rediacc_core.gate.decide import Decider
 from rediacc_core.health import health_path
 from rediacc_core.hookspecs import PROJECT
@@ -151,10 +151,10 @@ def test_the_gate_decides_with_the_plugins_request_rule(
 class TwoContainers:
     """The repo daemon as the gate's lookup sees it: `on0` holds card 0, `on1` card 1."""
 
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         return {
-            "on0": Held("a" * 64, "on0", (f"{KIND}=0",)),
-            "on1": Held("b" * 64, "on1", (f"{KIND}=1",)),
+            "on0": Container("a" * 64, "on0", (f"{KIND}=0",)),
+            "on1": Container("b" * 64, "on1", (f"{KIND}=1",)),
         }.get(ref)
 
     def exec_container(self, exec_id: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from rediacc_core.gate.images import may_block
+from rediacc_core.blocking import may_block
 from rediacc_core.health import Recorded, cards_of_name, record_events, unhealthy_cards
 from rediacc_core.model import Inventory, Refusal
 

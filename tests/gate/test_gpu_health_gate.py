@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rediacc_core.gate.containers import Held
+from rediacc_core.gate.containers import Container
 from rediacc_core.gate.decide import Decider, Decision
 from rediacc_core.gate.health_check import HealthReader
 from rediacc_core.health import LiveHealth, health_path, record_events, unhealthy_cards
@@ -24,9 +24,9 @@ INVENTORY = Inventory(
 
 
 class Containers:
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         names = {"on0": ("vendor.example/gpu=0",), "on1": ("vendor.example/gpu=1",)}.get(ref)
-        return None if names is None else Held(ref * 16, ref, names)
+        return None if names is None else Container(ref * 16, ref, names)
 
     def exec_container(self, exec_id: str) -> str | None:
         return None

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from rediacc_nvidia import health, testing
 
 from rediacc_core.cli import cli
-from rediacc_core.gate.containers import Held
+from rediacc_core.gate.containers import Container
 from rediacc_core.gate.decide import Decider, Decision
 from rediacc_core.health import health_path, read_health
 from rediacc_core.inventory import read_inventory
@@ -77,9 +77,9 @@ class OneContainer:
     """The repo daemon as the gate's container lookup sees it: `trainer`, holding `names`."""
 
     def __init__(self, *names: str) -> None:
-        self.held_now = Held("c1" * 32, "trainer", names)
+        self.held_now = Container("c1" * 32, "trainer", names)
 
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         return self.held_now if ref in ("trainer", self.held_now.id) else None
 
     def exec_container(self, exec_id: str) -> str | None:

@@ -13,6 +13,7 @@ from rediacc_core import telemetry
 from rediacc_core.grants import GrantStore
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.runtime.lease_end import refresh_telemetry
 from rediacc_core.settings import set_setting
 from rediacc_core.setup import run_setup
@@ -58,7 +59,8 @@ def test_mapping_files_follow_grant_revoke_lease_end_and_handover(
 ) -> None:
     repos = RepoStore(a100.machine)
     alpha, beta, gamma = repos.create("alpha"), repos.create("beta"), repos.create("gamma")
-    store = GrantStore(a100.machine, plugins, holders=lambda repo: [], stop=lambda holder: None)
+    nobody = Holdings(a100.machine, holders=lambda repo: [], stop=lambda holder: None)  # no daemon runs
+    store = GrantStore(a100.machine, plugins, running=nobody)
 
     # A MIG device's file is `<gpu index>.<gpu instance id>` (the capture's instances are 1 and 2).
     store.grant(alpha, ["nvidia.com/gpu=0:0"])
