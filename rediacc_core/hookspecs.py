@@ -115,7 +115,8 @@ def rdc_health(machine: Machine, inventory: Inventory) -> list[HealthEvent]:
     Return every event still visible (the core records each `(pci_bus_id, key)` once, so an event
     an operator cleared stays cleared when it is returned again). Read the kernel's log with
     `rediacc_core.kernel_log(machine)`, never `/dev/kmsg` yourself, so simulated machines work.
-    Called by `rdc machine gpu list`, `rdc machine gpu clear` and each repo gate before it lets a
-    container holding devices start; return `[]` quickly when none of your GPUs is in `inventory`.
+    Called by each repo gate every housekeeping round (30 s) and before it lets a container holding
+    devices start, and by `rdc machine gpu list --scan` and `rdc machine gpu clear`; return `[]`
+    quickly when none of your GPUs is in `inventory`.
     """
     raise NotImplementedError
