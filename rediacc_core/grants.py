@@ -588,26 +588,27 @@ class GrantStore:
             raise ValidationError(f"{expires_at} is not in the future", "give a later --until, or --for")
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
-            held = self._held(repo, wanted, current, "renewed")
-            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in held.items()}
+            granted = self._granted(repo, wanted, current, "renewed")
+            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in granted.items()}
             _write_grants(
                 self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
             )
         return [renewed[d] for d in wanted]
 
-    def _held(
+    def _granted(
         self, repo: Repo, wanted: Sequence[str], current: Sequence[Grant], what: str
     ) -> dict[str, Grant]:
-        held = {g.device: g for g in current if g.repo_id == repo.id}
-        missing = [device for device in wanted if device not in held]
+        """The repo's grants of `wanted`; NotFoundError naming what it is not granted."""
+        granted = {g.device: g for g in current if g.repo_id == repo.id}
+        missing = [device for device in wanted if device not in granted]
         if missing:
-            listing = ", ".join(sorted(held)) if held else "none"
+            listing = ", ".join(sorted(granted)) if granted else "none"
             raise NotFoundError(
-                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], held)}; "
+                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], granted)}; "
                 f"nothing was {what}",
                 f"its grants: {listing} (see `rdc repo gpu list {repo.ref}`)",
             )
-        return {device: held[device] for device in wanted}
+        return {device: granted[device] for device in wanted}
 
     # --- revoke --------------------------------------------------------------------------------
     def revoke(self, repo: Repo, devices: Sequence[str], *, absent_ok: bool = False) -> list[Grant]:
@@ -623,10 +624,10 @@ class GrantStore:
 
                 defined = Registry.for_machine(self.machine).names()
                 mine = {g.device for g in current if g.repo_id == repo.id}
-                self._held(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
+                self._granted(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
                 wanted = [d for d in wanted if d in mine]
-            held = self._held(repo, wanted, current, "revoked")
-            removed = [held[device] for device in wanted]
+            granted = self._granted(repo, wanted, current, "revoked")
+            removed = [granted[device] for device in wanted]
             _write_grants(self.machine, [g for g in current if g not in removed])
         return removed
 

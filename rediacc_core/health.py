@@ -106,7 +106,7 @@ def _write(machine: Machine, records: Sequence[Recorded]) -> None:
         records = [r for r in records if r not in cleared]
     document: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
-        "heldNames": held_names(machine, unhealthy_cards(records)),
+        "heldNames": names_held_back(machine, unhealthy_cards(records)),
         "events": [
             {
                 "pciBusId": r.event.pci_bus_id,
@@ -152,7 +152,7 @@ def metrics_text(records: Iterable[Recorded]) -> str:
     return "\n".join(out) + "\n"
 
 
-def held_names(machine: Machine, cards: Iterable[str]) -> list[str]:
+def names_held_back(machine: Machine, cards: Iterable[str]) -> list[str]:
     """The CDI names of the cards held back, for the runtime guard (which reads no inventory): each
     name a GPU on such a card lists, less those a GPU on a healthy card lists too (a kind's `all`)."""
     from rediacc_core.model import Inventory

@@ -309,14 +309,14 @@ def grant(
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.leases import lease_end
+    from rediacc_core.leases import expiry
     from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.holdings import Holdings
 
     for flag, given in (("--stop-holders", stop_holders), ("--take-over", take_over)):
         if given and not exclusive:
             raise ValidationError(f"{flag} goes with --exclusive", f"add --exclusive, or leave {flag} out")
-    expires_at = lease_end(duration, until)
+    expires_at = expiry(duration, until)
     machine, found = resolve_ref(ref, Config.load())
     outcomes = GrantStore(machine, get_plugins(), running=Holdings(machine)).grant(
         found, devices, exclusive, stop_holders=stop_holders, take_over=take_over, expires_at=expires_at
@@ -468,10 +468,10 @@ def renew(
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --forever
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.leases import lease_end
+    from rediacc_core.leases import expiry
     from rediacc_core.plugins import get_plugins
 
-    expires_at = lease_end(duration, until)
+    expires_at = expiry(duration, until)
     if forever == (expires_at is not None):
         raise ValidationError("say when the grant ends", "give one of --for, --until or --forever")
     machine, found = resolve_ref(ref, Config.load())

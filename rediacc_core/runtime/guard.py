@@ -114,7 +114,7 @@ def container_nodes(config: Mapping[str, Any]) -> list[Node]:
 # --- what the repo holds now -----------------------------------------------------------------------
 
 
-def held_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
+def granted_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
     """The CDI names granted to `repo_id` and in force at `now` (a lease past its end is absent)."""
     entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
     if not isinstance(entries, list):
@@ -309,7 +309,7 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
     except (OSError, ValueError) as exc:
         raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
     specs = load_specs(opts["cdi_dir"])
-    check(nodes, held_names(document, opts["repo_id"], time.time()), specs)
+    check(nodes, granted_names(document, opts["repo_id"], time.time()), specs)
     if opts.get("health"):
         check_health(nodes, held_back_names(opts["health"], opts.get("settings", "")), specs)
 

@@ -12,7 +12,10 @@ that it was handed, or opened under another name. So revoke, exclusive grants an
 find the repo's processes holding the nodes by device number (`runtime.openers`) and stop the
 containers they are in.
 
-The daemon is asked over its own socket (root only), never through the gate.
+The daemon is asked over its own socket (root only), never through the gate, with the gate's own
+client for a container's record (`gate.containers`). This module also stops holders, writes the
+handover's audit lines, and gathers all of it as `Holdings`: what an exclusive grant is handed
+(`grants.RunningParts`), so the grant records themselves never reach a daemon or /proc.
 """
 
 from __future__ import annotations

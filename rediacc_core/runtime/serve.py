@@ -173,9 +173,7 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
         log(f"pinned again {len(restored)} bind source(s) recorded before this gate started")
     runtime = lifecycle.runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
-    return GateServer(
-        listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit, build_policy=decider.build_policy
-    )
+    return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)
 
 
 def raise_open_files_limit() -> None:
@@ -193,7 +191,7 @@ def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogK
     GPU telemetry (a lease ended) and the GPU health records up to date."""
     from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.health_watch import refresh_health
-    from rediacc_core.runtime.lease_end import refresh_telemetry, stop_lapsed_holders
+    from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
 
     runtime = lifecycle.runtime_for(machine, repo)
     paths = [runtime.gate_log]

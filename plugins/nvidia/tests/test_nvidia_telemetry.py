@@ -14,7 +14,7 @@ from rediacc_core.grants import GrantStore
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.holdings import Holdings
-from rediacc_core.runtime.lease_end import refresh_telemetry
+from rediacc_core.runtime.lapsed import refresh_telemetry
 from rediacc_core.settings import set_setting
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine

@@ -42,14 +42,14 @@ def stop_lapsed_holders(
     try:
         if effective(read_settings(machine))["lease-end"] != "stop":
             return []
-        held = {g.device for g in read_grants(machine) if g.repo_id == repo.id}  # in force now
+        granted = {g.device for g in read_grants(machine) if g.repo_id == repo.id}  # in force now
     except RdcError as exc:  # unreadable settings or grants: stop nothing, say why, try again later
         log(f"lease-end check skipped: {exc.what}")
         return []
     stopper = stop or (lambda h: stop_holder(machine, h))
     stopped = []
     for holder in (holders or (lambda: repo_holders(machine, repo)))() or ():
-        lapsed = [name for name in holder.cdi if name not in held]
+        lapsed = [name for name in holder.cdi if name not in granted]
         if holder.running and lapsed:
             try:
                 stopper(holder)
@@ -59,7 +59,7 @@ def stop_lapsed_holders(
             log(f"lease-end: stopped container {holder.name}, whose grant of {', '.join(lapsed)} ended")
             stopped.append(holder)
     try:
-        nodes = nodes_of(machine, Registry.for_machine(machine).names(), held)
+        nodes = nodes_of(machine, Registry.for_machine(machine).names(), granted)
         by_node, left = clear_openers(machine, repo, nodes, find=openers, stop=stopper)
     except RdcError as exc:
         log(f"lease-end: {exc.what}")
