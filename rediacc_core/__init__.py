@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rediacc_core.errors import ToolError
     from rediacc_core.files import atomic_write_text
     from rediacc_core.hostpaths import is_at_or_under, landing_paths
+    from rediacc_core.kernlog import kernel_log
     from rediacc_core.machine import Machine
     from rediacc_core.model import (
         ApiRequest,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         GateContext,
         Gpu,
         GpuPartition,
+        HealthEvent,
         Inventory,
         Refusal,
         Rewrite,
@@ -50,6 +52,7 @@ _FROM_MODEL = frozenset(
         "GateContext",
         "Gpu",
         "GpuPartition",
+        "HealthEvent",
         "Inventory",
         "Refusal",
         "Rewrite",
@@ -67,6 +70,7 @@ _ELSEWHERE = {
     "atomic_write_text": "rediacc_core.files",
     "is_at_or_under": "rediacc_core.hostpaths",
     "landing_paths": "rediacc_core.hostpaths",
+    "kernel_log": "rediacc_core.kernlog",
     "may_block": "rediacc_core.blocking",
     "device_node_edit": "rediacc_core.cdi.devnodes",
     "host_node": "rediacc_core.cdi.devnodes",
@@ -101,6 +105,7 @@ __all__ = [
     "GateContext",
     "Gpu",
     "GpuPartition",
+    "HealthEvent",
     "Inventory",
     "Machine",
     "Refusal",
@@ -115,6 +120,7 @@ __all__ = [
     "hookimpl",
     "host_node",
     "is_at_or_under",
+    "kernel_log",
     "landing_paths",
     "may_block",
     "sysfs_dev_numbers",

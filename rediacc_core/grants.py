@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from rediacc_core import telemetry
 from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
 from rediacc_core.files import (
@@ -186,6 +187,8 @@ def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
         ],
     }
     replace_watched_json(machine.grants_path, document)  # LiveGrants must see every write as a change
+    stamp = now_iso()
+    telemetry.export(machine, [g for g in grants if g.in_force(stamp)])  # best effort, see telemetry
 
 
 def drop_repo_grants(machine: Machine, repo_id: str) -> int:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         CdiSpecFile,
         GateContext,
         Gpu,
+        HealthEvent,
         Inventory,
         SetupContext,
         SetupStep,
@@ -103,5 +104,19 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     Decisions run on the gate's event loop: before any blocking I/O of your own, call
     `rediacc_core.may_block()`, which moves the decision to a worker thread (`ctx.image_config`
     already does this).
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_health(machine: Machine, inventory: Inventory) -> list[HealthEvent]:
+    """Health events of this plugin's GPUs on `machine`: what the driver reported, new and old alike.
+
+    Return every event still visible (the core records each `(pci_bus_id, key)` once, so an event
+    an operator cleared stays cleared when it is returned again). Read the kernel's log with
+    `rediacc_core.kernel_log(machine)`, never `/dev/kmsg` yourself, so simulated machines work.
+    Called by each repo gate every housekeeping round (30 s) and before it lets a container holding
+    devices start, and by `rdc machine gpu list --scan` and `rdc machine gpu clear`; return `[]`
+    quickly when none of your GPUs is in `inventory`.
     """
     raise NotImplementedError

@@ -137,6 +137,31 @@ def _same(found: object, value: Scalar) -> bool:
     return found == value and isinstance(found, bool) == isinstance(value, bool)
 
 
+# --- health ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthEvent:
+    """One event a GPU's driver reported (a kernel log line, a management library's counter).
+
+    `pci_bus_id` names the card as `Gpu.pci_bus_id` does (lower case, with domain); `reason` is short
+    and stable (`xid-79`, `ecc-dbe`, `reset`), for the metrics and `gpu list`; `message` is what the
+    driver said. A `fatal` event holds the card back until an operator clears it; others are shown
+    only. `key` tells this event from a later one of the same reason (the log line with its
+    timestamp): the core records each (card, key) once, so a cleared event seen again stays cleared.
+    """
+
+    pci_bus_id: str
+    reason: str
+    message: str
+    fatal: bool = True
+    key: str = ""
+
+    @property
+    def identity(self) -> str:
+        return self.key or self.message
+
+
 # --- setup -----------------------------------------------------------------------------------
 
 

@@ -47,6 +47,7 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("machine", "config"): ON_MACHINE,
     ("machine", "gpu", "list"): READ_MACHINE,
     ("machine", "gpu", "prune"): ON_MACHINE,
+    ("machine", "gpu", "clear"): ON_MACHINE,
     ("repo", "list"): READ_MACHINE,
     ("repo", "create"): ON_REF,
     ("repo", "delete"): ON_REF,

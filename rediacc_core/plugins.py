@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         CdiSpecFile,
         GateContext,
         Gpu,
+        HealthEvent,
         Inventory,
         SetupContext,
         SetupStep,
@@ -84,6 +85,9 @@ class Plugins:
 
     def request_rules(self, request: ApiRequest, ctx: GateContext) -> list[Verdict]:
         return [v for found in self.pm.hook.rdc_request_rules(request=request, ctx=ctx) for v in found]
+
+    def health(self, machine: Machine, inventory: Inventory) -> list[HealthEvent]:
+        return [e for found in self.pm.hook.rdc_health(machine=machine, inventory=inventory) for e in found]
 
     # --- introspection ------------------------------------------------------------------------
     def names(self) -> list[str]:

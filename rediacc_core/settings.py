@@ -126,6 +126,12 @@ def _check_pids(value: str) -> str | None:
     return check_pids_setting(value)
 
 
+def _check_directory(value: str) -> str | None:
+    if value and (not value.startswith("/") or any(c in value for c in ",:\n")):
+        return f"{value!r} is not an absolute directory path (or empty, for off)"
+    return None
+
+
 def _check_registries(value: str) -> str | None:
     from rediacc_core.gate.policy.fetches import check_allowed_setting
 
@@ -238,6 +244,23 @@ SETTINGS: dict[str, Setting] = {
             "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
             check_worker_setting,
             form="1-16",
+        ),
+        Setting(
+            "gpu-health",
+            ("refuse", "report"),
+            "refuse",
+            "a GPU whose driver reported a fatal event (a fault, an uncorrectable memory error, a "
+            "reset): refuse to start containers holding it until `rdc machine gpu clear`, or only "
+            "report it (gpu list, metrics)",
+        ),
+        Setting(
+            "dcgm-job-mapping-dir",
+            (),
+            "",
+            "the directory dcgm-exporter reads job mappings from (its --hpc-job-mapping-dir): rdc writes "
+            "one file per GPU there naming the repos granted it, at every grant change; empty = off",
+            _check_directory,
+            form="DIR",
         ),
     ]
 }

@@ -137,6 +137,8 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "registries",
         "image-store",
         "gate-workers",
+        "gpu-health",
+        "dcgm-job-mapping-dir",
     ]
     assert not fm.machine.settings_path.exists()
 

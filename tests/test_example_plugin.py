@@ -3,7 +3,8 @@
 `tests/packages/example_vendor` goes into a private directory; `rdc` processes and the plugin
 manager find it through its entry point, never through this repository's import path. Every hook
 runs on its way: discovery, the setup option and step, the CDI spec, the typed inventory, hardware
-units behind an exclusive grant, and the request rule behind a gate decision.
+units behind an exclusive grant, the request rule behind a gate decision, and health events behind a
+refused start.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import pytest
 from packages_kit import env_with, install
 
 from rediacc_core.cdi.registry import Registry
+from rediacc_core.gate.containers import Container
 from rediacc_core.gate.decide import Decider
+from rediacc_core.health import health_path
 from rediacc_core.hookspecs import PROJECT
 from rediacc_core.inventory import read_inventory
 from rediacc_core.plugins import load_plugins
@@ -33,6 +36,7 @@ HOOKS = [
     "rdc_cdi_specs",
     "rdc_discover",
     "rdc_hardware_units",
+    "rdc_health",
     "rdc_request_rules",
     "rdc_setup_options",
     "rdc_setup_steps",
@@ -142,3 +146,55 @@ def test_the_gate_decides_with_the_plugins_request_rule(
     assert granted.forward, granted.message
     ungranted = create({"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": [f"{KIND}=0"]}]})
     assert not ungranted.forward and f"no grant for {KIND}=0" in ungranted.message
+
+
+class TwoContainers:
+    """The repo daemon as the gate's lookup sees it: `on0` holds card 0, `on1` card 1."""
+
+    def lookup(self, ref: str) -> Container | None:
+        return {
+            "on0": Container("a" * 64, "on0", (f"{KIND}=0",)),
+            "on1": Container("b" * 64, "on1", (f"{KIND}=1",)),
+        }.get(ref)
+
+    def exec_container(self, exec_id: str) -> str | None:
+        return None
+
+
+def test_the_plugins_health_events_hold_its_card_back_until_cleared(
+    site: Path, rdc_config: Path, lab: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "example")
+    plugins = load_plugins()
+    from rediacc_core.setup import run_setup
+
+    run_setup(lab.machine, plugins, {"acme_device_mode": "0660"})
+    lab.write("/var/log/kern.log", f"[  812.250731] acme {CARD0}: card fault 7\n")
+    repo = RepoStore(lab.machine).create("alpha")
+    grants = frozenset({f"{KIND}=0", f"{KIND}=1"})
+    decider = Decider(
+        lab.machine, repo, plugins, lambda image: None, lambda line: None,
+        grants=lambda _: grants, containers=TwoContainers(),
+    )  # fmt: skip
+
+    def start(name: str) -> Any:
+        return decider.decide("POST", f"/v1.45/containers/{name}/start", None, b"")
+
+    refused = start("on0")
+    assert refused.rules == ("gpu-health",) and f"reaches the GPU at {CARD0}" in refused.message
+    assert "reported fault-7 (acme 0000:41:00.0: card fault 7)" in refused.message
+    assert start("on1").forward, "the other card is healthy"
+    # What the runtime guard reads: the card's own names, not `all`, which the healthy card shares.
+    assert json.loads(health_path(lab.machine).read_text())["heldNames"] == [f"{KIND}=0"]
+
+    def ok(*args: str) -> subprocess.CompletedProcess[str]:
+        done = rdc(site, rdc_config, *args)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    ok("machine", "add", "lab", "--root", str(lab.root))
+    listing = ok("machine", "gpu", "list", "lab").stdout
+    assert "Unhealthy GPUs" in listing and "fault-7" in listing
+    ok("machine", "gpu", "clear", "lab", "--device", f"{KIND}=0")
+    assert start("on0").forward

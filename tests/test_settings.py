@@ -33,6 +33,8 @@ OTHER_DEFAULTS = {
     "publish-limit": "64",
     "pids-limit": "4096",
     "registries": "",
+    "gpu-health": "refuse",  # a GPU its driver reported unhealthy is held back
+    "dcgm-job-mapping-dir": "",
     "image-store": "overlay2",
 }
 
@@ -82,9 +84,9 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "colour",
             "blue",
             "unknown machine setting 'colour'",
-            "use one of: bind-roots, extra-capabilities, gate-workers, image-store, lease-end, "
-            "legacy-visible-devices, pids-limit, publish-addresses, publish-limit, publish-ports, "
-            "registries, volume-drivers",
+            "use one of: bind-roots, dcgm-job-mapping-dir, extra-capabilities, gate-workers, "
+            "gpu-health, image-store, lease-end, legacy-visible-devices, pids-limit, publish-addresses, "
+            "publish-limit, publish-ports, registries, volume-drivers",
         ),
         (
             LEGACY,

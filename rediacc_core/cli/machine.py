@@ -362,6 +362,7 @@ def gpu() -> None:
     \b
     Examples:
       rdc machine gpu list localhost
+      rdc machine gpu clear localhost --device 0000:3b:00.0
       rdc machine gpu prune localhost
     """
 
@@ -369,15 +370,23 @@ def gpu() -> None:
 @gpu.command("list")
 @click.argument("name", required=False)
 @click.option("--all", "every", is_flag=True, help="Every machine at once, one row per GPU.")
+@click.option(
+    "--scan",
+    is_flag=True,
+    help="Read the drivers' health events (the kernel's log) now, not only those the gates recorded.",
+)
 @output_option()
-def gpu_list(name: str | None, every: bool, fmt: str) -> None:
-    """Each GPU, every grantable CDI name, and the grants in force (read live).
+def gpu_list(name: str | None, every: bool, scan: bool, fmt: str) -> None:
+    """Each GPU, every grantable CDI name, the grants in force (read live), and the GPUs held back
+    because their driver reported a fatal event (as recorded: each repo gate reads the kernel's log
+    every 30 s and before a container holding devices starts; --scan reads it now).
 
     `-o json` prints the inventory exactly as it is recorded on the machine.
 
     \b
     Examples:
       rdc machine gpu list localhost
+      rdc machine gpu list localhost --scan
       rdc machine gpu list localhost -o json
     """
     if every or name is None:
@@ -399,8 +408,54 @@ def gpu_list(name: str | None, every: bool, fmt: str) -> None:
     if fmt == "yaml":
         emit(inventory, fmt, lambda _: "")
         return
+    from rediacc_core.cli.gpu_health import health_section, unhealthy
+
     with fitted(fmt):
-        click.echo(render_gpu_table(inventory, live_grants(target)))
+        held = unhealthy(target, scan=scan)
+        click.echo(render_gpu_table(inventory, live_grants(target)) + health_section(target, held))
+
+
+@gpu.command("clear")
+@click.argument("name")
+@click.option(
+    "--device",
+    metavar="BUS_ID|CDI_NAME",
+    help="The GPU to clear, by PCI bus id or by a CDI name reaching it (default: every GPU).",
+)
+@output_option()
+def gpu_clear(name: str, device: str | None, fmt: str) -> None:
+    """Let containers holding a GPU its driver reported unhealthy start again (once it is sound).
+
+    The events stay recorded as cleared: the same kernel log line read again holds nothing back.
+
+    \b
+    Examples:
+      rdc machine gpu clear localhost --device 0000:3b:00.0
+      rdc machine gpu clear localhost --device vendor.example/gpu=0
+      rdc machine gpu clear localhost
+    """
+    from rediacc_core.cli.gpu_health import clear_health
+
+    target = Config.load().machine(name)
+    cleared = clear_health(target, device)
+    data = [
+        {
+            "pciBusId": r.event.pci_bus_id,
+            "reason": r.event.reason,
+            "message": r.event.message,
+            "seenAt": r.seen_at,
+        }
+        for r in cleared
+    ]
+    if fmt in ("json", "yaml"):
+        emit(data, fmt, lambda _: "")
+        return
+    for card in dict.fromkeys(r.event.pci_bus_id for r in cleared):
+        reasons = ", ".join(dict.fromkeys(r.event.reason for r in cleared if r.event.pci_bus_id == card))
+        note(f"Cleared the GPU at {card} ({reasons}): containers holding it may start again.")
+    if not cleared:
+        which = f"that {device} names " if device else ""
+        note(f"No GPU {which}is held back for its health on {name}: nothing to clear.")
 
 
 @gpu.command("prune")

@@ -25,6 +25,7 @@ from rediacc_core.gate import buildkit
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
+from rediacc_core.gate.health_check import HealthReader, health_refusals, live_health
 from rediacc_core.gate.policy import isolation, mounts, publish, rules
 from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
 from rediacc_core.gate.policy.findings import Finding
@@ -40,6 +41,7 @@ from rediacc_core.gate.wire.decode import (
     encode,
     parse_target,
 )
+from rediacc_core.health import refuses as refuses_unhealthy
 from rediacc_core.model import ApiRequest, GateContext, Inventory, Refusal, Rewrite
 from rediacc_core.publishing import Policy, policy_from, short_id
 from rediacc_core.values import split_list
@@ -176,6 +178,7 @@ class Decider:
         containers: ContainerLookup | None = None,
         upstream: Path | None = None,
         pinning: bool = True,
+        health: HealthReader | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -190,6 +193,7 @@ class Decider:
         # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
         self.containers = containers
         self.upstream = upstream  # the repo daemon's socket, for the answers the gate makes (`_info`)
+        self._health = health or live_health(machine, plugins, self._inventory, log)
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
         if pins is None:
             from rediacc_core.repos import repo_state_dir
@@ -343,6 +347,7 @@ class Decider:
         refusals = self._port_problems(held) if route.binds_ports else []
         grants, error = self._read_grants() if held.cdi else (frozenset(), None)
         missing = [name for name in held.cdi if error is not None or name not in grants]
+        refusals += self._health_problems(held.name, [name for name in held.cdi if name not in missing])
         if not missing and not refusals:
             return None
         why = f" (its grants cannot be read: {error})" if error is not None else ""
@@ -377,6 +382,33 @@ class Decider:
             return GrantStore(self.machine, self.plugins).in_the_way(self.repo, name)
         except Exception:  # only the advice depends on it: the refusal stands either way
             return None
+
+    def _health_problems(self, container: str, names: list[str]) -> list[Refusal]:
+        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`)."""
+        if not names or not refuses_unhealthy(self._read_settings()):
+            return []
+        inventory = self._inventory() or Inventory()
+        try:
+            cards = self._health()
+        except RdcError as exc:  # records that cannot be read must not let a faulty card through
+            return [
+                Refusal(
+                    message=f"container {container} may not start: the GPU health records cannot be read "
+                    f"({exc.what})",
+                    replacement=exc.todo or "fix the file, then start it again",
+                    rule="gpu-health",
+                )
+            ]
+        if not cards:
+            return []
+        return health_refusals(
+            container,
+            names,
+            cards,
+            inventory,
+            lambda name: self.plugins.hardware_units(name, inventory) or (),
+            self.repo.machine,  # as the repo's references name it (`alpha@m1`)
+        )
 
     def _port_problems(self, held: Container) -> list[Refusal]:
         """The publishing rules for a container about to run, under today's settings and keepers."""

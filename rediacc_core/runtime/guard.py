@@ -40,11 +40,13 @@ Node = tuple[str, str, int, int]  # container path, type (c/b), major, minor
 
 
 class Refused(Exception):
-    """The container may not run: why, and the CDI names that would let it (for the advice)."""
+    """The container may not run: why, and the CDI names that would let it (for the advice). With
+    `unhealthy`, the names reach a GPU held back for its health: clearing it, not a grant, helps."""
 
-    def __init__(self, why: str, names: Sequence[str] = ()) -> None:
+    def __init__(self, why: str, names: Sequence[str] = (), *, unhealthy: bool = False) -> None:
         super().__init__(why)
         self.names = tuple(names)
+        self.unhealthy = unhealthy
 
 
 # --- the command line runc gets ------------------------------------------------------------------
@@ -210,6 +212,49 @@ def check(nodes: Iterable[Node], held: frozenset[str], specs: Iterable[Mapping[s
         )
 
 
+def check_health(
+    nodes: Iterable[Node], held_back: frozenset[str], specs: Iterable[Mapping[str, Any]]
+) -> None:
+    """Refused when a node is one of a device on a GPU held back for its health (`held_back`: the
+    CDI names of those cards, as `rediacc_core.health` records them). A spec's shared nodes
+    (a control node) belong to no one card, so they never count."""
+    if not held_back:
+        return
+    owners: dict[Node, set[str]] = {}
+    for spec in specs:
+        for name, edits in spec_nodes(spec)[1].items():
+            if name in held_back:
+                for node in filter(None, map(node_of, edits)):
+                    owners.setdefault(node, set()).add(name)
+    hit = [node for node in nodes if node in owners]
+    if hit:
+        names = sorted(owners[hit[0]])
+        raise Refused(
+            f"the container holds {hit[0][0]} ({' or '.join(names)}), a device of a GPU its driver "
+            "reported unhealthy",
+            names,
+            unhealthy=True,
+        )
+
+
+def held_back_names(health_path: str, settings_path: str) -> frozenset[str]:
+    """The CDI names on GPUs held back for their health; none when the machine's `gpu-health`
+    setting is `report`. Unreadable files: the grants check has passed, so the gate's own check
+    (which fails closed) is what stands; the guard does not guess."""
+    try:
+        with open(settings_path, "rb") as f:
+            if json.load(f).get("settings", {}).get("gpu-health") == "report":
+                return frozenset()
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        with open(health_path, "rb") as f:
+            names = json.load(f).get("heldNames", [])
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+
+
 def load_specs(cdi_dir: str) -> list[Mapping[str, Any]]:
     """Every spec document in the CDI spec directory (the only one repo daemons read)."""
     try:
@@ -263,7 +308,10 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
         document = {"grants": []}
     except (OSError, ValueError) as exc:
         raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
-    check(nodes, granted_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
+    specs = load_specs(opts["cdi_dir"])
+    check(nodes, granted_names(document, opts["repo_id"], time.time()), specs)
+    if opts.get("health"):
+        check_health(nodes, held_back_names(opts["health"], opts.get("settings", "")), specs)
 
 
 def _report(opts: Mapping[str, str], runc_args: Sequence[str], message: str) -> None:
@@ -305,13 +353,19 @@ def main(argv: Sequence[str]) -> int:
         decide(opts, runc_args, os.getcwd())
     except Refused as exc:
         repo = opts.get("repo_ref", "this repo")
-        grant = f"rdc repo gpu grant {repo} --device {exc.names[0] if exc.names else '<name>'}"
-        _report(
-            opts,
-            runc_args,
-            f"rdc: repo {repo} may not run this container: {exc}; an operator can grant the device again "
-            f"({grant}), or remove the container and create it without the device",
-        )
+        name = exc.names[0] if exc.names else "<name>"
+        if exc.unhealthy:
+            machine = repo.rpartition("@")[2]
+            advice = (
+                f"once the card is sound, an operator can clear it (rdc machine gpu clear {machine} --device "
+                f"{name}), or remove the container and create it with another GPU"
+            )
+        else:
+            advice = (
+                f"an operator can grant the device again (rdc repo gpu grant {repo} --device {name}), or "
+                "remove the container and create it without the device"
+            )
+        _report(opts, runc_args, f"rdc: repo {repo} may not run this container: {exc}; {advice}")
         return 1
     except Exception as exc:  # the guard failing must not let a container through unchecked
         _report(

@@ -24,6 +24,7 @@ from rediacc_core.repos import Repo
 from rediacc_core.runtime.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.runtime.openers import Node, Opener
 from rediacc_core.settings import effective, read_settings
+from rediacc_core.telemetry import export
 
 
 def stop_lapsed_holders(
@@ -74,3 +75,16 @@ def stop_lapsed_holders(
             f"`rdc repo down {repo.ref}` ends it"
         )
     return stopped + by_node
+
+
+def refresh_telemetry(machine: Machine, log: Callable[[str], None]) -> None:
+    """Bring the GPU telemetry up to date: a lease ends without a write to the grants file, so each
+    housekeeping round exports the grants in force (nothing is written when nothing changed)."""
+    try:
+        grants = read_grants(machine)
+    except RdcError as exc:
+        log(f"GPU telemetry skipped: {exc.what}")
+        return
+    problem = export(machine, grants)
+    if problem:
+        log(problem)

@@ -187,14 +187,22 @@ def raise_open_files_limit() -> None:
 
 def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
     """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log; and
-    applies the machine's `lease-end` setting to running containers whose grant ended."""
-    from rediacc_core.runtime.lapsed import stop_lapsed_holders
+    applies the machine's `lease-end` setting to running containers whose grant ended; and brings the
+    GPU telemetry (a lease ended) and the GPU health records up to date."""
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.health_watch import refresh_health
+    from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
 
     runtime = lifecycle.runtime_for(machine, repo)
     paths = [runtime.gate_log]
     if runtime.owns_daemon:
         paths.append(runtime.daemon_paths.log)
-    return LogKeeper(paths, report=log, chores=[lambda: stop_lapsed_holders(machine, repo, log)])
+    chores = [
+        lambda: stop_lapsed_holders(machine, repo, log),
+        lambda: refresh_telemetry(machine, log),
+        lambda: refresh_health(machine, get_plugins(), log),
+    ]
+    return LogKeeper(paths, report=log, chores=chores)
 
 
 def run_gate(

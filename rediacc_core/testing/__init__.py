@@ -4,7 +4,7 @@ Vendor plugins add their own layouts on top (each ships a `testing` module of it
 kit stays vendor-neutral like the rest of the core.
 """
 
-from rediacc_core.testing.fakemachine import FakeMachine
+from rediacc_core.testing.fakemachine import FakeMachine, device_numbers
 from rediacc_core.testing.realdata import capture as real_capture
 
-__all__ = ["FakeMachine", "real_capture"]
+__all__ = ["FakeMachine", "device_numbers", "real_capture"]

@@ -240,3 +240,45 @@ def test_the_guard_needs_nothing_but_the_standard_library() -> None:
     """It starts with `python -S -I` (no site-packages) for every container create on the machine."""
     done = subprocess.run([sys.executable, "-S", "-I", guard.__file__], capture_output=True, text=True)
     assert "usage: guard.py" in done.stderr, done.stderr
+
+
+# --- GPU health: a start the gate never sees (a restart policy, the daemon's own) ------------------
+
+
+def test_a_node_of_a_card_held_back_is_refused_and_shared_nodes_are_not() -> None:
+    held_back = frozenset({"v.example/gpu=0"})
+    guard.check_health([node("/dev/v1"), node("/dev/vctl")], held_back, [SPEC])
+    with pytest.raises(
+        guard.Refused, match=r"holds /dev/v0 \(v\.example/gpu=0\), a device of a GPU"
+    ) as refused:
+        guard.check_health([node("/dev/v0")], held_back, [SPEC])
+    assert refused.value.unhealthy and refused.value.names == ("v.example/gpu=0",)
+
+
+def write_health(root: Path, names: list[str], setting: str | None = None) -> None:
+    (root / "etc/rediacc/gpu/health.json").write_text(
+        json.dumps({"schemaVersion": 1, "heldNames": names, "events": []})
+    )
+    if setting is not None:
+        settings = {"schemaVersion": 1, "settings": {"gpu-health": setting}}
+        (root / "etc/rediacc/settings.json").write_text(json.dumps(settings))
+
+
+def test_the_guard_refuses_a_granted_device_on_an_unhealthy_card_until_cleared(
+    machine_root: Path, tmp_path: Path
+) -> None:
+    grants = grants_doc(
+        {"repoId": REPO_ID, "device": "v.example/gpu=0", "exclusive": False, "grantedAt": "x"}
+    )
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(json.dumps(grants))
+    write_health(machine_root, ["v.example/gpu=0"])
+    done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])
+    assert done.returncode == 1 and not (tmp_path / "ran").exists()
+    assert "a device of a GPU its driver reported unhealthy" in done.stderr
+    assert "rdc machine gpu clear m1 --device v.example/gpu=0" in done.stderr
+
+    write_health(machine_root, ["v.example/gpu=0"], setting="report")  # shown only: it runs
+    assert run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0]).returncode == 0
+    write_health(machine_root, [])  # cleared
+    (machine_root / "etc/rediacc/settings.json").unlink()
+    assert run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0]).returncode == 0

@@ -1,8 +1,9 @@
 """rediacc_nvidia plugin for rediacc-core: hook implementations only.
 
 Each hook hands over to the module that holds the knowledge: discovery (NVML, nvidia-smi, /proc),
-toolkit (install plan, nvidia-cdi-refresh, the `nvidia-ctk cdi generate` spec), units (exclusive
-grants by hardware), rules (the gate: non-CDI GPU requests, NVIDIA_VISIBLE_DEVICES, NVIDIA_REQUIRE_*).
+toolkit (install plan, nvidia-cdi-refresh, /dev/char links, the `nvidia-ctk cdi generate` spec),
+units (exclusive grants by hardware), health (XIDs and ECC errors), rules (the gate: non-CDI GPU
+requests, NVIDIA_VISIBLE_DEVICES, NVIDIA_REQUIRE_*).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rediacc_core import (
     CdiSpecFile,
     GateContext,
     Gpu,
+    HealthEvent,
     Inventory,
     Machine,
     SetupContext,
@@ -21,7 +23,7 @@ from rediacc_core import (
     Verdict,
     hookimpl,
 )
-from rediacc_nvidia import discovery, raw, rules, toolkit, units
+from rediacc_nvidia import discovery, health, raw, rules, toolkit, units
 
 
 @hookimpl
@@ -61,3 +63,8 @@ def rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None:
 @hookimpl
 def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     return rules.request_rules(request, ctx) + raw.request_rules(request, ctx)
+
+
+@hookimpl
+def rdc_health(machine: Machine, inventory: Inventory) -> list[HealthEvent]:
+    return health.health(machine, inventory)

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from rediacc_core.testing import FakeMachine, real_capture
+from rediacc_core.testing import FakeMachine, device_numbers, real_capture
 from rediacc_nvidia.discovery_smi import XmlReport, parse_list, parse_query_csv, parse_xml
 
 DATA_DIR = "nvidia-smi.d"
@@ -299,11 +299,14 @@ def _option(args: Sequence[str], name: str) -> str | None:
 
 
 def ctk_main(data: str) -> None:
-    """The stand-in `nvidia-ctk`: `--version` and `cdi generate`, nothing else."""
+    """The stand-in `nvidia-ctk`: `--version`, `cdi generate` and `system create-dev-char-symlinks`."""
     args = sys.argv[1:]
     folder = Path(data)
     if args[:1] in (["--version"], ["-v"]):
         sys.stdout.write(f"NVIDIA Container Toolkit CLI version {CTK_VERSION}\ncommit: standin\n")
+        return
+    if args[:2] == ["system", "create-dev-char-symlinks"]:
+        _dev_char_links(folder, args)
         return
     if args[:2] != ["cdi", "generate"]:
         sys.stderr.write(f"stand-in nvidia-ctk: unsupported arguments {args}\n")
@@ -331,6 +334,28 @@ def ctk_main(data: str) -> None:
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text(text, encoding="utf-8")
     sys.stderr.write('level=info msg="Generated CDI spec with version 0.5.0"\n')
+
+
+def _dev_char_links(folder: Path, args: Sequence[str]) -> None:
+    """`system create-dev-char-symlinks`: a `MAJOR:MINOR` link per NVIDIA node, an existing link left
+    as it is (the real tool warns and goes on); each call is logged to `dev-char.log`."""
+    with (folder / "dev-char.log").open("a", encoding="utf-8") as log:
+        log.write(" ".join(args) + "\n")
+    root = Path(_option(args, "--driver-root") or "/")
+    char = Path(_option(args, "--dev-char-path") or "/dev/char")
+    char.mkdir(parents=True, exist_ok=True)
+    dev = root / "dev"
+    for node in sorted([*dev.glob("nvidia*"), *dev.glob("nvidia-caps/nvidia-cap*")]):
+        numbers = device_numbers(node)
+        link = char / f"{numbers[0]}:{numbers[1]}" if numbers else None
+        if link is not None and not link.is_symlink():
+            link.symlink_to(f"/dev/{node.relative_to(dev)}")
+
+
+def dev_char_calls(fm: FakeMachine) -> list[str]:
+    """The stand-in `nvidia-ctk system create-dev-char-symlinks` calls made so far."""
+    log = data_dir(fm) / "dev-char.log"
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
 def _node(root: Path, path: str) -> dict[str, str]:

@@ -1,11 +1,13 @@
 """The NVIDIA Container Toolkit: whether setup wants it, how to install it, and the spec it generates.
 
-Only `nvidia-ctk` (for `cdi generate`) and the `nvidia-cdi-refresh` units are used. No container
+Only `nvidia-ctk` (for `cdi generate` and the `/dev/char` links) and the `nvidia-cdi-refresh` units
+are used. No container
 runtime is configured: repo daemons admit only runc, and the CDI spec is all they need.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -245,6 +247,55 @@ def refresh_step(ctx: SetupContext) -> SetupStep:
     return SetupStep("Point nvidia-cdi-refresh at /etc/cdi/nvidia.yaml", tuple(plan), apply, order=30)
 
 
+# --- /dev/char links --------------------------------------------------------------------------------
+
+DEV_CHAR = "/dev/char"
+DEV_CHAR_COMMAND = ("nvidia-ctk", "system", "create-dev-char-symlinks", "--create-all")
+
+
+def nvidia_nodes(machine: Machine) -> list[str]:
+    """The NVIDIA device nodes of the machine, as container paths (`/dev/nvidia0`, `/dev/nvidia-caps/…`)."""
+    dev = machine.path("/dev")
+    found = [*dev.glob("nvidia*"), *dev.glob("nvidia-caps/nvidia-cap*")]
+    return sorted(
+        f"/dev/{node.relative_to(dev)}" for node in found if not node.is_dir() and node.suffix != ".devnum"
+    )
+
+
+def linked_nodes(machine: Machine) -> set[str]:
+    """The nodes `/dev/char` links point at, as container paths (links are read, never followed)."""
+    char = machine.path(DEV_CHAR)
+    root = str(machine.root).rstrip("/")
+    targets = set()
+    for link in char.iterdir() if char.is_dir() else ():
+        if link.is_symlink():
+            target = os.readlink(link)
+            targets.add(target.removeprefix(root) if root and target.startswith(root + "/") else target)
+    return targets
+
+
+def dev_char_step(ctx: SetupContext) -> SetupStep:
+    """`/dev/char/MAJOR:MINOR` links to the NVIDIA nodes: under the systemd cgroup driver a
+    `systemctl daemon-reload` rebuilds a container's device rules from those links, and without
+    them the container loses its GPUs (NVIDIA/nvidia-container-toolkit issue 48)."""
+    machine = ctx.machine
+    command = list(DEV_CHAR_COMMAND)
+    if not machine.is_host:
+        command += [f"--dev-char-path={machine.path(DEV_CHAR)}", f"--driver-root={machine.root}"]
+    title = "Link the NVIDIA device nodes in /dev/char"
+    nodes = nvidia_nodes(machine)
+    missing = [node for node in nodes if node not in linked_nodes(machine)]
+    if nodes and not missing:
+        done = f"{machine.path(DEV_CHAR)} links all {len(nodes)} NVIDIA device nodes: nothing to do"
+        return SetupStep(title, (done,), order=25)
+
+    def apply() -> None:
+        _run(machine, command)
+
+    why = "so containers keep their GPUs across `systemctl daemon-reload`"
+    return SetupStep(title, (f"run: {' '.join(command)} ({why})",), apply, order=25)
+
+
 def persistenced_step(ctx: SetupContext) -> SetupStep | None:
     socket = ctx.machine.path(PERSISTENCED_SOCKET)
     if not socket.exists():
@@ -264,7 +315,7 @@ def setup_steps(ctx: SetupContext) -> list[SetupStep]:
         return [unspecified_step(ctx)] if has_nvidia_gpu(ctx.gpus) else []
     steps = [install_step(ctx)]
     if not is_wsl(ctx.machine):
-        steps.append(refresh_step(ctx))
+        steps += [refresh_step(ctx), dev_char_step(ctx)]
     persistenced = persistenced_step(ctx)
     if persistenced is not None:
         steps.append(persistenced)

@@ -29,6 +29,7 @@ HOOKS = (
     "rdc_cdi_specs",
     "rdc_discover",
     "rdc_hardware_units",
+    "rdc_health",
     "rdc_request_rules",
     "rdc_setup_options",
     "rdc_setup_steps",

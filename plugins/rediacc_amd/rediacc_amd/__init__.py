@@ -5,12 +5,13 @@ Hook implementations only; each delegates to the module named for what it holds.
 
 from __future__ import annotations
 
-from rediacc_amd import discovery, rules, spec, units
+from rediacc_amd import discovery, health, rules, spec, units
 from rediacc_core import (
     ApiRequest,
     CdiSpecFile,
     GateContext,
     Gpu,
+    HealthEvent,
     Inventory,
     Machine,
     SetupContext,
@@ -37,3 +38,8 @@ def rdc_hardware_units(name: str, inventory: Inventory) -> list[str] | None:
 @hookimpl
 def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     return rules.request_rules(request, ctx)
+
+
+@hookimpl
+def rdc_health(machine: Machine, inventory: Inventory) -> list[HealthEvent]:
+    return health.health(machine, inventory)

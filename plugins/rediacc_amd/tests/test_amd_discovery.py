@@ -86,6 +86,7 @@ def test_discover_through_the_plugin_manager(
         "rdc_cdi_specs",
         "rdc_hardware_units",
         "rdc_request_rules",
+        "rdc_health",
     }
     assert [g.cdi_names for g in plugins.discover(fake_machine.machine)] == [  # rdc_discover
         ("rediacc.io/amd=gpu0",),

@@ -19,6 +19,7 @@ from rediacc_core import (
     CdiSpecFile,
     GateContext,
     Gpu,
+    HealthEvent,
     Inventory,
     Machine,
     Refusal,
@@ -29,6 +30,7 @@ from rediacc_core import (
     device_node_edit,
     hookimpl,
     host_node,
+    kernel_log,
     landing_paths,
     sysfs_dev_numbers,
 )
@@ -36,6 +38,7 @@ from rediacc_core import (
 KIND = "acme.com/gpu"
 SOURCE = "example"  # the entry point's name, as `rdc plugins` lists it
 RAW_NODE = re.compile(r"^/dev/acme(\d+)$")
+FAULT = re.compile(r"acme (?P<bus>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): card fault (?P<code>\d+)")
 
 
 @hookimpl
@@ -131,3 +134,22 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
             message += f"; grant it first: rdc repo gpu grant {ctx.repo_ref} --device {name}"
         verdicts.append(Refusal(message=message, replacement=f"--device {name}", rule="raw-device"))
     return verdicts
+
+
+@hookimpl
+def rdc_health(machine: Machine, inventory: Inventory) -> list[HealthEvent]:
+    ours = {gpu.pci_bus_id for gpu in inventory.from_source(SOURCE)}
+    events = []
+    for line in kernel_log(machine):  # `[  812.250731] acme 0000:41:00.0: card fault 7`
+        found = FAULT.search(line)
+        if found and found.group("bus") in ours:
+            message = line[found.start() :]
+            events.append(
+                HealthEvent(
+                    pci_bus_id=found.group("bus"),
+                    reason=f"fault-{found.group('code')}",
+                    message=message,
+                    key=line,
+                )
+            )
+    return events
