@@ -52,6 +52,7 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "gpu", "grant"): ON_REF,
     ("repo", "gpu", "revoke"): ON_REF,
     ("repo", "gpu", "renew"): ON_REF,
+    ("repo", "gpu", "confirm"): ON_REF,
     ("repo", "gpu", "list"): READ_REF,
     ("repo", "up"): ON_REF,
     ("repo", "down"): ON_REF,

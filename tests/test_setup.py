@@ -324,6 +324,7 @@ def test_run_setup_reports_progress_for_each_step(vendor: FakeVendor, fm: FakeMa
         "Generate and check CDI specs",
         "Write CDI specs",
         "Write the inventory",
+        "Check the grants",
     ]
     assert all(ok for kind, ok in events if kind == "finish")
     assert report.inventory is not None and report.inventory["gpus"] == []

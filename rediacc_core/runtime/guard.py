@@ -6,8 +6,8 @@ place: the daemon's shim runs the runtime binary to create the container, to exe
 resume it. So each repo daemon's default runtime is this guard (`GUARD_RUNTIME`, written into its
 daemon.json by `runtime.daemon`), and the guard lets runc create, exec or resume only a container
 whose device nodes all belong to CDI devices the repo holds at that moment (grants.json, read
-fresh each time; a lapsed lease counts as absent). Whoever starts the container, the window
-between a revoke and the refusal is zero.
+fresh each time; a lapsed lease, or a grant setup suspended, counts as absent). Whoever starts the
+container, the window between a revoke and the refusal is zero.
 
 It runs for every `runc create` on the machine, so it is written for start-up time: it is started
 as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 ms), imports only
@@ -43,9 +43,10 @@ Node = tuple[str, str, int, int]  # container path, type (c/b), major, minor
 class Refused(Exception):
     """The container may not run: why, and the CDI names that would let it (for the advice)."""
 
-    def __init__(self, why: str, names: Sequence[str] = ()) -> None:
+    def __init__(self, why: str, names: Sequence[str] = (), *, suspended: bool = False) -> None:
         super().__init__(why)
         self.names = tuple(names)
+        self.suspended = suspended  # the names are granted but suspended: confirm, not grant
 
 
 # --- the command line runc gets ------------------------------------------------------------------
@@ -114,7 +115,8 @@ def container_nodes(config: Mapping[str, Any]) -> list[Node]:
 
 
 def held_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
-    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end is absent)."""
+    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end, or a
+    suspended grant, is absent)."""
     entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
     if not isinstance(entries, list):
         raise Refused("the machine's grants file has no list of grants")
@@ -127,8 +129,24 @@ def held_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]
         expires = entry.get("expiresAt")
         if expires is not None and (not isinstance(expires, str) or _epoch(expires) <= now):
             continue
+        if "suspended" in entry:
+            continue
         held.add(entry["device"])
     return frozenset(held)
+
+
+def suspended_names(grants_document: Any, repo_id: str) -> dict[str, str]:
+    """The repo's suspended grants: name -> the drift setup recorded (for the refusal's words)."""
+    entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
+    found: dict[str, str] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        mine = isinstance(entry, dict) and entry.get("repoId") == repo_id
+        if mine and isinstance(entry.get("device"), str):
+            held = entry.get("suspended")
+            if held is not None:
+                drift = held.get("drift") if isinstance(held, dict) else None
+                found[entry["device"]] = drift if isinstance(drift, str) else "suspended"
+    return found
 
 
 def _epoch(stamp: str) -> float:
@@ -264,7 +282,16 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
         document = {"grants": []}
     except (OSError, ValueError) as exc:
         raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
-    check(nodes, held_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
+    try:
+        check(nodes, held_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
+    except Refused as exc:
+        suspended = suspended_names(document, opts["repo_id"])
+        hit = [name for name in exc.names if name in suspended]
+        if not hit:
+            raise
+        raise Refused(
+            f"{exc}: the grant of {hit[0]} is suspended ({suspended[hit[0]]})", hit, suspended=True
+        ) from None
 
 
 def _report(opts: Mapping[str, str], runc_args: Sequence[str], message: str) -> None:
@@ -306,13 +333,18 @@ def main(argv: Sequence[str]) -> int:
         decide(opts, runc_args, os.getcwd())
     except Refused as exc:
         repo = opts.get("repo_ref", "this repo")
-        grant = f"rdc repo gpu grant {repo} --device {exc.names[0] if exc.names else '<name>'}"
-        _report(
-            opts,
-            runc_args,
-            f"rdc: repo {repo} may not run this container: {exc}; an operator can grant the device again "
-            f"({grant}), or remove the container and create it without the device",
-        )
+        name = exc.names[0] if exc.names else "<name>"
+        if exc.suspended:
+            advice = (
+                f"an operator can accept the hardware it reaches now (rdc repo gpu confirm {repo} --device "
+                f"{name}) or revoke it (rdc repo gpu revoke {repo} --device {name})"
+            )
+        else:
+            advice = (
+                f"an operator can grant the device again (rdc repo gpu grant {repo} --device {name}), or "
+                "remove the container and create it without the device"
+            )
+        _report(opts, runc_args, f"rdc: repo {repo} may not run this container: {exc}; {advice}")
         return 1
     except Exception as exc:  # the guard failing must not let a container through unchecked
         _report(

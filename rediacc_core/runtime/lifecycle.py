@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
-from rediacc_core.repos import Repo, repo_state_dir
+from rediacc_core.repos import AUDIT_LOG, Repo, repo_state_dir
 from rediacc_core.runtime import daemon, netns, pids
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
@@ -57,7 +57,7 @@ class RepoRuntime:
 
     @property
     def audit_log(self) -> Path:
-        return self.data_dir / "audit.log"
+        return self.data_dir / AUDIT_LOG
 
     @property
     def guard_log(self) -> Path:
