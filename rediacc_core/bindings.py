@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rediacc_core.model import GpuPartition, Inventory, Scalar
+if TYPE_CHECKING:  # a read (`rdc repo gpu list`) loads grants, not the typed model
+    from rediacc_core.model import GpuPartition, Inventory, Scalar
 
 
 @dataclass(frozen=True)
