@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rediacc_core.bindings import Binding, Suspension, binding_from_json, identify, suspension_from_json
 from rediacc_core.cdi.names import parse_qualified_name
@@ -43,13 +43,14 @@ from rediacc_core.repos import Repo, RepoStore, now_iso
 from rediacc_core.statelock import state_lock
 
 if TYPE_CHECKING:
-    from rediacc_core.holdings import Holder
     from rediacc_core.model import Inventory
     from rediacc_core.plugins import Plugins
+    from rediacc_core.runtime.holdings import Holder
     from rediacc_core.runtime.openers import Node, Opener
 
 # Reading grants (every `rdc` read, the gate, the runtime guard) needs only this module's top; what
-# granting needs (the CDI registry, plugins, the daemons' holdings) is imported where it is used.
+# granting needs (the CDI registry, plugins) is imported where it is used, and what it asks of the
+# machine's running parts (`RunningParts`) is handed in by the caller.
 
 SCHEMA = "grants.schema.json"
 SCHEMA_VERSION = 1
@@ -89,8 +90,30 @@ class GrantOutcome:
     taken: tuple[tuple[str, str], ...] = ()  # (repo ref, device) of the grants --take-over revoked
 
 
-# The CDI-holding containers of a repo (None when its daemon is not running): `holdings.repo_holders`.
-HolderLookup = Callable[[Repo], "list[Holder] | None"]
+class RunningParts(Protocol):
+    """What an exclusive grant asks of the machine's running parts: who holds the hardware now,
+    stopping them, and the handover's audit lines. The records never reach a daemon or /proc
+    themselves: the caller hands this in (`runtime.holdings.Holdings`)."""
+
+    def holders(self, repo: Repo) -> list[Holder] | None:
+        """The repo's CDI-holding containers; None when its daemon is not running."""
+
+    def stop(self, holder: Holder) -> None: ...
+
+    def openers(self, repo: Repo, nodes: Collection[Node]) -> list[Opener]:
+        """The repo's processes holding one of `nodes`, by device number."""
+
+    def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]: ...
+
+    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]: ...
+
+    def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]: ...
+
+    def stop_command(self, holder: Holder) -> str: ...
+
+    def record_handover(
+        self, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]
+    ) -> None: ...
 
 
 # --- the file ------------------------------------------------------------------------------------
@@ -217,6 +240,11 @@ def drop_repo_grants(machine: Machine, repo_id: str) -> int:
     return len(grants) - len(kept)
 
 
+def delete_repo(machine: Machine, repo: Repo, *, lock_timeout: float | None = None) -> int:
+    """Delete the repo and its grants (all under one lock); returns how many grants went with it."""
+    return RepoStore(machine, lock_timeout=lock_timeout).delete(repo, drop_repo_grants)
+
+
 def prune_orphans(machine: Machine, *, lock_timeout: float | None = None) -> list[Grant]:
     """Remove the grants of repos that no longer exist on the machine; returns what went.
 
@@ -291,19 +319,22 @@ class GrantStore:
         plugins: Plugins | None = None,
         *,
         lock_timeout: float | None = None,
-        holders: HolderLookup | None = None,
-        stop: Callable[[Holder], None] | None = None,
-        openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+        running: RunningParts | None = None,
     ) -> None:
+        """`running` is needed to grant exclusively (who holds the hardware now); reading, plain
+        grants, renewals and revokes do without."""
         self.machine = machine
-        from rediacc_core.holdings import device_openers, repo_holders, stop_holder
         from rediacc_core.plugins import get_plugins
 
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
-        self._holders: HolderLookup = holders or (lambda repo: repo_holders(machine, repo))
-        self._stop: Callable[[Holder], None] = stop or (lambda holder: stop_holder(machine, holder))
-        self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
+        self._running = running
+
+    @property
+    def running(self) -> RunningParts:
+        if self._running is None:
+            raise RuntimeError("an exclusive grant needs the machine's running parts: GrantStore(running=)")
+        return self._running
 
     def all(self) -> list[Grant]:
         return read_grants(self.machine)
@@ -379,9 +410,7 @@ class GrantStore:
         handed.update({g.repo_id: owners[g.repo_id] for g in taken if g.repo_id in owners})
         for old in handed.values():
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
-                from rediacc_core.holdings import record_handover
-
-                record_handover(self.machine, old, repo, wanted, stopped)
+                self.running.record_handover(old, repo, wanted, stopped)
         return outcomes
 
     def _owners(self, repo: Repo) -> dict[str, Repo]:
@@ -517,7 +546,7 @@ class GrantStore:
         for other in owners.values():
             if other.id == repo.id:
                 continue
-            for holder in self._holders(other) or ():
+            for holder in self.running.holders(other) or ():
                 if not holder.running:
                     continue  # a stopped holder cannot start again: it is refused without a grant
                 for held in holder.cdi:
@@ -538,8 +567,7 @@ class GrantStore:
             listing = "; ".join(
                 f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in in_the_way
             )
-            from rediacc_core.holdings import stop_command
-
+            stop_command = self.running.stop_command
             commands = " and ".join(dict.fromkeys(f"`{stop_command(h)}`" for h, _ in in_the_way))
             what = ", ".join(devices)
             raise RefusedError(
@@ -547,7 +575,7 @@ class GrantStore:
                 f"stop it first ({commands}), or pass --stop-holders to stop it now",
             )
         for holder, _ in in_the_way:
-            self._stop(holder)
+            self.running.stop(holder)
         return tuple(h for h, _ in in_the_way)
 
     def _clear_openers(
@@ -565,8 +593,7 @@ class GrantStore:
         named the device, or opened through a hard link, counts, and so does a process that left its
         container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
         repo may hold through a grant of its own in force (a shared control node) do not count."""
-        from rediacc_core.holdings import clear_openers, nodes_of, openers_report
-
+        running = self.running
         now = now_iso()
         stopped: list[Holder] = []
         problems: list[str] = []
@@ -575,14 +602,14 @@ class GrantStore:
             if other.id == repo.id:
                 continue
             besides = [g.device for g in current if g.repo_id == other.id and g.in_force(now)]
-            nodes = nodes_of(self.machine, devices, besides)
+            nodes = running.nodes_of(devices, besides)
             if stop:
-                more, left = clear_openers(self.machine, other, nodes, find=self._openers, stop=self._stop)
+                more, left = running.clear_openers(other, nodes)
                 stopped += more
             else:
-                left = self._openers(other, nodes)
+                left = running.openers(other, nodes)
             if left:
-                lines, ends = openers_report(self.machine, other, left)
+                lines, ends = running.openers_report(other, left)
                 problems += lines
                 commands += ends
         if problems:

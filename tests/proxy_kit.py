@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from rediacc_core.gate.audit import Audit
-from rediacc_core.gate.images import may_block
+from rediacc_core.blocking import may_block
+from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.server import GateLimits, GateServer
 
 

@@ -17,12 +17,13 @@ from click.testing import CliRunner, Result
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
-from rediacc_core.gate.audit import Audit, Peer, append_event
+from rediacc_core.gate.audit.log import Audit, append_event
+from rediacc_core.gate.audit.peer import Peer
+from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import containerd, lifecycle, netns
-from rediacc_core.runtime.daemon import DaemonPaths
-from rediacc_core.runtime.guard import GUARD_RUNTIME
+from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.testing import FakeMachine
 
 

@@ -13,12 +13,13 @@ from grants_kit import BUS_A, BUS_B, GPU, build_machine, fake_plugins, set_uuids
 
 from rediacc_core.bindings import MOVED, OVERLAP, VANISHED, UnitIdentity
 from rediacc_core.errors import RefusedError
-from rediacc_core.gate.audit import read_entries
+from rediacc_core.gate.audit.read import read_entries
 from rediacc_core.grants import GrantStore, LiveGrants, read_grants, write_grants
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.recheck import BOUND, CONFIRMED, RESUMED, SUSPENDED, confirm_grants, recheck_grants
 from rediacc_core.repos import Repo, RepoStore, audit_log_path
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.statelock import state_lock
 from rediacc_core.testing import FakeMachine
 
@@ -43,7 +44,7 @@ def plugins() -> Plugins:
 
 @pytest.fixture
 def store(box: Machine, plugins: Plugins) -> GrantStore:
-    return GrantStore(box, plugins)
+    return GrantStore(box, plugins, running=Holdings(box))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
-from rediacc_core.grants import Grant, read_grants
+from rediacc_core.grants import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoRef, RepoStore, now_iso, repo_state_dir, resolve_ref
 
 # The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
@@ -195,7 +195,7 @@ def delete(ref: str, yes: bool) -> None:
     from rediacc_core.runtime import filesmount
 
     filesmount.release_repo(machine, found.id)  # left by units stopped without `rdc repo down`
-    dropped = RepoStore(machine).delete(found)
+    dropped = delete_repo(machine, found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 
 
@@ -233,7 +233,7 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
         try:
             copied = fork_copy.copy_repo(machine, found, forked)
         except BaseException:
-            store.delete(forked)  # nothing half-made stays: the fork goes with its partial copy
+            delete_repo(machine, forked)  # nothing half-made stays: the fork goes with its partial copy
             shutil.rmtree(repo_state_dir(machine, forked.id), ignore_errors=True)
             raise
     emit(
@@ -320,13 +320,14 @@ def grant(
     from rediacc_core.grants import GrantStore
     from rediacc_core.leases import lease_end
     from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.holdings import Holdings
 
     for flag, given in (("--stop-holders", stop_holders), ("--take-over", take_over)):
         if given and not exclusive:
             raise ValidationError(f"{flag} goes with --exclusive", f"add --exclusive, or leave {flag} out")
     expires_at = lease_end(duration, until)
     machine, found = resolve_ref(ref, Config.load())
-    outcomes = GrantStore(machine, get_plugins()).grant(
+    outcomes = GrantStore(machine, get_plugins(), running=Holdings(machine)).grant(
         found, devices, exclusive, stop_holders=stop_holders, take_over=take_over, expires_at=expires_at
     )
     stopped = list({h.id: h for o in outcomes for h in o.stopped}.values())
@@ -381,7 +382,8 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.holdings import (
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.holdings import (
         Holder,
         clear_openers,
         device_openers,
@@ -391,7 +393,6 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
         stop_command,
         stop_holder,
     )
-    from rediacc_core.plugins import get_plugins
 
     machine, found = resolve_ref(ref, Config.load())
     store = GrantStore(machine, get_plugins())

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rediacc_core import unixhttp
-from rediacc_core.gate.images import may_block
-from rediacc_core.gate.publish import Binding, bindings
-from rediacc_core.holdings import cdi_names
+from rediacc_core.blocking import may_block
+from rediacc_core.gate.policy.publish import Binding, bindings
+from rediacc_core.gate.wire.devicerequests import cdi_names
 
 LOOKUP_TIMEOUT = 5.0
 

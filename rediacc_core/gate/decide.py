@@ -21,9 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
-from rediacc_core.gate import isolation, mounts, publish, rules
+from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.containers import ContainerLookup, Held, LookupFailed
-from rediacc_core.gate.decode import (
+from rediacc_core.gate.policy import isolation, mounts, publish, rules
+from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
+from rediacc_core.gate.policy.findings import Finding
+from rediacc_core.gate.policy.pins import Pins
+from rediacc_core.gate.policy.pins import directory_for as pins_directory
+from rediacc_core.gate.wire.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
     BadRequest,
@@ -33,13 +38,9 @@ from rediacc_core.gate.decode import (
     encode,
     parse_target,
 )
-from rediacc_core.gate.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
-from rediacc_core.gate.findings import Finding
-from rediacc_core.gate.llb import BuildPolicy
-from rediacc_core.gate.pins import Pins
-from rediacc_core.gate.pins import directory_for as pins_directory
 from rediacc_core.model import ApiRequest, GateContext, Inventory, Refusal, Rewrite
 from rediacc_core.publishing import Policy, policy_from, short_id
+from rediacc_core.values import split_list
 
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
@@ -407,8 +408,8 @@ class Decider:
 
     def _info(self, raw_target: str) -> Decision:
         """`GET /info` as this repo may see it: asked of the daemon, its CDI devices cut to the grants."""
+        from rediacc_core.blocking import may_block
         from rediacc_core.gate import views
-        from rediacc_core.gate.images import may_block
 
         if self.upstream is None:
             return Decision(True)  # no daemon behind this decider (unit tests of other routes)
@@ -514,9 +515,8 @@ class Decider:
         return cached[1]
 
     def _allowances_from(self, settings: Mapping[str, Any]) -> _Allowances:
-        from rediacc_core.gate import fetches, limits
+        from rediacc_core.gate.policy import fetches, limits
         from rediacc_core.repos import files_dir
-        from rediacc_core.settings import split_list
 
         roots = [mounts.Root(os.path.realpath(files_dir(self.machine, self.repo.id)), False)]
         for item in split_list(str(settings.get("bind-roots", ""))):

@@ -7,7 +7,7 @@ MAX_INSPECTED_BODY) and decided, and what is forwarded is the decider's canonica
 Content-Length the gate computed. Every other body, and every response, is streamed as it arrives.
 
 Small bodies are decided on the event loop (cheaper than a thread hop); big ones, and any decision
-that would wait for I/O (an image lookup on the daemon, see `images.may_block`), run in a worker
+that would wait for I/O (an image lookup on the daemon, see `blocking.may_block`), run in a worker
 thread, so a slow decision never stalls other clients.
 
 Where each message starts and ends is not decided here: `framing.py` holds the two sans-IO framers
@@ -46,10 +46,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
 from rediacc_core.gate import buildkit
-from rediacc_core.gate.audit import NO_PEER, Audit, peer_of
+from rediacc_core.gate.audit.log import Audit
+from rediacc_core.gate.audit.peer import NO_PEER, peer_of
 from rediacc_core.gate.buildkit import Verdict
-from rediacc_core.gate.framing import (
+from rediacc_core.gate.buildkit.llb import BuildPolicy
+from rediacc_core.gate.buildkit.relay import GrpcRelay
+from rediacc_core.gate.http.framing import (
     COMPLETE,
     END,
     HEAD,
@@ -61,8 +65,7 @@ from rediacc_core.gate.framing import (
     RequestFramer,
     ResponseFramer,
 )
-from rediacc_core.gate.grpc_relay import GrpcRelay
-from rediacc_core.gate.http import (
+from rediacc_core.gate.http.messages import (
     LAST_CHUNK,
     MAX_INSPECTED_BODY,
     RequestHead,
@@ -71,8 +74,6 @@ from rediacc_core.gate.http import (
     error_response,
     json_response,
 )
-from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
-from rediacc_core.gate.llb import BuildPolicy
 from rediacc_core.unixhttp import listening
 
 Log = Callable[[str], None]

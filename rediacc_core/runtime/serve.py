@@ -24,14 +24,15 @@ from typing import TextIO
 
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.gate.audit import Audit
+from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.gate.server import GateServer, bind_listener, new_event_loop
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.logfiles import LogKeeper
-from rediacc_core.runtime.workers import MAX_WORKERS, Publish, Supervisor
+from rediacc_core.runtime.workers import Publish, Supervisor
+from rediacc_core.settings import MAX_WORKERS
 
 
 def stderr_log(line: str) -> None:

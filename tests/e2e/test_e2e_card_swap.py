@@ -23,7 +23,7 @@ import pytest
 from e2e_kit import IMAGE, RepoEnv, client_env, refused, skip_reason, wait_for
 
 from rediacc_core.config import Config
-from rediacc_core.gate.audit import read_entries
+from rediacc_core.gate.audit.read import read_entries
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.testing.dockerenv import import_busybox

@@ -149,8 +149,8 @@ def test_unreadable_grants_refuse_every_holder(gate: Gate, containers: FakeConta
 def test_the_lookup_waits_so_it_never_runs_on_the_event_loop(gate: Gate) -> None:
     """The daemon lookup calls may_block(): inline (on the loop) it raises, and the decision moves to
     a worker thread, as an image lookup does."""
+    from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
     from rediacc_core.gate.containers import DaemonContainers
-    from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
 
     lookup = DaemonContainers(gate.fm.root / "no-daemon.sock")
     with decisions_must_not_block(), pytest.raises(MustNotBlock):

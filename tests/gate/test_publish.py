@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rediacc_core.gate.containers import Held, held_from_inspect
-from rediacc_core.gate.publish import Binding, bindings
+from rediacc_core.gate.policy.publish import Binding, bindings
 from rediacc_core.publishing import short_id, state_file, write_state
 from rediacc_core.repos import RepoStore
 from rediacc_core.settings import set_setting

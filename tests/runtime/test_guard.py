@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.runtime import guard
-from rediacc_core.runtime.daemon import DaemonPaths, Guard, daemon_config, guard_script
+from rediacc_core.runtime.daemon import Guard, daemon_config, guard_script
+from rediacc_core.runtime.layout import DaemonPaths
 
 REPO_ID = "6f1d0d6e-3a57-4d5c-9d59-0a4f2f2b8c11"
 NULL = os.stat("/dev/null")
@@ -252,8 +254,8 @@ def test_a_broken_grants_file_fails_closed(machine_root: Path, tmp_path: Path) -
 def test_the_repo_daemon_runs_its_containers_under_the_guard(tmp_path: Path) -> None:
     paths = DaemonPaths(tmp_path / "w", tmp_path / "data")
     config = daemon_config(tmp_path, paths, Guard(REPO_ID, "alpha@m1", tmp_path / "g.log"))
-    assert config["default-runtime"] == guard.GUARD_RUNTIME
-    assert config["runtimes"] == {guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}}
+    assert config["default-runtime"] == GUARD_RUNTIME
+    assert config["runtimes"] == {GUARD_RUNTIME: {"path": str(paths.guard_script)}}
     assert "runtimes" not in daemon_config(tmp_path, paths)  # a daemon started for tests, without a repo
 
 

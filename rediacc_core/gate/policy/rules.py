@@ -31,18 +31,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rediacc_core.cdi.names import is_qualified_name
-from rediacc_core.gate import fetches, isolation, limits, mounts, publish
-from rediacc_core.gate.findings import Finding, refuse
-from rediacc_core.gate.mounts import BindPolicy
-from rediacc_core.holdings import cdi_names
-from rediacc_core.runtime.guard import GUARD_RUNTIME
+from rediacc_core.gate.policy import fetches, isolation, limits, mounts, publish
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.policy.mounts import BindPolicy
+from rediacc_core.gate.wire.devicerequests import cdi_names
 
 CDI_DEVICE = "--device <vendor>/<class>=<name> (`rdc machine gpu list` shows the names)"
 COMPOSE_DEVICES = (
     "devices: [<vendor>/<class>=<name>] in Compose, --device <vendor>/<class>=<name> with docker run"
 )
-# The daemon's default runtime (the repo daemon's is the runtime guard): naming any other, even
-# "runc", would run the container without the guard's check of its devices at every start.
+# The name each repo daemon knows its default runtime by, the runtime guard (`runtime.guard`; written
+# into its daemon.json by `runtime.daemon`). Naming any other runtime, even "runc", would run the
+# container without the guard's check of its devices at every start.
+GUARD_RUNTIME = "rediacc"
 ALLOWED_RUNTIMES = frozenset({"", GUARD_RUNTIME})
 RULE_IDS = frozenset(
     {

@@ -21,12 +21,13 @@ import contextlib
 import http.client
 import json
 import urllib.parse
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
+from rediacc_core.gate.wire.devicerequests import cdi_names
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import openers
@@ -35,17 +36,6 @@ from rediacc_core.runtime.openers import Node, Opener
 ASK_TIMEOUT = 10.0
 STOP_TIMEOUT = 10  # seconds the daemon waits after SIGTERM before it kills a holder
 _RUNS = frozenset({"running", "paused", "restarting"})
-
-
-def cdi_names(host_config: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """Every device id in the CDI device requests of a HostConfig (or update body), once each."""
-    names: list[str] = []
-    requests = host_config.get("DeviceRequests") if isinstance(host_config, Mapping) else None
-    for request in requests if isinstance(requests, list) else ():
-        if isinstance(request, dict) and request.get("Driver") == "cdi":
-            ids = request.get("DeviceIDs")
-            names.extend(i for i in (ids if isinstance(ids, list) else ()) if isinstance(i, str))
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -251,7 +241,7 @@ def record_handover(
     machine: Machine, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]
 ) -> None:
     """One line in each repo's audit log: which devices went from `old` to `new`, and what was stopped."""
-    from rediacc_core.gate.audit import append_event
+    from rediacc_core.gate.audit.log import append_event
     from rediacc_core.runtime.lifecycle import runtime_for
 
     devices = list(names)
@@ -269,3 +259,48 @@ def record_handover(
             cdi=devices,
             message=message,
         )
+
+
+class Holdings:
+    """The machine's running parts as granting asks about them (`grants.RunningParts`): the
+    containers and processes of each repo that hold a device, stopping them, and the handover's
+    audit lines. Handed to `GrantStore` by its caller: the grant records never reach a daemon.
+
+    `holders`, `stop` and `openers` replace the daemon and /proc lookups (tests, simulations)."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        holders: Callable[[Repo], list[Holder] | None] | None = None,
+        stop: Callable[[Holder], None] | None = None,
+        openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+    ) -> None:
+        self.machine = machine
+        self._holders = holders or (lambda repo: repo_holders(machine, repo))
+        self._stop = stop or (lambda holder: stop_holder(machine, holder))
+        self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
+
+    def holders(self, repo: Repo) -> list[Holder] | None:
+        return self._holders(repo)
+
+    def stop(self, holder: Holder) -> None:
+        self._stop(holder)
+
+    def openers(self, repo: Repo, nodes: Collection[Node]) -> list[Opener]:
+        return self._openers(repo, nodes)
+
+    def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]:
+        return nodes_of(self.machine, names, besides)
+
+    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]:
+        return clear_openers(self.machine, repo, nodes, find=self._openers, stop=self._stop)
+
+    def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]:
+        return openers_report(self.machine, repo, left)
+
+    def stop_command(self, holder: Holder) -> str:
+        return stop_command(holder)
+
+    def record_handover(self, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]) -> None:
+        record_handover(self.machine, old, new, names, stopped)

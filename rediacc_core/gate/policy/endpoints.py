@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from rediacc_core.gate.decode_fields import FieldType, StructRef
+from rediacc_core.gate.wire.decode_fields import FieldType, StructRef
 
 Action = Literal["forward", "inspect", "query", "refuse"]
 

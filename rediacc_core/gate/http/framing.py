@@ -73,7 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rediacc_core.gate.http import (
+from rediacc_core.gate.http.messages import (
     BODY_LENGTH,
     BODY_NONE,
     BODY_UNTIL_CLOSE,
