@@ -19,9 +19,9 @@ from collections.abc import Callable, Collection
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import RdcError
 from rediacc_core.grants import read_grants
-from rediacc_core.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, now_iso
+from rediacc_core.runtime.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.runtime.openers import Node, Opener
 from rediacc_core.settings import effective, read_settings
 
@@ -42,7 +42,8 @@ def stop_lapsed_holders(
         if effective(read_settings(machine))["lease-end"] != "stop":
             return []
         now = now_iso()
-        held = {g.device for g in read_grants(machine) if g.repo_id == repo.id and g.in_force(now)}
+        # A grant setup suspended (its name reaches other hardware now) is no grant here either.
+        held = {g.device for g in read_grants(machine) if g.repo_id == repo.id and g.usable(now)}
     except RdcError as exc:  # unreadable settings or grants: stop nothing, say why, try again later
         log(f"lease-end check skipped: {exc.what}")
         return []
