@@ -695,7 +695,10 @@ def _owner_ref(owners: Mapping[str, Repo], repo_id: str) -> str:
 
 def _granted_again(repo: Repo, held: Grant, expires_at: str | None) -> str:
     """What a grant of a name the repo holds already says: its end is kept, and when the end asked
-    for differs (a lease, or none), the renew that moves it."""
+    for differs (a lease, or none), the renew that moves it; a suspended one, how to resolve it."""
+    if held.suspended is not None:
+        advice = suspension_advice(held, repo.ref)
+        return f"already granted, but suspended ({held.suspended.drift}): {advice}"
     if held.expires_at is None and expires_at is None:
         return "already granted"
     renew = f"rdc repo gpu renew {repo.ref} --device {held.device}"

@@ -114,7 +114,11 @@ def _overlaps(grants: Sequence[Grant], units: HardwareUnits, owners: Mapping[str
             if a.device != b.device and not pairs:
                 continue
             where = f" ({pairs[0][0]})" if pairs else ""
-            for later, other in ((i, b), (j, a)) if a.granted_at == b.granted_at else [_later(i, a, j, b)]:
+            if a.granted_at == b.granted_at:
+                suspend = [(i, b), (j, a)]  # no telling which came first: neither reaches it
+            else:
+                suspend = [(j, a)] if b.granted_at > a.granted_at else [(i, b)]
+            for later, other in suspend:
                 mode = "exclusively" if other.exclusive else "too"
                 found.setdefault(
                     later,
@@ -122,11 +126,6 @@ def _overlaps(grants: Sequence[Grant], units: HardwareUnits, owners: Mapping[str
                     f"same hardware{where}",
                 )
     return found
-
-
-def _later(i: int, a: Grant, j: int, b: Grant) -> tuple[int, Grant]:
-    """The index of the later grant of the two, with the other grant."""
-    return (j, a) if b.granted_at > a.granted_at else (i, b)
 
 
 def confirm_grants(

@@ -149,6 +149,11 @@ def run_setup(
         f"write {machine.inventory_path} ({report.cards} GPU(s), grantable names from {machine.cdi_dir})"
     )
     report.plan.append(PlannedStep("Write the inventory", (inventory_line,)))
+    recheck_line = (
+        f"check every repo's grants in {machine.grants_path} against the new specs and inventory "
+        "(a grant whose name moved, vanished or overlaps an exclusive one is suspended)"
+    )
+    report.plan.append(PlannedStep("Check the grants", (recheck_line,)))
     if dry_run:
         if report.refusal is not None:
             return report  # the specs come after the step that refuses: the real run never gets there

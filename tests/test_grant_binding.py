@@ -124,6 +124,18 @@ def test_a_name_that_follows_its_card_is_not_moved(
     assert recheck_grants(box, plugins) == []
 
 
+def test_granting_a_suspended_name_again_says_how_to_resolve_it(
+    store: GrantStore, plugins: Plugins, box: Machine, alpha: Repo
+) -> None:
+    store.grant(alpha, [f"{GPU}=0"])
+    set_uuids(box, "GPU-b", "GPU-a")
+    recheck_grants(box, plugins)
+    (again,) = store.grant(alpha, [f"{GPU}=0"])
+    assert not again.changed and again.grant.suspended is not None  # a grant does not lift it
+    assert again.note.startswith("already granted, but suspended (it was granted on GPU-a")
+    assert f"`rdc repo gpu confirm alpha@box --device {GPU}=0`" in again.note
+
+
 def test_cards_back_in_place_lift_the_suspension(
     store: GrantStore, plugins: Plugins, box: Machine, alpha: Repo
 ) -> None:
