@@ -74,10 +74,6 @@ class Grant:
         """False once a lease has ended by `now` (an rdc UTC stamp: text order is time order)."""
         return self.expires_at is None or self.expires_at > now
 
-    def usable(self, now: str) -> bool:
-        """In force and not suspended: what the gate and the runtime guard let a container reach."""
-        return self.in_force(now) and self.suspended is None
-
 
 @dataclass(frozen=True)
 class GrantOutcome:
@@ -162,11 +158,23 @@ def _read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
     return None if found is None else (found[0], parse_grants(found[1], path))
 
 
+def in_force(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` in force at `now` (default this moment): the one place a lease that
+    has ended stops counting, for every reader (rdc, the gate, housekeeping)."""
+    stamp = now or now_iso()
+    return [g for g in grants if g.in_force(stamp)]
+
+
+def reachable(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` a container may reach at `now`: in force, and not suspended by
+    setup's re-check (the gate, the lease-end housekeeping; the runtime guard reads the same)."""
+    return [g for g in in_force(grants, now) if g.suspended is None]
+
+
 def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
     """Every grant in force on the machine (at `now`, default this moment); [] when none."""
     found = _read_file(machine.grants_path)
-    stamp = now or now_iso()
-    return [] if found is None else [g for g in found[1] if g.in_force(stamp)]
+    return [] if found is None else in_force(found[1], now)
 
 
 def suspended_grant(machine: Machine, repo_id: str, device: str) -> Grant | None:
@@ -594,14 +602,13 @@ class GrantStore:
         container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
         repo may hold through a grant of its own in force (a shared control node) do not count."""
         running = self.running
-        now = now_iso()
         stopped: list[Holder] = []
         problems: list[str] = []
         commands: list[str] = []
         for other in owners.values():
             if other.id == repo.id:
                 continue
-            besides = [g.device for g in current if g.repo_id == other.id and g.in_force(now)]
+            besides = [g.device for g in current if g.repo_id == other.id]  # read in force
             nodes = running.nodes_of(devices, besides)
             if stop:
                 more, left = running.clear_openers(other, nodes)
@@ -637,26 +644,27 @@ class GrantStore:
             raise ValidationError(f"{expires_at} is not in the future", "give a later --until, or --for")
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
-            held = self._held(repo, wanted, current, "renewed")
-            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in held.items()}
+            granted = self._granted(repo, wanted, current, "renewed")
+            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in granted.items()}
             write_grants(
                 self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
             )
         return [renewed[d] for d in wanted]
 
-    def _held(
+    def _granted(
         self, repo: Repo, wanted: Sequence[str], current: Sequence[Grant], what: str
     ) -> dict[str, Grant]:
-        held = {g.device: g for g in current if g.repo_id == repo.id}
-        missing = [device for device in wanted if device not in held]
+        """The repo's grants of `wanted`; NotFoundError naming what it is not granted."""
+        granted = {g.device: g for g in current if g.repo_id == repo.id}
+        missing = [device for device in wanted if device not in granted]
         if missing:
-            listing = ", ".join(sorted(held)) if held else "none"
+            listing = ", ".join(sorted(granted)) if granted else "none"
             raise NotFoundError(
-                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], held)}; "
+                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], granted)}; "
                 f"nothing was {what}",
                 f"its grants: {listing} (see `rdc repo gpu list {repo.ref}`)",
             )
-        return {device: held[device] for device in wanted}
+        return {device: granted[device] for device in wanted}
 
     # --- revoke --------------------------------------------------------------------------------
     def revoke(self, repo: Repo, devices: Sequence[str], *, absent_ok: bool = False) -> list[Grant]:
@@ -672,10 +680,10 @@ class GrantStore:
 
                 defined = Registry.for_machine(self.machine).names()
                 mine = {g.device for g in current if g.repo_id == repo.id}
-                self._held(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
+                self._granted(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
                 wanted = [d for d in wanted if d in mine]
-            held = self._held(repo, wanted, current, "revoked")
-            removed = [held[device] for device in wanted]
+            granted = self._granted(repo, wanted, current, "revoked")
+            removed = [granted[device] for device in wanted]
             write_grants(self.machine, [g for g in current if g not in removed])
         return removed
 
@@ -754,12 +762,8 @@ class LiveGrants:
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
         """The names granted to `repo_id` that a container may reach now: a lease that has ended, or
-        a suspended grant, is absent at once."""
-        now = now_iso()
-        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id and g.usable(now))
+        a grant setup suspended, is absent at once."""
+        return frozenset(g.device for g in reachable(self.grants()) if g.repo_id == repo_id)
 
     def exclusive_for_repo(self, repo_id: str) -> frozenset[str]:
-        now = now_iso()
-        return frozenset(
-            g.device for g in self.grants() if g.repo_id == repo_id and g.exclusive and g.usable(now)
-        )
+        return frozenset(g.device for g in reachable(self.grants()) if g.repo_id == repo_id and g.exclusive)

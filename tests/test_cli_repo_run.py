@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from signals_kit import ctrl_c_reaches_it
 
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
@@ -216,6 +217,7 @@ def test_gate_log_follow_ends_quietly_on_ctrl_c(box: Machine) -> None:
     _audited(box)
     follow = subprocess.Popen(
         [sys.executable, "-m", "rediacc_core.cli", "repo", "gate", "log", "alpha@box", "--follow"],
+        preexec_fn=ctrl_c_reaches_it,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -114,9 +114,9 @@ def container_nodes(config: Mapping[str, Any]) -> list[Node]:
 # --- what the repo holds now -----------------------------------------------------------------------
 
 
-def held_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
-    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end, or a
-    suspended grant, is absent)."""
+def granted_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
+    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end, or a grant
+    setup suspended, is absent)."""
     entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
     if not isinstance(entries, list):
         raise Refused("the machine's grants file has no list of grants")
@@ -142,9 +142,9 @@ def suspended_names(grants_document: Any, repo_id: str) -> dict[str, str]:
     for entry in entries if isinstance(entries, list) else []:
         mine = isinstance(entry, dict) and entry.get("repoId") == repo_id
         if mine and isinstance(entry.get("device"), str):
-            held = entry.get("suspended")
-            if held is not None:
-                drift = held.get("drift") if isinstance(held, dict) else None
+            mark = entry.get("suspended")
+            if mark is not None:
+                drift = mark.get("drift") if isinstance(mark, dict) else None
                 found[entry["device"]] = drift if isinstance(drift, str) else "suspended"
     return found
 
@@ -283,7 +283,7 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
     except (OSError, ValueError) as exc:
         raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
     try:
-        check(nodes, held_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
+        check(nodes, granted_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
     except Refused as exc:
         suspended = suspended_names(document, opts["repo_id"])
         hit = [name for name in exc.names if name in suspended]

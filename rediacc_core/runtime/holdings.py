@@ -12,22 +12,24 @@ that it was handed, or opened under another name. So revoke, exclusive grants an
 find the repo's processes holding the nodes by device number (`runtime.openers`) and stop the
 containers they are in.
 
-The daemon is asked over its own socket (root only), never through the gate.
+The daemon is asked over its own socket (root only), never through the gate, with the gate's own
+client for a container's record (`gate.containers`). This module also stops holders, writes the
+handover's audit lines, and gathers all of it as `Holdings`: what an exclusive grant is handed
+(`grants.RunningParts`), so the grant records themselves never reach a daemon or /proc.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
-import urllib.parse
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
-from rediacc_core.gate.wire.devicerequests import cdi_names
+from rediacc_core.gate.containers import DaemonContainers, LookupFailed
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import openers
@@ -77,40 +79,27 @@ def _socket(machine: Machine, repo: Repo) -> str:
     return str(runtime_for(machine, repo).upstream_socket)
 
 
-def _get(sock: str, target: str) -> Any:
-    status, body = unixhttp.request(sock, "GET", target, timeout=ASK_TIMEOUT)
-    if status != 200:
-        raise http.client.HTTPException(f"{target} answered {status}")
-    return json.loads(body)
+def _daemon(machine: Machine, repo: Repo) -> DaemonContainers:
+    """The repo daemon's containers, asked over its own socket (the gate's client, not the gate)."""
+    return DaemonContainers(Path(_socket(machine, repo)), ASK_TIMEOUT)
 
 
 def repo_holders(machine: Machine, repo: Repo) -> list[Holder] | None:
     """Every container of `repo` that holds a CDI device, running or not; None when its daemon is
     not running (then nothing of it runs, and nothing of it can start without the gate or the guard)."""
-    sock = _socket(machine, repo)
+    daemon = _daemon(machine, repo)
     try:
-        listed = _get(sock, "/containers/json?all=1")
-    except (OSError, http.client.HTTPException, ValueError):
+        ids = daemon.ids()
+    except LookupFailed:
         return None
     holders: list[Holder] = []
-    for entry in listed if isinstance(listed, list) else ():
-        ident = entry.get("Id") if isinstance(entry, dict) else None
-        if not isinstance(ident, str):
-            continue
+    for ident in ids:
         try:
-            document = _get(sock, f"/containers/{urllib.parse.quote(ident, safe='')}/json")
-        except (OSError, http.client.HTTPException, ValueError):
-            continue  # removed meanwhile
-        host = document.get("HostConfig")
-        names = cdi_names(host if isinstance(host, dict) else None)
-        if not names:
+            found = daemon.lookup(ident)
+        except LookupFailed:
             continue
-        state = document.get("State")
-        status = state.get("Status") if isinstance(state, dict) else ""
-        name = document.get("Name")
-        holders.append(
-            Holder(repo, ident, name.lstrip("/") if isinstance(name, str) else ident[:12], str(status), names)
-        )
+        if found is not None and found.cdi:  # None: removed meanwhile
+            holders.append(Holder(repo, ident, found.name or ident[:12], found.state, found.cdi))
     return sorted(holders, key=lambda h: h.name)
 
 
@@ -184,7 +173,7 @@ def device_openers(machine: Machine, repo: Repo, nodes: Iterable[Node]) -> list[
 def opener_containers(machine: Machine, repo: Repo, found: Iterable[Opener]) -> list[Holder]:
     """The containers the processes in `found` belong to, named by the repo's daemon, each with
     what its processes hold (processes outside any container are not among them)."""
-    sock = _socket(machine, repo)
+    daemon = _daemon(machine, repo)
     held: dict[str, list[str]] = {}
     for opener in found:
         if opener.container is not None:
@@ -192,10 +181,10 @@ def opener_containers(machine: Machine, repo: Repo, found: Iterable[Opener]) -> 
     containers = []
     for ident, what in held.items():
         name, status = ident[:12], "running"
-        with contextlib.suppress(OSError, http.client.HTTPException, ValueError, LookupError, TypeError):
-            document = _get(sock, f"/containers/{ident}/json")
-            name = str(document["Name"]).lstrip("/")
-            status = str(document["State"]["Status"])
+        with contextlib.suppress(LookupFailed):
+            record = daemon.lookup(ident)
+            if record is not None:
+                name, status = record.name or name, record.state or status
         containers.append(Holder(repo, ident, name, status, (), tuple(what)))
     return sorted(containers, key=lambda h: h.name)
 

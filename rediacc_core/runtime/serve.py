@@ -173,9 +173,7 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
         log(f"pinned again {len(restored)} bind source(s) recorded before this gate started")
     runtime = lifecycle.runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
-    return GateServer(
-        listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit, build_policy=decider.build_policy
-    )
+    return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)
 
 
 def raise_open_files_limit() -> None:
@@ -190,7 +188,7 @@ def raise_open_files_limit() -> None:
 def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
     """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log; and
     applies the machine's `lease-end` setting to running containers whose grant ended."""
-    from rediacc_core.runtime.lease_end import stop_lapsed_holders
+    from rediacc_core.runtime.lapsed import stop_lapsed_holders
 
     runtime = lifecycle.runtime_for(machine, repo)
     paths = [runtime.gate_log]

@@ -13,7 +13,7 @@ share (`GateLimits.share`).
 
 The supervisor runs no event loop and no thread (so forking again is always safe). It waits on
 signals and on one pipe per worker, through which each worker sends its counters every
-`audit.METRICS_INTERVAL` seconds; it adds them up into the repo's one metrics file (a stopped
+`metrics.METRICS_INTERVAL` seconds; it adds them up into the repo's one metrics file (a stopped
 worker's counts are kept, so counters never go back). It bounds the log files (`LogKeeper.check`),
 starts a new worker when one dies (at most `MAX_RESTARTS` within `RESTART_WINDOW` seconds; past
 that something is wrong that restarting will not fix, and the gate stops with an error), and on

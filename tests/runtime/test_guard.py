@@ -84,14 +84,14 @@ def test_held_names_are_this_repos_and_in_force() -> None:
         {"repoId": REPO_ID, "device": "v.example/gpu=4", "expiresAt": "garbage"},
     )
     now = 1893456000.0 - 1  # 2029-12-31T23:59:59Z
-    assert guard.held_names(document, REPO_ID, now) == {"v.example/gpu=0", "v.example/gpu=2"}
-    assert guard.held_names(document, REPO_ID, 1893456000.0) == {"v.example/gpu=0"}  # at the end: gone
+    assert guard.granted_names(document, REPO_ID, now) == {"v.example/gpu=0", "v.example/gpu=2"}
+    assert guard.granted_names(document, REPO_ID, 1893456000.0) == {"v.example/gpu=0"}  # at the end: gone
 
 
 @pytest.mark.parametrize("document", [[], {"grants": {}}, {"grants": [{"repoId": REPO_ID}]}])
 def test_a_grants_file_of_another_shape_refuses(document: Any) -> None:
     with pytest.raises(guard.Refused):
-        guard.held_names(document, REPO_ID, 0.0)
+        guard.granted_names(document, REPO_ID, 0.0)
 
 
 SPEC = {
@@ -235,7 +235,7 @@ def test_a_suspended_grant_stops_runc_naming_the_drift_and_the_confirm(
             "suspended": {"reason": "moved", "drift": drift, "since": "2026-01-01T00:00:00Z"},
         }
     )
-    assert guard.held_names(grants, REPO_ID, 0.0) == frozenset()
+    assert guard.granted_names(grants, REPO_ID, 0.0) == frozenset()
     (machine_root / "etc/rediacc/gpu/grants.json").write_text(json.dumps(grants))
     done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])  # a restart policy's start
     assert done.returncode == 1 and not (tmp_path / "ran").exists()

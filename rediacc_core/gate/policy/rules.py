@@ -26,7 +26,7 @@ holds them whatever the request left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,46 +293,46 @@ def volume_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
         yield refuse("swarm", "ClusterVolumeSpec", "cluster volumes are refused (swarm)", "a local volume")
 
 
+# What the core checks of each endpoint's request: by its query alone (`_BY_QUERY`), or by its
+# canonical body too (`_BY_BODY`, only for a body that decoded to an object). An endpoint in neither
+# has nothing the core rules judge (the field policy and the plugins still may).
+_Check = Callable[[Any, RuleContext], Iterable[Finding]]
+_BY_QUERY: dict[str, _Check] = {
+    "build": lambda _, ctx: (
+        *isolation.build_query(ctx.query),
+        *fetches.build_remote(ctx.query.get("remote", ()), ctx.registries),
+        *limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits),
+    ),
+    "image-create": lambda _, ctx: fetches.image_create(ctx.query, ctx.registries),
+    "image-search": lambda _, ctx: fetches.image_search(ctx.query, ctx.registries),
+    "plugin-privileges": lambda _, ctx: fetches.plugin_privileges(ctx.query, ctx.registries),
+    "image-push": lambda _, ctx: fetches.reference("push of", ctx.name, ctx.registries),
+    "distribution": lambda _, ctx: fetches.reference("registry lookup of", ctx.name, ctx.registries),
+}
+_BY_BODY: dict[str, _Check] = {
+    "auth": lambda body, ctx: fetches.auth(body, ctx.registries),
+    "container-create": container_create,
+    "network-connect": lambda body, _: isolation.endpoint_sysctls(
+        {"EndpointConfig": body["EndpointConfig"]} if body.get("EndpointConfig") else {}, ""
+    ),
+    "container-update": container_update,
+    "exec-create": lambda body, _: exec_create(body),
+    "volume-create": volume_create,
+    "network-create": lambda body, _: isolation.network_create(body),
+}
+
+
 def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
     """Every core finding for `endpoint` (see `endpoints.ROUTES`) and its canonical `body`.
 
-    Admitted bind sources are rewritten in `body` to their pinned staging paths, and defaults the
-    request left out are written into it.
+    Defaults the request left out are written into `body`; bind sources are rewritten to their
+    pinned staging paths later, by `pin`, once the request is admitted.
     """
-    if endpoint == "build":
-        return [
-            *isolation.build_query(ctx.query),
-            *fetches.build_remote(ctx.query.get("remote", ()), ctx.registries),
-            *limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits),
-        ]
-    if endpoint == "image-create":
-        return list(fetches.image_create(ctx.query, ctx.registries))
-    if endpoint == "image-search":
-        return list(fetches.image_search(ctx.query, ctx.registries))
-    if endpoint == "plugin-privileges":
-        return list(fetches.plugin_privileges(ctx.query, ctx.registries))
-    if endpoint == "image-push":
-        return list(fetches.reference("push of", ctx.name, ctx.registries))
-    if endpoint == "distribution":
-        return list(fetches.reference("registry lookup of", ctx.name, ctx.registries))
-    if not isinstance(body, dict):
-        return []
-    if endpoint == "auth":
-        return list(fetches.auth(body, ctx.registries))
-    if endpoint == "container-create":
-        return list(container_create(body, ctx))
-    if endpoint == "network-connect":
-        settings = body.get("EndpointConfig")
-        return list(isolation.endpoint_sysctls({"EndpointConfig": settings} if settings else {}, ""))
-    if endpoint == "container-update":
-        return list(container_update(body, ctx))
-    if endpoint == "exec-create":
-        return list(exec_create(body))
-    if endpoint == "volume-create":
-        return list(volume_create(body, ctx))
-    if endpoint == "network-create":
-        return list(isolation.network_create(body))
-    return []
+    by_query = _BY_QUERY.get(endpoint)
+    if by_query is not None:
+        return list(by_query(body, ctx))
+    by_body = _BY_BODY.get(endpoint)
+    return list(by_body(body, ctx)) if by_body is not None and isinstance(body, dict) else []
 
 
 def names_host_paths(endpoint: str, body: Any) -> bool:

@@ -14,7 +14,7 @@ from rediacc_core.grants import GrantStore, read_grants, write_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.holdings import Holder, Holdings
-from rediacc_core.runtime.lease_end import stop_lapsed_holders
+from rediacc_core.runtime.lapsed import stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.openers import Opener
 from rediacc_core.settings import set_setting
