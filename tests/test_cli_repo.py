@@ -171,6 +171,7 @@ def test_a_suspended_grant_is_shown_and_confirmed(box: Machine) -> None:
     confirm = f"rdc repo gpu confirm alpha@box --device {GPU}=0"
     assert "now reaches GPU-b at 0000:0a:00.0; it reaches nothing until resolved" in shown.stderr
     assert confirm in shown.stderr
+    assert f"{GPU}=0 * (suspended)" in ok("repo", "list", "box").stdout
     machine_view = ok("machine", "gpu", "list", "box")
     assert "alpha (exclusive, suspended)" in machine_view.stdout
     assert f"Suspended: the grant of {GPU}=0 to repo alpha@box" in machine_view.stderr

@@ -54,8 +54,14 @@ def _repo_json(repo: Repo, grants: list[Grant]) -> dict[str, Any]:
 
 
 def _devices_cell(grants: list[dict[str, Any]]) -> str:
-    # `*` marks an exclusive grant, as in `rdc repo gpu list`.
-    return ", ".join(g["device"] + (" *" if g["exclusive"] else "") for g in grants) or "-"
+    # `*` marks an exclusive grant, as in `rdc repo gpu list`; a suspended one says so.
+    return (
+        ", ".join(
+            g["device"] + (" *" if g["exclusive"] else "") + (" (suspended)" if g.get("suspended") else "")
+            for g in grants
+        )
+        or "-"
+    )
 
 
 def _status(running: list[str]) -> str:
