@@ -68,12 +68,12 @@ def recheck_grants(machine: Machine, plugins: Plugins, *, locked: bool = False) 
                 )
                 rebound.append(grant)
                 continue
-            now = units.binding(grant.device)
-            if grant.bound_to is None:
-                rebound.append(dataclasses.replace(grant, bound_to=now))
+            reaches = units.binding(grant.device)
+            if grant.bound_to is None:  # an older file's grant: recorded as it is now
+                rebound.append(dataclasses.replace(grant, bound_to=reaches))
                 found[i] = None
                 continue
-            moved = drift(grant.bound_to, now)
+            moved = drift(grant.bound_to, reaches)
             found[i] = Suspension(MOVED, moved, stamp) if moved else None
             rebound.append(grant)
         for i, why in _overlaps(rebound, units, owners).items():
