@@ -11,6 +11,11 @@ lock (`rediacc_core.statelock`), so two grants can never both pass a check the o
 
 A grant may be a lease (`expires_at`): from its end on it is absent for every reader (the gate, the
 runtime guard, these checks) with no process needed to remove it; the next write drops it.
+
+A grant records what its name reached when granted (`bound_to`, see `bindings.py`); setup's re-check
+(`recheck.py`) suspends one whose name vanished, moved to other hardware or overlaps another repo's
+exclusive reservation. A suspended grant stays in the file (it still reserves, and it is listed) but
+reaches nothing: the gate and the runtime guard refuse it until `rdc repo gpu confirm` or a revoke.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from rediacc_core import telemetry
+from rediacc_core.bindings import Binding, Suspension, binding_from_json, identify, suspension_from_json
 from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
 from rediacc_core.files import (
@@ -62,6 +68,8 @@ class Grant:
     exclusive: bool
     granted_at: str
     expires_at: str | None = None  # a lease's end (UTC, `...Z`); None: until revoked
+    bound_to: Binding | None = None  # what the name reached when granted; None: an older file's grant
+    suspended: Suspension | None = None
 
     def in_force(self, now: str) -> bool:
         """False once a lease has ended by `now` (an rdc UTC stamp: text order is time order)."""
@@ -113,7 +121,13 @@ def parse_grants(text: str, path: Path) -> list[Grant]:
     document = parse_json_checked(text, path, SCHEMA, "grants file")
     grants = [
         Grant(
-            entry["repoId"], entry["device"], entry["exclusive"], entry["grantedAt"], entry.get("expiresAt")
+            entry["repoId"],
+            entry["device"],
+            entry["exclusive"],
+            entry["grantedAt"],
+            entry.get("expiresAt"),
+            binding_from_json(entry["boundTo"]) if "boundTo" in entry else None,
+            suspension_from_json(entry["suspended"]) if "suspended" in entry else None,
         )
         for entry in document["grants"]
     ]
@@ -152,10 +166,45 @@ def in_force(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
     return [g for g in grants if g.in_force(stamp)]
 
 
+def reachable(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` a container may reach at `now`: in force, and not suspended by
+    setup's re-check (the gate, the lease-end housekeeping; the runtime guard reads the same)."""
+    return [g for g in in_force(grants, now) if g.suspended is None]
+
+
 def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
     """Every grant in force on the machine (at `now`, default this moment); [] when none."""
     found = _read_file(machine.grants_path)
     return [] if found is None else in_force(found[1], now)
+
+
+def suspended_grant(machine: Machine, repo_id: str, device: str) -> Grant | None:
+    """The repo's grant of `device` when it is in force but suspended; None otherwise."""
+    return next(
+        (g for g in read_grants(machine) if g.repo_id == repo_id and g.device == device and g.suspended),
+        None,
+    )
+
+
+def confirm_command(repo_ref: str, device: str) -> str:
+    return f"rdc repo gpu confirm {repo_ref} --device {device}"
+
+
+def suspension_text(grant: Grant, repo_ref: str) -> str:
+    """`the grant of vendor.example/gpu=0 to repo R is suspended since T: <drift>` (refusals, lists)."""
+    held = grant.suspended
+    if held is None:
+        return ""
+    return f"the grant of {grant.device} to repo {repo_ref} is suspended since {held.since}: {held.drift}"
+
+
+def suspension_advice(grant: Grant, repo_ref: str) -> str:
+    """The commands that resolve a suspension, runnable as printed."""
+    revoke = f"rdc repo gpu revoke {repo_ref} --device {grant.device}"
+    if grant.suspended is not None and grant.suspended.reason == "vanished":
+        return f"no spec defines it any more: `{revoke}`, or run setup so a spec defines it again"
+    confirm = confirm_command(repo_ref, grant.device)
+    return f"to accept the hardware it reaches now: `{confirm}`; or `{revoke}`"
 
 
 def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> Grant | None:
@@ -171,7 +220,7 @@ def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None 
     return max(ended, key=lambda g: g.expires_at or "", default=None)
 
 
-def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
+def write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
     """Replace the grants file; caller holds the state lock."""
     document = {
         "schemaVersion": SCHEMA_VERSION,
@@ -182,6 +231,8 @@ def _write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
                 "exclusive": g.exclusive,
                 "grantedAt": g.granted_at,
                 **({"expiresAt": g.expires_at} if g.expires_at is not None else {}),
+                **({"boundTo": [u.to_json() for u in g.bound_to]} if g.bound_to is not None else {}),
+                **({"suspended": g.suspended.to_json()} if g.suspended is not None else {}),
             }
             for g in grants
         ],
@@ -196,7 +247,7 @@ def drop_repo_grants(machine: Machine, repo_id: str) -> int:
     grants = read_grants(machine)
     kept = [g for g in grants if g.repo_id != repo_id]
     if len(kept) != len(grants):
-        _write_grants(machine, kept)
+        write_grants(machine, kept)
     return len(grants) - len(kept)
 
 
@@ -216,7 +267,7 @@ def prune_orphans(machine: Machine, *, lock_timeout: float | None = None) -> lis
         grants = read_grants(machine)
         orphans = [g for g in grants if g.repo_id not in known]
         if orphans:
-            _write_grants(machine, [g for g in grants if g.repo_id in known])
+            write_grants(machine, [g for g in grants if g.repo_id in known])
     return orphans
 
 
@@ -233,7 +284,7 @@ def overlapping_units(first: Iterable[str], second: Iterable[str]) -> list[tuple
     return [(a, b) for a in first for b in others if units_overlap(a, b)]
 
 
-class _Units:
+class HardwareUnits:
     """Hardware units per name, asking the plugins once per name and loading the inventory only if needed."""
 
     def __init__(self, machine: Machine, plugins: Plugins) -> None:
@@ -250,14 +301,21 @@ class _Units:
 
     def __call__(self, name: str) -> tuple[str, ...]:
         if name not in self._cache:
-            if self._inventory is None:
-                # A corrupt inventory raises here: exclusivity that cannot follow hardware must not pass.
-                from rediacc_core.inventory import read_inventory
-                from rediacc_core.model import Inventory
-
-                self._inventory = read_inventory(self.machine) or Inventory()
-            self._cache[name] = tuple(self.plugins.hardware_units(name, self._inventory) or ())
+            self._cache[name] = tuple(self.plugins.hardware_units(name, self.inventory()) or ())
         return self._cache[name]
+
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            # A corrupt inventory raises here: exclusivity that cannot follow hardware must not pass.
+            from rediacc_core.inventory import read_inventory
+            from rediacc_core.model import Inventory
+
+            self._inventory = read_inventory(self.machine) or Inventory()
+        return self._inventory
+
+    def binding(self, name: str) -> Binding:
+        """What `name` reaches now, identified (recorded in a grant)."""
+        return identify(self(name), self.inventory())
 
 
 # --- checking and changing -----------------------------------------------------------------------
@@ -334,14 +392,15 @@ class GrantStore:
             outcomes: list[GrantOutcome] = []
             result = list(current)
             stamp = now_iso()
+            units = HardwareUnits(self.machine, self.plugins)
             for device in wanted:
                 held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
                 if held is None:
-                    new = Grant(repo.id, device, exclusive, stamp, expires_at)
+                    new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device))
                     result.append(new)
                     outcomes.append(GrantOutcome(new, True, stopped=stopped))
                 elif exclusive and not held.exclusive:
-                    new = Grant(repo.id, device, True, stamp, held.expires_at)
+                    new = dataclasses.replace(held, exclusive=True, granted_at=stamp)
                     result[result.index(held)] = new
                     outcomes.append(GrantOutcome(new, True, "was shared, now exclusive", stopped))
                 elif held.exclusive and not exclusive:
@@ -357,7 +416,7 @@ class GrantStore:
                 refs = tuple((_owner_ref(owners, g.repo_id), g.device) for g in taken)
                 outcomes = [dataclasses.replace(o, taken=refs) for o in outcomes]
             if taken or any(outcome.changed for outcome in outcomes):
-                _write_grants(self.machine, result)
+                write_grants(self.machine, result)
         handed = {h.repo.id: h.repo for h in stopped}
         handed.update({g.repo_id: owners[g.repo_id] for g in taken if g.repo_id in owners})
         for old in handed.values():
@@ -423,7 +482,7 @@ class GrantStore:
     ) -> list[tuple[Grant, str]]:
         """Other repos' grants an exclusive reservation puts in the way of `devices` (theirs or
         this one), each with what it reaches in common."""
-        units = _Units(self.machine, self.plugins)
+        units = HardwareUnits(self.machine, self.plugins)
         if exclusive:
             unplaced = [device for device in devices if units.unplaced(device)]
             if unplaced:  # fail closed: a reservation must follow hardware, not a string
@@ -504,7 +563,7 @@ class GrantStore:
         """The running containers of repos other than `repo` that hold hardware `devices` reach,
         each with the name it holds that overlaps."""
         owners = owners if owners is not None else {r.id: r for r in RepoStore(self.machine).list()}
-        units = _Units(self.machine, self.plugins)
+        units = HardwareUnits(self.machine, self.plugins)
         found: list[tuple[Holder, str]] = []
         for other in owners.values():
             if other.id == repo.id:
@@ -601,7 +660,7 @@ class GrantStore:
             current = read_grants(self.machine)
             granted = self._granted(repo, wanted, current, "renewed")
             renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in granted.items()}
-            _write_grants(
+            write_grants(
                 self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
             )
         return [renewed[d] for d in wanted]
@@ -639,7 +698,7 @@ class GrantStore:
                 wanted = [d for d in wanted if d in mine]
             granted = self._granted(repo, wanted, current, "revoked")
             removed = [granted[device] for device in wanted]
-            _write_grants(self.machine, [g for g in current if g not in removed])
+            write_grants(self.machine, [g for g in current if g not in removed])
         return removed
 
 
@@ -658,7 +717,10 @@ def _owner_ref(owners: Mapping[str, Repo], repo_id: str) -> str:
 
 def _granted_again(repo: Repo, held: Grant, expires_at: str | None) -> str:
     """What a grant of a name the repo holds already says: its end is kept, and when the end asked
-    for differs (a lease, or none), the renew that moves it."""
+    for differs (a lease, or none), the renew that moves it; a suspended one, how to resolve it."""
+    if held.suspended is not None:
+        advice = suspension_advice(held, repo.ref)
+        return f"already granted, but suspended ({held.suspended.drift}): {advice}"
     if held.expires_at is None and expires_at is None:
         return "already granted"
     renew = f"rdc repo gpu renew {repo.ref} --device {held.device}"
@@ -713,8 +775,9 @@ class LiveGrants:
         return self._file.get()
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
-        """The names granted to `repo_id` and in force now: a lease that has ended is absent at once."""
-        return frozenset(g.device for g in in_force(self.grants()) if g.repo_id == repo_id)
+        """The names granted to `repo_id` that a container may reach now: a lease that has ended, or
+        a grant setup suspended, is absent at once."""
+        return frozenset(g.device for g in reachable(self.grants()) if g.repo_id == repo_id)
 
     def exclusive_for_repo(self, repo_id: str) -> frozenset[str]:
-        return frozenset(g.device for g in in_force(self.grants()) if g.repo_id == repo_id and g.exclusive)
+        return frozenset(g.device for g in reachable(self.grants()) if g.repo_id == repo_id and g.exclusive)

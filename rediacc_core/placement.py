@@ -55,6 +55,7 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "gpu", "grant"): ON_REF,
     ("repo", "gpu", "revoke"): ON_REF,
     ("repo", "gpu", "renew"): ON_REF,
+    ("repo", "gpu", "confirm"): ON_REF,
     ("repo", "gpu", "list"): READ_REF,
     ("repo", "check"): READ_REF,  # decides offline, on the machine whose grants it reads
     ("repo", "up"): ON_REF,

@@ -221,9 +221,17 @@ class RepoStore:
         return dropped
 
 
+AUDIT_LOG = "audit.log"  # in the repo's state dir (`RepoRuntime.audit_log` too)
+
+
 def repo_state_dir(machine: Machine, repo_id: str) -> Path:
     """Where the machine keeps one repo's data: its daemon's data root, gate log, files."""
     return machine.path(f"/var/lib/rediacc/repos/{repo_id}")
+
+
+def audit_log_path(machine: Machine, repo_id: str) -> Path:
+    """The repo's audit trail: the gate's decisions and what rdc itself did to the repo's grants."""
+    return repo_state_dir(machine, repo_id) / AUDIT_LOG
 
 
 def files_dir(machine: Machine, repo_id: str) -> Path:

@@ -3,7 +3,9 @@
 The order protects what is recorded: every spec is produced and validated in a staging directory
 before any is written, and the inventory is written last from the specs really on the machine. A
 tool that fails or produces an invalid spec stops setup with the tool's own message, and the
-previous specs and inventory stay as they were.
+previous specs and inventory stay as they were. Last, under the same lock, every repo's grants are
+checked against the new facts (`recheck.recheck_grants`): a grant whose name moved to other hardware,
+vanished or overlaps another repo's exclusive reservation is suspended.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rediacc_core.inventory import build_inventory, write_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.model import CdiSpecFile, Gpu, SetupContext
 from rediacc_core.plugins import Plugins
+from rediacc_core.recheck import GrantChange, recheck_grants
 from rediacc_core.statelock import state_lock
 
 # Only these suffixes are read by the CDI loader, so a spec under any other name would be lost.
@@ -71,6 +74,7 @@ class SetupReport:
     removed: list[Path] = field(default_factory=list)
     inventory: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    grant_changes: list[GrantChange] = field(default_factory=list)  # what the re-check of the grants did
 
     @property
     def cards(self) -> int:
@@ -145,6 +149,11 @@ def run_setup(
         f"write {machine.inventory_path} ({report.cards} GPU(s), grantable names from {machine.cdi_dir})"
     )
     report.plan.append(PlannedStep("Write the inventory", (inventory_line,)))
+    recheck_line = (
+        f"check every repo's grants in {machine.grants_path} against the new specs and inventory "
+        "(a grant whose name moved, vanished or overlaps an exclusive one is suspended)"
+    )
+    report.plan.append(PlannedStep("Check the grants", (recheck_line,)))
     if dry_run:
         if report.refusal is not None:
             return report  # the specs come after the step that refuses: the real run never gets there
@@ -159,6 +168,9 @@ def run_setup(
     # never a mix.
     with state_lock(machine):
         _write(machine, report, spec_files, produced, progress)
+        # Every grant against the new facts, before anyone can use a grant whose name moved.
+        with _step(progress, "Check the grants"):
+            report.grant_changes = recheck_grants(machine, plugins, locked=True)
     return report
 
 

@@ -95,6 +95,17 @@ def build_machine(fm: FakeMachine) -> Machine:
     return fm.machine
 
 
+def set_uuids(machine: Machine, first: str, second: str, *, mig: str | None = "MIG-1") -> None:
+    """Give the inventory's two cards (bus a, bus b: indexes 0 and 1) these uuids, as a setup would
+    record them; a swap exchanges them behind the same indexes and buses."""
+    document = json.loads(machine.inventory_path.read_text())
+    for gpu, uuid in zip(document["gpus"], (first, second), strict=True):
+        gpu["attributes"] = {"uuid": uuid}
+    document["gpus"][0]["partitions"][0]["uuid"] = mig
+    document["gpus"][0]["partitions"][0]["attributes"] = {"gpuInstanceId": 1, "computeInstanceId": 0}
+    machine.inventory_path.write_text(json.dumps(document))
+
+
 class FakeVendor:
     """Hardware units from the machine's typed inventory."""
 

@@ -213,6 +213,7 @@ def test_bash_completes_whole_words_across_its_break_characters(completion_env: 
 def test_bash_completes_a_repos_own_grants_for_revoke(completion_env: dict[str, str]) -> None:
     ok("repo", "gpu", "grant", "alpha@box", "--device", f"{GPU}=0")
     assert complete_line("rdc repo gpu revoke alpha@box --device ", completion_env) == [f"{GPU}=0"]
+    assert complete_line("rdc repo gpu confirm alpha@box --device ", completion_env) == [f"{GPU}=0"]
     assert complete_line("rdc repo gpu revoke beta:exp@box --device ", completion_env) == []
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from grants_kit import GPU, build_machine, fake_plugins
+from grants_kit import GPU, build_machine, fake_plugins, set_uuids
 
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
@@ -145,12 +145,41 @@ def test_grant_list_revoke(box: Machine) -> None:
     assert [(g["device"], g["exclusive"]) for g in listed] == [(f"{GPU}=0", True), (f"{GPU}=1", True)]
     assert yaml.safe_load(ok("repo", "gpu", "list", "alpha", "-o", "yaml").stdout) == listed
     table = ok("repo", "gpu", "list", "alpha").stdout.splitlines()
-    assert table[0].split() == ["DEVICE", "EXCLUSIVE", "GRANTED", "AT", "EXPIRES"]
+    assert table[0].split() == ["DEVICE", "EXCLUSIVE", "GRANTED", "AT", "EXPIRES", "STATE"]
     assert table[1].split()[:2] == [f"{GPU}=0", "yes"]
     assert f"{GPU}=0 *" in ok("repo", "list", "box").stdout
     ok("repo", "gpu", "revoke", "alpha", "--device", f"{GPU}=0")
     listed = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
     assert [g["device"] for g in listed] == [f"{GPU}=1"]
+
+
+def test_a_suspended_grant_is_shown_and_confirmed(box: Machine) -> None:
+    from rediacc_core.recheck import recheck_grants
+
+    set_uuids(box, "GPU-a", "GPU-b")
+    ok("repo", "create", "alpha@box")
+    ok("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--exclusive")
+    (listed,) = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
+    assert listed["boundTo"] == [{"unit": "pci:0000:0a:00.0", "pciBusId": "0000:0a:00.0", "uuid": "GPU-a"}]
+    assert listed["suspended"] is None
+    set_uuids(box, "GPU-b", "GPU-a")  # the cards swapped; what setup's re-check then does:
+    recheck_grants(box, fake_plugins())
+    (listed,) = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
+    assert listed["suspended"]["reason"] == "moved"
+    shown = ok("repo", "gpu", "list", "alpha")
+    assert shown.stdout.splitlines()[1].split()[-2:] == ["suspended", "(moved)"]
+    confirm = f"rdc repo gpu confirm alpha@box --device {GPU}=0"
+    assert "now reaches GPU-b at 0000:0a:00.0; it reaches nothing until resolved" in shown.stderr
+    assert confirm in shown.stderr
+    assert f"{GPU}=0 * (suspended)" in ok("repo", "list", "box").stdout
+    machine_view = ok("machine", "gpu", "list", "box")
+    assert "alpha (exclusive, suspended)" in machine_view.stdout
+    assert f"Suspended: the grant of {GPU}=0 to repo alpha@box" in machine_view.stderr
+    assert confirm in machine_view.stderr
+    confirmed = ok(*confirm.split()[1:])
+    assert f"alpha@box holds {GPU}=0 again, bound to GPU-b at 0000:0a:00.0." in confirmed.stderr
+    (listed,) = json.loads(ok("repo", "gpu", "list", "alpha", "-o", "json").stdout)
+    assert listed["suspended"] is None and listed["boundTo"][0]["uuid"] == "GPU-b"
 
 
 def test_a_leased_grant_shows_its_end_and_is_renewed(box: Machine) -> None:

@@ -165,6 +165,7 @@ def test_dry_run_prints_every_step_command_and_file_and_changes_nothing(
     assert f"run: examplegen cdi --output={fm.path('/etc/cdi/example.yaml')}" in plan
     assert f"remove {fm.path('/etc/cdi/old.yaml')}" in plan
     assert f"write {fm.machine.inventory_path}" in plan
+    assert f"check every repo's grants in {fm.machine.grants_path}" in plan
     assert "Example GPU 0" in plan
     assert "nothing was changed" in result.stderr
 
@@ -324,6 +325,7 @@ def test_run_setup_reports_progress_for_each_step(vendor: FakeVendor, fm: FakeMa
         "Generate and check CDI specs",
         "Write CDI specs",
         "Write the inventory",
+        "Check the grants",
     ]
     assert all(ok for kind, ok in events if kind == "finish")
     assert report.inventory is not None and report.inventory["gpus"] == []

@@ -137,7 +137,7 @@ def complete_devices(ctx: click.Context, param: click.Parameter, incomplete: str
 
 
 def complete_granted(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    """The CDI names the repo holds (for `revoke` and `renew`), read from its machine's grants."""
+    """The CDI names granted to the repo (for `revoke`, `renew`, `confirm`), read from its machine."""
     ref = ctx.params.get("ref") or next((arg for arg in ctx.args if not arg.startswith("-")), None)
     if not isinstance(ref, str):
         return []
@@ -176,7 +176,7 @@ def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer |
     if param.name == "machine_name" or names_a_machine:
         return complete_machines
     if param.name == "devices":
-        return complete_granted if path[-1] in ("revoke", "renew") else complete_devices
+        return complete_granted if path[-1] in ("revoke", "renew", "confirm") else complete_devices
     if path[-2:] == ("machine", "config") and param.name in ("assignments", "unset"):
         return complete_setting_keys
     return None

@@ -340,7 +340,21 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
         note(f"  wrote {path}")
     for path in report.removed:
         note(f"  removed {path}")
+    _report_grant_changes(report)
     note(f"Next: rdc machine gpu list {name}")
+
+
+def _report_grant_changes(report: SetupReport) -> None:
+    """What the re-check of the grants did: every suspension with its drift and the way out."""
+    from rediacc_core.grants import suspension_advice
+    from rediacc_core.recheck import SUSPENDED, change_text
+
+    for change in report.grant_changes:
+        if change.what == SUSPENDED:
+            advice = suspension_advice(change.grant, change.repo_ref)
+            note(f"  Warning: grant {change_text(change)}; it reaches nothing until resolved: {advice}")
+        else:
+            note(f"  grant {change_text(change)}")
 
 
 def print_plan(report: SetupReport) -> None:
@@ -413,6 +427,8 @@ def gpu_list(name: str | None, every: bool, scan: bool, fmt: str) -> None:
     with fitted(fmt):
         held = unhealthy(target, scan=scan)
         click.echo(render_gpu_table(inventory, live_grants(target)) + health_section(target, held))
+    for line in suspended_lines(target):
+        note(line)
 
 
 @gpu.command("clear")
@@ -458,6 +474,19 @@ def gpu_clear(name: str, device: str | None, fmt: str) -> None:
         note(f"No GPU {which}is held back for its health on {name}: nothing to clear.")
 
 
+def suspended_lines(target: Machine) -> list[str]:
+    """One line per suspended grant of the machine: the drift, and the commands that resolve it."""
+    from rediacc_core.grants import suspension_advice, suspension_text
+
+    suspended = [g for g in read_grants(target) if g.suspended is not None]
+    refs = {repo.id: repo.ref for repo in RepoStore(target).list()} if suspended else {}
+    lines = []
+    for grant in sorted(suspended, key=lambda g: (refs.get(g.repo_id, g.repo_id), g.device)):
+        ref = refs.get(grant.repo_id, f"deleted repo {grant.repo_id}")
+        lines.append(f"Suspended: {suspension_text(grant, ref)}; {suspension_advice(grant, ref)}.")
+    return lines
+
+
 @gpu.command("prune")
 @click.argument("name")
 @output_option()
@@ -489,7 +518,8 @@ def live_grants(target: Machine) -> dict[str, list[str]]:
     held: dict[str, list[str]] = {}
     for grant in grants:
         holder = labels.get(grant.repo_id, f"{grant.repo_id} (deleted repo: rdc machine gpu prune)")
-        holder += " (exclusive)" if grant.exclusive else ""
+        marks = [*(["exclusive"] if grant.exclusive else []), *(["suspended"] if grant.suspended else [])]
+        holder += f" ({', '.join(marks)})" if marks else ""
         held.setdefault(grant.device, []).append(holder)
     return held
 

@@ -25,7 +25,16 @@ def _grant_json(grant: Grant) -> dict[str, Any]:
         "exclusive": grant.exclusive,
         "grantedAt": grant.granted_at,
         "expiresAt": grant.expires_at,
+        # What the name reached when granted or confirmed; null for an older file's grant, until setup.
+        "boundTo": [u.to_json() for u in grant.bound_to] if grant.bound_to is not None else None,
+        "suspended": grant.suspended.to_json() if grant.suspended is not None else None,
     }
+
+
+def _state(grant: Grant) -> str:
+    if grant.suspended is not None:
+        return f"suspended ({grant.suspended.reason})"
+    return "in force" if grant.bound_to is not None else "in force (unbound)"
 
 
 _FOR_HELP = "A lease: the grant ends after this long (8h, 90m, 1d12h)."
@@ -45,8 +54,14 @@ def _repo_json(repo: Repo, grants: list[Grant]) -> dict[str, Any]:
 
 
 def _devices_cell(grants: list[dict[str, Any]]) -> str:
-    # `*` marks an exclusive grant, as in `rdc repo gpu list`.
-    return ", ".join(g["device"] + (" *" if g["exclusive"] else "") for g in grants) or "-"
+    # `*` marks an exclusive grant, as in `rdc repo gpu list`; a suspended one says so.
+    return (
+        ", ".join(
+            g["device"] + (" *" if g["exclusive"] else "") + (" (suspended)" if g.get("suspended") else "")
+            for g in grants
+        )
+        or "-"
+    )
 
 
 def _status(running: list[str]) -> str:
@@ -487,6 +502,37 @@ def renew(
         note(f"{found.ref} holds {grant_.device} {ends}.")
 
 
+@gpu.command("confirm")
+@click.argument("ref", metavar="REPO")
+@click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
+@output_option("table", "json", "yaml")
+def confirm(ref: str, devices: tuple[str, ...], fmt: str) -> None:
+    """Accept the hardware REPO's grants reach now: bind them to it and lift their suspension.
+
+    Setup suspends a grant whose name reaches other hardware than when it was granted (cards
+    swapped), or whose exclusive reservation overlaps another repo's; `rdc repo gpu list` says
+    why. Refused when accepting would overlap another repo's grant while one of them is exclusive.
+
+    \b
+    Examples:
+      rdc repo gpu confirm gpu-a --device vendor.example/gpu=0
+      rdc repo gpu confirm gpu-a --device vendor.example/gpu=0 -o json
+    """
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.recheck import confirm_grants
+
+    machine, found = resolve_ref(ref, Config.load())
+    changes = confirm_grants(machine, get_plugins(), found, devices)
+    emit(
+        {"repo": found.ref, "repoId": found.id, "grants": [_grant_json(c.grant) for c in changes]},
+        fmt,
+        lambda _: "",
+    )
+    for change in changes:
+        reached = ", ".join(u.text() for u in change.grant.bound_to or ()) or "no known hardware"
+        note(f"{found.ref} holds {change.grant.device} again, bound to {reached}.")
+
+
 @gpu.command("list")
 @click.argument("ref", metavar="REPO")
 @output_option()
@@ -502,12 +548,26 @@ def list_grants(ref: str, fmt: str) -> None:
     grants = [g for g in read_grants(machine) if g.repo_id == found.id]
     data = [_grant_json(g) for g in sorted(grants, key=lambda g: g.device)]
 
+    states = {g.device: _state(g) for g in grants}
+
     def render(rows: list[dict[str, Any]]) -> str:
         return table(
-            ["DEVICE", "EXCLUSIVE", "GRANTED AT", "EXPIRES"],
-            [[r["device"], r["exclusive"], r["grantedAt"], r["expiresAt"] or "-"] for r in rows],
+            ["DEVICE", "EXCLUSIVE", "GRANTED AT", "EXPIRES", "STATE"],
+            [
+                [r["device"], r["exclusive"], r["grantedAt"], r["expiresAt"] or "-", states[r["device"]]]
+                for r in rows
+            ],
         )
 
     emit(data, fmt, render)
+    if fmt == "table":
+        from rediacc_core.grants import suspension_advice, suspension_text
+
+        for grant_ in sorted(grants, key=lambda g: g.device):
+            if grant_.suspended is not None:
+                note(
+                    f"{suspension_text(grant_, found.ref)}; it reaches nothing until resolved: "
+                    f"{suspension_advice(grant_, found.ref)}."
+                )
     if not grants and fmt == "table":
         note(f"{found.ref} has no GPU grants; add one with `rdc repo gpu grant {found.ref} --device <name>`.")

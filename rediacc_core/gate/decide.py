@@ -352,7 +352,8 @@ class Decider:
             return None
         why = f" (its grants cannot be read: {error})" if error is not None else ""
         refusals += [
-            Refusal(
+            self._suspended_start(held.name, name)
+            or Refusal(
                 message=(
                     f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
                     f"now{why}, so it may not run"
@@ -408,6 +409,30 @@ class Decider:
             inventory,
             lambda name: self.plugins.hardware_units(name, inventory) or (),
             self.repo.machine,  # as the repo's references name it (`alpha@m1`)
+        )
+
+    def _suspension(self, name: str) -> tuple[str, str] | None:
+        """Why the repo's grant of `name` reaches nothing (setup suspended it) and what resolves it;
+        None when it is not a suspended grant."""
+        from rediacc_core.grants import suspended_grant, suspension_advice, suspension_text
+
+        try:
+            grant = suspended_grant(self.machine, self.repo.id, name)
+        except Exception:  # only the words depend on it: the refusal stands either way
+            return None
+        if grant is None:
+            return None
+        return suspension_text(grant, self.repo.ref), suspension_advice(grant, self.repo.ref)
+
+    def _suspended_start(self, container: str, name: str) -> Refusal | None:
+        found = self._suspension(name)
+        if found is None:
+            return None
+        why, advice = found
+        return Refusal(
+            message=f"container {container} holds {name} and may not run: {why}",
+            replacement=f"an operator's {advice}",
+            rule="grant",
         )
 
     def _port_problems(self, held: Container) -> list[Refusal]:
@@ -589,6 +614,9 @@ class Decider:
             defined = Registry.for_machine(self.machine).names()
         except Exception:  # only the advice depends on it: the refusal stands either way
             defined = None
+        suspended = self._suspension(name)
+        if suspended is not None:
+            return f"{suspended[0]}; it reaches nothing until an operator resolves it ({suspended[1]})"
         if defined is None or name in defined:
             grant = f"rdc repo gpu grant {self.repo.ref} --device {name}"
             try:

@@ -6,8 +6,9 @@ place: the daemon's shim runs the runtime binary to create the container, to exe
 resume it. So each repo daemon's default runtime is this guard (named `GUARD_RUNTIME` in
 `gate.policy.rules`, which admits no other; written into its daemon.json by `runtime.daemon`), and
 the guard lets runc create, exec or resume only a container whose device nodes all belong to CDI
-devices the repo holds at that moment (grants.json, read fresh each time; a lapsed lease counts as
-absent). Whoever starts the container, the window between a revoke and the refusal is zero.
+devices the repo holds at that moment (grants.json, read fresh each time; a lapsed lease, or a grant
+setup suspended, counts as absent). Whoever starts the container, the window between a revoke and
+the refusal is zero.
 
 It runs for every `runc create` on the machine, so it is written for start-up time: it is started
 as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 ms), imports only
@@ -43,10 +44,13 @@ class Refused(Exception):
     """The container may not run: why, and the CDI names that would let it (for the advice). With
     `unhealthy`, the names reach a GPU held back for its health: clearing it, not a grant, helps."""
 
-    def __init__(self, why: str, names: Sequence[str] = (), *, unhealthy: bool = False) -> None:
+    def __init__(
+        self, why: str, names: Sequence[str] = (), *, unhealthy: bool = False, suspended: bool = False
+    ) -> None:
         super().__init__(why)
         self.names = tuple(names)
         self.unhealthy = unhealthy
+        self.suspended = suspended  # the names are granted but suspended: confirm, not grant
 
 
 # --- the command line runc gets ------------------------------------------------------------------
@@ -115,7 +119,8 @@ def container_nodes(config: Mapping[str, Any]) -> list[Node]:
 
 
 def granted_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
-    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end is absent)."""
+    """The CDI names granted to `repo_id` and in force at `now` (a lease past its end, or a grant
+    setup suspended, is absent)."""
     entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
     if not isinstance(entries, list):
         raise Refused("the machine's grants file has no list of grants")
@@ -128,8 +133,24 @@ def granted_names(grants_document: Any, repo_id: str, now: float) -> frozenset[s
         expires = entry.get("expiresAt")
         if expires is not None and (not isinstance(expires, str) or _epoch(expires) <= now):
             continue
+        if "suspended" in entry:
+            continue
         held.add(entry["device"])
     return frozenset(held)
+
+
+def suspended_names(grants_document: Any, repo_id: str) -> dict[str, str]:
+    """The repo's suspended grants: name -> the drift setup recorded (for the refusal's words)."""
+    entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
+    found: dict[str, str] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        mine = isinstance(entry, dict) and entry.get("repoId") == repo_id
+        if mine and isinstance(entry.get("device"), str):
+            mark = entry.get("suspended")
+            if mark is not None:
+                drift = mark.get("drift") if isinstance(mark, dict) else None
+                found[entry["device"]] = drift if isinstance(drift, str) else "suspended"
+    return found
 
 
 def _epoch(stamp: str) -> float:
@@ -309,7 +330,16 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
     except (OSError, ValueError) as exc:
         raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
     specs = load_specs(opts["cdi_dir"])
-    check(nodes, granted_names(document, opts["repo_id"], time.time()), specs)
+    try:
+        check(nodes, granted_names(document, opts["repo_id"], time.time()), specs)
+    except Refused as exc:
+        suspended = suspended_names(document, opts["repo_id"])
+        hit = [name for name in exc.names if name in suspended]
+        if not hit:
+            raise
+        raise Refused(
+            f"{exc}: the grant of {hit[0]} is suspended ({suspended[hit[0]]})", hit, suspended=True
+        ) from None
     if opts.get("health"):
         check_health(nodes, held_back_names(opts["health"], opts.get("settings", "")), specs)
 
@@ -354,7 +384,12 @@ def main(argv: Sequence[str]) -> int:
     except Refused as exc:
         repo = opts.get("repo_ref", "this repo")
         name = exc.names[0] if exc.names else "<name>"
-        if exc.unhealthy:
+        if exc.suspended:
+            advice = (
+                f"an operator can accept the hardware it reaches now (rdc repo gpu confirm {repo} --device "
+                f"{name}) or revoke it (rdc repo gpu revoke {repo} --device {name})"
+            )
+        elif exc.unhealthy:
             machine = repo.rpartition("@")[2]
             advice = (
                 f"once the card is sound, an operator can clear it (rdc machine gpu clear {machine} --device "

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import RdcError
-from rediacc_core.grants import read_grants
+from rediacc_core.grants import reachable, read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
@@ -42,7 +42,8 @@ def stop_lapsed_holders(
     try:
         if effective(read_settings(machine))["lease-end"] != "stop":
             return []
-        granted = {g.device for g in read_grants(machine) if g.repo_id == repo.id}  # in force now
+        # A grant setup suspended (its name reaches other hardware now) is no grant here either.
+        granted = {g.device for g in reachable(read_grants(machine)) if g.repo_id == repo.id}
     except RdcError as exc:  # unreadable settings or grants: stop nothing, say why, try again later
         log(f"lease-end check skipped: {exc.what}")
         return []

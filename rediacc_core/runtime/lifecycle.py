@@ -25,7 +25,7 @@ from pathlib import Path
 from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
-from rediacc_core.repos import Repo, repo_state_dir
+from rediacc_core.repos import AUDIT_LOG, Repo, repo_state_dir
 from rediacc_core.runtime import daemon, netns
 from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
 from rediacc_core.runtime.process import Child
@@ -64,7 +64,7 @@ class RepoRuntime:
 
     @property
     def audit_log(self) -> Path:
-        return self.data_dir / "audit.log"
+        return self.data_dir / AUDIT_LOG
 
     @property
     def guard_log(self) -> Path:

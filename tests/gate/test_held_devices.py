@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from rediacc_core.bindings import MOVED, Suspension
 from rediacc_core.gate.containers import Container, LookupFailed
 from rediacc_core.gate.decide import Decider
+from rediacc_core.grants import Grant, write_grants
 
 Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
 REF = "alpha@m1"
@@ -77,6 +79,21 @@ class TestEveryRequestThatRunsAContainer:
         assert f"rdc repo gpu grant {REF} --device {GPU0}" in decision.message
         assert "docker rm trainer" in decision.message
         assert decision.rules == ("grant",)
+
+    def test_refused_while_setup_has_the_grant_suspended_naming_the_drift_and_the_confirm(
+        self, gate: Gate, containers: FakeContainers, method: str, target: str, body: bytes
+    ) -> None:
+        drift = "it was granted on GPU-a at 0000:0a:00.0 and now reaches GPU-b at 0000:0a:00.0"
+        held = Suspension(MOVED, drift, "2026-01-01T00:00:00Z")
+        write_grants(gate.fm.machine, [Grant(gate.decider.repo.id, GPU0, False, "x", suspended=held)])
+        decision = decide(gate, method, target, body)  # the gate's grants leave a suspended one out
+        assert not decision.forward and decision.status == 403
+        assert (
+            f"container trainer holds {GPU0} and may not run: the grant of {GPU0} to repo {REF} is "
+            f"suspended since 2026-01-01T00:00:00Z: {drift}"
+        ) in decision.message
+        assert f"`rdc repo gpu confirm {REF} --device {GPU0}`" in decision.message
+        assert f"`rdc repo gpu revoke {REF} --device {GPU0}`" in decision.message
 
     def test_admitted_while_the_grant_is_in_force(
         self, gate: Gate, containers: FakeContainers, method: str, target: str, body: bytes

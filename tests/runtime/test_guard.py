@@ -222,6 +222,29 @@ def test_a_device_no_longer_granted_stops_runc(
     assert audit["runc"] == command[0] and audit["container"] == "cid"
 
 
+def test_a_suspended_grant_stops_runc_naming_the_drift_and_the_confirm(
+    machine_root: Path, tmp_path: Path
+) -> None:
+    drift = "it was granted on GPU-a at 0000:0a:00.0 and now reaches GPU-b at 0000:0a:00.0"
+    grants = grants_doc(
+        {
+            "repoId": REPO_ID,
+            "device": "v.example/gpu=0",
+            "exclusive": False,
+            "grantedAt": "x",
+            "suspended": {"reason": "moved", "drift": drift, "since": "2026-01-01T00:00:00Z"},
+        }
+    )
+    assert guard.granted_names(grants, REPO_ID, 0.0) == frozenset()
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(json.dumps(grants))
+    done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])  # a restart policy's start
+    assert done.returncode == 1 and not (tmp_path / "ran").exists()
+    message = json.loads((tmp_path / "log.json").read_text().splitlines()[-1])["msg"]
+    assert f"the grant of v.example/gpu=0 is suspended ({drift})" in message
+    assert "rdc repo gpu confirm alpha@m1 --device v.example/gpu=0" in message
+    assert "rdc repo gpu revoke alpha@m1 --device v.example/gpu=0" in message
+
+
 def test_a_broken_grants_file_fails_closed(machine_root: Path, tmp_path: Path) -> None:
     (machine_root / "etc/rediacc/gpu/grants.json").write_text("{not json")
     done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])

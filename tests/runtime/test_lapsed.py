@@ -4,11 +4,13 @@ then the repo's gate stops it at its next housekeeping round."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from grants_kit import GPU, build_machine, fake_plugins
 
-from rediacc_core.grants import GrantStore
+from rediacc_core.bindings import MOVED, Suspension
+from rediacc_core.grants import GrantStore, read_grants, write_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.holdings import Holder, Holdings
@@ -16,6 +18,7 @@ from rediacc_core.runtime.lapsed import stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.openers import Opener
 from rediacc_core.settings import set_setting
+from rediacc_core.statelock import state_lock
 from rediacc_core.testing import FakeMachine
 
 
@@ -59,6 +62,20 @@ def test_with_stop_the_running_holders_of_ended_grants_are_stopped(box: Machine)
     stopped, log = run(box, repo)
     assert stopped == ["ended"]  # not the one still granted, not the one already exited
     assert log == [f"lease-end: stopped container ended, whose grant of {GPU}=0 ended"]
+
+
+def test_with_stop_the_running_holders_of_suspended_grants_are_stopped(box: Machine) -> None:
+    repo = RepoStore(box).create("alpha")
+    store = GrantStore(box, fake_plugins(), running=Holdings(box))
+    store.grant(repo, [f"{GPU}=0", f"{GPU}=1"])
+    with state_lock(box):  # what setup's re-check records when card 0's name moved
+        held = Suspension(MOVED, "it now reaches another card", "2026-01-01T00:00:00Z")
+        write_grants(
+            box, [replace(g, suspended=held) if g.device == f"{GPU}=0" else g for g in read_grants(box)]
+        )
+    set_setting(box, "lease-end", "stop")
+    stopped, _ = run(box, repo)
+    assert stopped == ["ended"]  # its grant of gpu=0 is suspended; gpu=1 is in force
 
 
 def test_with_stop_a_container_whose_process_holds_a_node_it_is_not_granted_is_stopped(box: Machine) -> None:

@@ -1,0 +1,153 @@
+"""A card swap on a real Docker Engine: the grant follows the hardware, not the index.
+
+A fake NVIDIA machine (the plugin's test kit: mknod nodes, stand-in `nvidia-smi` and `nvidia-ctk`)
+with two GPUs; repo `alpha` is granted `nvidia.com/gpu=0` and creates containers with it. Then the
+two cards exchange places behind the same indexes (the stand-in reports their UUIDs the other way
+round) and `rdc machine setup` runs: the grant is suspended, a `docker start` through the gate and
+a restart policy's start through the runtime guard are refused naming the drift and the confirm,
+and `rdc repo gpu confirm` lets the container start again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from e2e_kit import IMAGE, RepoEnv, client_env, refused, skip_reason, wait_for
+
+from rediacc_core.config import Config
+from rediacc_core.gate.audit.read import read_entries
+from rediacc_core.repos import RepoStore
+from rediacc_core.runtime import lifecycle
+from rediacc_core.testing.dockerenv import import_busybox
+from rediacc_core.testing.fakemachine import FakeMachine
+
+nvidia_testing = pytest.importorskip("rediacc_nvidia.testing")
+
+MACHINE = "swap1"
+GPU0 = "nvidia.com/gpu=0"
+UUID_A = "GPU-5e2c1a0b-7d4f-4c11-9a3e-0b1c2d3e4f50"
+UUID_B = "GPU-9d8c7b6a-1e2f-4a3b-8c4d-5e6f708192a3"
+_GPU = """  <gpu id="{bus}">
+    <product_name>NVIDIA A100-SXM4-40GB</product_name>
+    <product_brand>NVIDIA</product_brand>
+    <product_architecture>Ampere</product_architecture>
+    <mig_mode><current_mig>Disabled</current_mig><pending_mig>Disabled</pending_mig></mig_mode>
+    <uuid>{uuid}</uuid>
+    <minor_number>{minor}</minor_number>
+    <pci><pci_bus_id>{bus}</pci_bus_id></pci>
+    <fb_memory_usage><total>40960 MiB</total><used>0 MiB</used><free>40536 MiB</free></fb_memory_usage>
+  </gpu>
+"""
+
+
+def report(first: str, second: str) -> str:
+    """`nvidia-smi -q -x` with these UUIDs at index 0 (bus 07) and index 1 (bus 0F)."""
+    return (
+        '<?xml version="1.0" ?>\n<nvidia_smi_log>\n  <driver_version>535.104.05</driver_version>\n'
+        "  <cuda_version>12.2</cuda_version>\n  <attached_gpus>2</attached_gpus>\n"
+        + _GPU.format(bus="00000000:07:00.0", uuid=first, minor=0)
+        + _GPU.format(bus="00000000:0F:00.0", uuid=second, minor=1)
+        + "</nvidia_smi_log>\n"
+    )
+
+
+@dataclass
+class SwapEnv:
+    base: Path
+    config_path: Path
+    fm: FakeMachine
+    alpha: RepoEnv
+
+    def rdc(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "REDIACC_CONFIG": str(self.config_path)}
+        return subprocess.run(["rdc", *args], capture_output=True, text=True, env=env, timeout=180)
+
+    def ok(self, *args: str) -> subprocess.CompletedProcess[str]:
+        result = self.rdc(*args)
+        assert result.returncode == 0, result.stderr
+        return result
+
+    def cards(self, first: str, second: str) -> None:
+        """What the stand-in tools report from now on: the machine's cards, by index."""
+        nvidia_testing.nvidia_machine(self.fm, report(first, second), compute_caps=("8.0", "8.0"))
+
+
+@pytest.fixture(scope="module")
+def swap() -> Iterator[SwapEnv]:
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="rdcw", dir="/tmp"))  # short: socket paths are limited
+    fm = FakeMachine(base / "m", name=MACHINE)
+    config_path = base / "rdc.yaml"
+    config = Config.load(config_path)
+    config.add(MACHINE, fm.root)
+    config.save()
+    machine = Config.load(config_path).machine(MACHINE)
+    repo = RepoStore(machine).create("alpha")
+    env = client_env(base)
+    try:
+        nvidia_testing.nvidia_machine(fm, report(UUID_A, UUID_B), compute_caps=("8.0", "8.0"))
+        setup = subprocess.run(
+            ["rdc", "machine", "setup", MACHINE],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "REDIACC_CONFIG": str(config_path)},
+            timeout=180,
+        )
+        assert setup.returncode == 0, setup.stderr
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("REDIACC_CONFIG", str(base / "no-client-config.yaml"))
+            runtime = lifecycle.repo_up(machine, repo)
+        alpha = RepoEnv(repo, runtime, {**env, "DOCKER_HOST": runtime.docker_host_url})
+        state = SwapEnv(base, config_path, fm, alpha)
+        import_busybox(state.alpha.daemon, IMAGE)
+        state.ok("repo", "gpu", "grant", repo.ref, "--device", GPU0)
+        yield state
+    finally:
+        lifecycle.repo_down(machine, repo)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_card_swap_suspends_the_grant_until_confirmed(swap: SwapEnv) -> None:
+    ref = swap.alpha.repo.ref
+    confirm = f"rdc repo gpu confirm {ref} --device {GPU0}"
+    (granted,) = json.loads(swap.ok("repo", "gpu", "list", ref, "-o", "json").stdout)
+    assert granted["boundTo"] == [{"unit": "pci:0000:07:00.0", "pciBusId": "0000:07:00.0", "uuid": UUID_A}]
+    created = swap.alpha.docker("create", "--name", "trainer", "--device", GPU0, IMAGE, "true")
+    assert created.returncode == 0, created.stderr
+    # A container the daemon restarts on its own: only the runtime guard sees those starts.
+    looping = swap.alpha.docker(
+        "run", "-d", "--name", "looper", "--restart", "always", "--device", GPU0, IMAGE, "sleep", "1"
+    )
+    assert looping.returncode == 0, looping.stderr
+
+    swap.cards(UUID_B, UUID_A)  # the cards exchanged places: index 0 is the other card now
+    setup = swap.ok("machine", "setup", MACHINE)
+    assert f"Warning: grant {GPU0} of {ref} suspended: it was granted on {UUID_A}" in setup.stderr
+    assert confirm in setup.stderr
+
+    started = swap.alpha.docker("start", "trainer")
+    refused(started, f"the grant of {GPU0} to repo {ref} is suspended", f"now reaches {UUID_B}", confirm)
+    refused(swap.alpha.docker("run", "--rm", "--device", GPU0, IMAGE, "true"), "is suspended", confirm)
+    guard_log = swap.alpha.runtime.guard_log
+    assert wait_for(lambda: guard_log.exists() and "is suspended" in guard_log.read_text(), 60), (
+        "the restart policy's start was not refused by the runtime guard"
+    )
+    assert f"rdc repo gpu confirm {ref} --device {GPU0}" in guard_log.read_text()
+    listed = swap.ok("repo", "gpu", "list", ref)
+    assert "suspended (moved)" in listed.stdout and confirm in listed.stderr
+    audit = [e for e in read_entries(swap.alpha.runtime.audit_log) if e.get("decision") == "suspended"]
+    assert audit and audit[-1]["cdi_asked"] == [GPU0]
+
+    swap.ok(*confirm.split()[1:])
+    assert swap.alpha.docker("start", "-a", "trainer").returncode == 0
+    swap.alpha.docker("rm", "-f", "looper", "trainer")
