@@ -5,8 +5,8 @@ The order protects what is recorded: every spec is produced and validated in a s
 before any is written, and the inventory is written last from the specs really on the machine. A
 tool that fails or produces an invalid spec stops setup with the tool's own message, and the
 previous specs and inventory stay as they were. A refresh is the same path without the plugins'
-steps and spec generation: it validates the specs already on the machine (the toolkit's
-a vendor's refresh unit may have rewritten them) and rebuilds the inventory from a new discovery.
+steps and spec generation: it validates the specs already on the machine (a vendor's refresh
+unit may have rewritten them) and rebuilds the inventory from a new discovery.
 Both record which defined names no discovered hardware is (`spec_facts`), and the specs' identity.
 """
 
