@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pluggy
 
+    from rediacc_core.blocking import may_block
     from rediacc_core.cdi.devnodes import device_node_edit, host_node, sysfs_dev_numbers
     from rediacc_core.errors import ToolError
     from rediacc_core.files import atomic_write_text
-    from rediacc_core.gate.images import may_block
     from rediacc_core.hostpaths import is_at_or_under, landing_paths
     from rediacc_core.machine import Machine
     from rediacc_core.model import (
@@ -67,7 +67,7 @@ _ELSEWHERE = {
     "atomic_write_text": "rediacc_core.files",
     "is_at_or_under": "rediacc_core.hostpaths",
     "landing_paths": "rediacc_core.hostpaths",
-    "may_block": "rediacc_core.gate.images",
+    "may_block": "rediacc_core.blocking",
     "device_node_edit": "rediacc_core.cdi.devnodes",
     "host_node": "rediacc_core.cdi.devnodes",
     "sysfs_dev_numbers": "rediacc_core.cdi.devnodes",

@@ -18,11 +18,12 @@ from typing import Any
 
 from rediacc_core.errors import RdcError, StateError
 from rediacc_core.gate.decide import Decider
-from rediacc_core.grants import GrantStore
+from rediacc_core.grants import GrantStore, delete_repo
 from rediacc_core.inventory import load_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.testing.fakemachine import FakeMachine
 
 ENTRY_POINT_GROUP = "rediacc.demo"
@@ -117,9 +118,9 @@ def walkthrough(machine: Machine, plugins: Plugins) -> list[Step]:
     if pick is None:
         return [Step("rdc machine gpu list demo", "no grantable GPU on this machine: nothing to grant", True)]
     device, sibling, other = pick
-    repos, grants = RepoStore(machine), GrantStore(machine, plugins)
+    repos, grants = RepoStore(machine), GrantStore(machine, plugins, running=Holdings(machine))
     for repo in repos.list():
-        repos.delete(repo)
+        delete_repo(machine, repo)
     alpha, beta = repos.create("alpha"), repos.create("beta")
     steps: list[Step] = []
 

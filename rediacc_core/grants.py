@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
@@ -37,13 +37,14 @@ from rediacc_core.repos import Repo, RepoStore, now_iso
 from rediacc_core.statelock import state_lock
 
 if TYPE_CHECKING:
-    from rediacc_core.holdings import Holder
     from rediacc_core.model import Inventory
     from rediacc_core.plugins import Plugins
+    from rediacc_core.runtime.holdings import Holder
     from rediacc_core.runtime.openers import Node, Opener
 
 # Reading grants (every `rdc` read, the gate, the runtime guard) needs only this module's top; what
-# granting needs (the CDI registry, plugins, the daemons' holdings) is imported where it is used.
+# granting needs (the CDI registry, plugins) is imported where it is used, and what it asks of the
+# machine's running parts (`RunningParts`) is handed in by the caller.
 
 SCHEMA = "grants.schema.json"
 SCHEMA_VERSION = 1
@@ -77,8 +78,30 @@ class GrantOutcome:
     taken: tuple[tuple[str, str], ...] = ()  # (repo ref, device) of the grants --take-over revoked
 
 
-# The CDI-holding containers of a repo (None when its daemon is not running): `holdings.repo_holders`.
-HolderLookup = Callable[[Repo], "list[Holder] | None"]
+class RunningParts(Protocol):
+    """What an exclusive grant asks of the machine's running parts: who holds the hardware now,
+    stopping them, and the handover's audit lines. The records never reach a daemon or /proc
+    themselves: the caller hands this in (`runtime.holdings.Holdings`)."""
+
+    def holders(self, repo: Repo) -> list[Holder] | None:
+        """The repo's CDI-holding containers; None when its daemon is not running."""
+
+    def stop(self, holder: Holder) -> None: ...
+
+    def openers(self, repo: Repo, nodes: Collection[Node]) -> list[Opener]:
+        """The repo's processes holding one of `nodes`, by device number."""
+
+    def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]: ...
+
+    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]: ...
+
+    def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]: ...
+
+    def stop_command(self, holder: Holder) -> str: ...
+
+    def record_handover(
+        self, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]
+    ) -> None: ...
 
 
 # --- the file ------------------------------------------------------------------------------------
@@ -121,11 +144,17 @@ def _read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
     return None if found is None else (found[0], parse_grants(found[1], path))
 
 
+def in_force(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` in force at `now` (default this moment): the one place a lease that
+    has ended stops counting, for every reader (rdc, the gate, housekeeping)."""
+    stamp = now or now_iso()
+    return [g for g in grants if g.in_force(stamp)]
+
+
 def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
     """Every grant in force on the machine (at `now`, default this moment); [] when none."""
     found = _read_file(machine.grants_path)
-    stamp = now or now_iso()
-    return [] if found is None else [g for g in found[1] if g.in_force(stamp)]
+    return [] if found is None else in_force(found[1], now)
 
 
 def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> Grant | None:
@@ -166,6 +195,11 @@ def drop_repo_grants(machine: Machine, repo_id: str) -> int:
     if len(kept) != len(grants):
         _write_grants(machine, kept)
     return len(grants) - len(kept)
+
+
+def delete_repo(machine: Machine, repo: Repo, *, lock_timeout: float | None = None) -> int:
+    """Delete the repo and its grants (all under one lock); returns how many grants went with it."""
+    return RepoStore(machine, lock_timeout=lock_timeout).delete(repo, drop_repo_grants)
 
 
 def prune_orphans(machine: Machine, *, lock_timeout: float | None = None) -> list[Grant]:
@@ -235,19 +269,22 @@ class GrantStore:
         plugins: Plugins | None = None,
         *,
         lock_timeout: float | None = None,
-        holders: HolderLookup | None = None,
-        stop: Callable[[Holder], None] | None = None,
-        openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+        running: RunningParts | None = None,
     ) -> None:
+        """`running` is needed to grant exclusively (who holds the hardware now); reading, plain
+        grants, renewals and revokes do without."""
         self.machine = machine
-        from rediacc_core.holdings import device_openers, repo_holders, stop_holder
         from rediacc_core.plugins import get_plugins
 
         self.plugins = plugins if plugins is not None else get_plugins()
         self.lock_timeout = lock_timeout
-        self._holders: HolderLookup = holders or (lambda repo: repo_holders(machine, repo))
-        self._stop: Callable[[Holder], None] = stop or (lambda holder: stop_holder(machine, holder))
-        self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
+        self._running = running
+
+    @property
+    def running(self) -> RunningParts:
+        if self._running is None:
+            raise RuntimeError("an exclusive grant needs the machine's running parts: GrantStore(running=)")
+        return self._running
 
     def all(self) -> list[Grant]:
         return read_grants(self.machine)
@@ -322,9 +359,7 @@ class GrantStore:
         handed.update({g.repo_id: owners[g.repo_id] for g in taken if g.repo_id in owners})
         for old in handed.values():
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
-                from rediacc_core.holdings import record_handover
-
-                record_handover(self.machine, old, repo, wanted, stopped)
+                self.running.record_handover(old, repo, wanted, stopped)
         return outcomes
 
     def _owners(self, repo: Repo) -> dict[str, Repo]:
@@ -478,7 +513,7 @@ class GrantStore:
         for other in owners.values():
             if other.id == repo.id:
                 continue
-            for holder in self._holders(other) or ():
+            for holder in self.running.holders(other) or ():
                 if not holder.running:
                     continue  # a stopped holder cannot start again: it is refused without a grant
                 for held in holder.cdi:
@@ -499,8 +534,7 @@ class GrantStore:
             listing = "; ".join(
                 f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in in_the_way
             )
-            from rediacc_core.holdings import stop_command
-
+            stop_command = self.running.stop_command
             commands = " and ".join(dict.fromkeys(f"`{stop_command(h)}`" for h, _ in in_the_way))
             what = ", ".join(devices)
             raise RefusedError(
@@ -508,7 +542,7 @@ class GrantStore:
                 f"stop it first ({commands}), or pass --stop-holders to stop it now",
             )
         for holder, _ in in_the_way:
-            self._stop(holder)
+            self.running.stop(holder)
         return tuple(h for h, _ in in_the_way)
 
     def _clear_openers(
@@ -526,24 +560,22 @@ class GrantStore:
         named the device, or opened through a hard link, counts, and so does a process that left its
         container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
         repo may hold through a grant of its own in force (a shared control node) do not count."""
-        from rediacc_core.holdings import clear_openers, nodes_of, openers_report
-
-        now = now_iso()
+        running = self.running
         stopped: list[Holder] = []
         problems: list[str] = []
         commands: list[str] = []
         for other in owners.values():
             if other.id == repo.id:
                 continue
-            besides = [g.device for g in current if g.repo_id == other.id and g.in_force(now)]
-            nodes = nodes_of(self.machine, devices, besides)
+            besides = [g.device for g in current if g.repo_id == other.id]  # read in force
+            nodes = running.nodes_of(devices, besides)
             if stop:
-                more, left = clear_openers(self.machine, other, nodes, find=self._openers, stop=self._stop)
+                more, left = running.clear_openers(other, nodes)
                 stopped += more
             else:
-                left = self._openers(other, nodes)
+                left = running.openers(other, nodes)
             if left:
-                lines, ends = openers_report(self.machine, other, left)
+                lines, ends = running.openers_report(other, left)
                 problems += lines
                 commands += ends
         if problems:
@@ -571,26 +603,27 @@ class GrantStore:
             raise ValidationError(f"{expires_at} is not in the future", "give a later --until, or --for")
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
-            held = self._held(repo, wanted, current, "renewed")
-            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in held.items()}
+            granted = self._granted(repo, wanted, current, "renewed")
+            renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in granted.items()}
             _write_grants(
                 self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
             )
         return [renewed[d] for d in wanted]
 
-    def _held(
+    def _granted(
         self, repo: Repo, wanted: Sequence[str], current: Sequence[Grant], what: str
     ) -> dict[str, Grant]:
-        held = {g.device: g for g in current if g.repo_id == repo.id}
-        missing = [device for device in wanted if device not in held]
+        """The repo's grants of `wanted`; NotFoundError naming what it is not granted."""
+        granted = {g.device: g for g in current if g.repo_id == repo.id}
+        missing = [device for device in wanted if device not in granted]
         if missing:
-            listing = ", ".join(sorted(held)) if held else "none"
+            listing = ", ".join(sorted(granted)) if granted else "none"
             raise NotFoundError(
-                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], held)}; "
+                f"{repo.ref} holds no grant of {', '.join(missing)}{_nearest(missing[0], granted)}; "
                 f"nothing was {what}",
                 f"its grants: {listing} (see `rdc repo gpu list {repo.ref}`)",
             )
-        return {device: held[device] for device in wanted}
+        return {device: granted[device] for device in wanted}
 
     # --- revoke --------------------------------------------------------------------------------
     def revoke(self, repo: Repo, devices: Sequence[str], *, absent_ok: bool = False) -> list[Grant]:
@@ -606,10 +639,10 @@ class GrantStore:
 
                 defined = Registry.for_machine(self.machine).names()
                 mine = {g.device for g in current if g.repo_id == repo.id}
-                self._held(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
+                self._granted(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
                 wanted = [d for d in wanted if d in mine]
-            held = self._held(repo, wanted, current, "revoked")
-            removed = [held[device] for device in wanted]
+            granted = self._granted(repo, wanted, current, "revoked")
+            removed = [granted[device] for device in wanted]
             _write_grants(self.machine, [g for g in current if g not in removed])
         return removed
 
@@ -685,11 +718,7 @@ class LiveGrants:
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
         """The names granted to `repo_id` and in force now: a lease that has ended is absent at once."""
-        now = now_iso()
-        return frozenset(g.device for g in self.grants() if g.repo_id == repo_id and g.in_force(now))
+        return frozenset(g.device for g in in_force(self.grants()) if g.repo_id == repo_id)
 
     def exclusive_for_repo(self, repo_id: str) -> frozenset[str]:
-        now = now_iso()
-        return frozenset(
-            g.device for g in self.grants() if g.repo_id == repo_id and g.exclusive and g.in_force(now)
-        )
+        return frozenset(g.device for g in in_force(self.grants()) if g.repo_id == repo_id and g.exclusive)

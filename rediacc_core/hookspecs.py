@@ -94,7 +94,7 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
 
     Called for every request whose body the gate decodes, the routes `container-create`,
     `container-update`, `exec-create`, `volume-create`, `network-create`, `network-connect` and
-    `auth` (the names of `gate/endpoints.py`; routes the gate refuses whole, such as plugin
+    `auth` (the names of `gate/policy/endpoints.py`; routes the gate refuses whole, such as plugin
     installs and swarm services, never reach a plugin), after the repo's grants for
     `request.cdi_devices` were checked. Return `Refusal`s naming the CDI form to use instead,
     `Rewrite`s that turn a legacy request into the CDI form, or `[]`. `ctx.inventory` is the

@@ -13,9 +13,9 @@ here (the remote package does not import the CLI).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-# Asked of this rdc, never of a machine: no config to read for them.
-LOCAL_ONLY = frozenset({"--version", "--help", "-h"})
+from rediacc_core.placement import LOCAL_ONLY
 
 
 def confirm_delete(ref: str) -> bool:
@@ -63,4 +63,11 @@ def agent_main() -> None:
         return
     from rediacc_core.remote import agent
 
-    agent.main(run_cli)
+    agent.main(run_cli, start_resident)
+
+
+def start_resident(root: str, idle: float, agent_script: str) -> Path | None:
+    # Imported only when a client asks for a resident agent.
+    from rediacc_core.remote import resident
+
+    return resident.start(root, idle, agent_script)

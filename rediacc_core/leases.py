@@ -43,7 +43,7 @@ def parse_time(text: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def lease_end(duration: str | None, until: str | None, now: datetime | None = None) -> str | None:
+def expiry(duration: str | None, until: str | None, now: datetime | None = None) -> str | None:
     """The lease end `--for`/`--until` ask for (at most one of them), None for neither."""
     if duration is not None and until is not None:
         raise ValidationError("--for and --until both say when the grant ends", "give one of them")

@@ -24,6 +24,8 @@ class Placement:
 
 
 LOCAL = Placement(None)
+# Asked of this rdc, never of a machine: no config to read for them.
+LOCAL_ONLY = frozenset({"--version", "--help", "-h"})
 ON_MACHINE = Placement("machine")
 ON_REF = Placement("ref")
 READ_MACHINE = Placement("machine", read_only=True)

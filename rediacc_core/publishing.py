@@ -4,7 +4,7 @@ Policy (machine settings): `publish-ports`, the host ports a repo may publish on
 1024-65535: the ports below 1024 are the host's services', and a tenant holding 127.0.0.1:53 or :80
 would answer the host's own clients), and `publish-limit`, the most host ports one repo publishes at
 once (default 64: each is a listener of the uplink, and `-p 1-65535:1-65535` would ask for all).
-The gate refuses what breaks them (`gate/publish.py`); the keeper (`runtime/ports.py`) skips it,
+The gate refuses what breaks them (`gate/policy/publish.py`); the keeper (`runtime/ports.py`) skips it,
 for what the gate never saw (a container created before a change, a restart policy's start).
 
 State: each keeper writes the host ports it publishes to `<machine run dir>/published/<12 of the
@@ -20,6 +20,8 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from rediacc_core.pids import pid_alive
 
 DEFAULT_RANGE = "1024-65535"
 DEFAULT_LIMIT = 64
@@ -111,22 +113,12 @@ def write_state(path: Path, ports: Iterable[Port], pid: int | None = None) -> No
     os.replace(temporary, path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_state(path: Path) -> frozenset[Port]:
     """The ports in `path`; none when it is missing, unreadable or its keeper is gone."""
     try:
         document = json.loads(path.read_text())
         pid, ports = int(document["pid"]), document["ports"]
-        if not _alive(pid):
+        if not pid_alive(pid):
             return frozenset()
         return frozenset((str(p), int(n)) for p, n in ports)
     except (OSError, ValueError, KeyError, TypeError):

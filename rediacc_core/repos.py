@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -203,11 +203,10 @@ class RepoStore:
         daemon (`runtime.fork` copies the source's data into it)."""
         return self.create(repo.name, tag)
 
-    def delete(self, repo: Repo) -> int:
-        """Delete the repo and its grants; returns how many grants went with it."""
-        # grants.py builds on this module, so it is imported here rather than at the top.
-        from rediacc_core.grants import drop_repo_grants
-
+    def delete(self, repo: Repo, drop_grants: Callable[[Machine, str], int]) -> int:
+        """Delete the repo and, first, its grants through `drop_grants` (`grants.drop_repo_grants`,
+        called under the state lock; `grants.delete_repo` puts the two together); returns how many
+        grants went with it."""
         with state_lock(self.machine, self.lock_timeout):
             repos = self._read()
             if not any(existing.id == repo.id for existing in repos):
@@ -217,7 +216,7 @@ class RepoStore:
                 )
             # Grants first: a crash in between leaves a repo without grants, never grants without a repo
             # that a later repo could be mistaken for.
-            dropped = drop_repo_grants(self.machine, repo.id)
+            dropped = drop_grants(self.machine, repo.id)
             self._write([existing for existing in repos if existing.id != repo.id])
         return dropped
 

@@ -35,6 +35,7 @@ from rediacc_core.publishing import (
     check_range_setting,
 )
 from rediacc_core.statelock import state_lock
+from rediacc_core.values import split_list
 
 SCHEMA = "settings.schema.json"
 SCHEMA_VERSION = 1
@@ -62,13 +63,8 @@ class Setting:
         return "|".join(self.choices) if self.choices else self.form
 
 
-def split_list(value: str) -> list[str]:
-    """The items of a comma-separated setting, stripped, empty ones dropped."""
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
 def _check_bind_roots(value: str) -> str | None:
-    from rediacc_core.gate.mounts import check_root_setting
+    from rediacc_core.gate.policy.mounts import check_root_setting
 
     for item in split_list(value):
         path = item.removesuffix(":ro")
@@ -79,7 +75,7 @@ def _check_bind_roots(value: str) -> str | None:
 
 
 def _check_capabilities(value: str) -> str | None:
-    from rediacc_core.gate.isolation import GRANTABLE_CAPABILITIES, capability_name
+    from rediacc_core.gate.policy.isolation import GRANTABLE_CAPABILITIES, capability_name
 
     for item in split_list(value):
         if capability_name(item) not in GRANTABLE_CAPABILITIES:
@@ -90,10 +86,17 @@ def _check_capabilities(value: str) -> str | None:
     return None
 
 
-def _check_workers(value: str) -> str | None:
-    from rediacc_core.runtime.workers import check_worker_setting
+# Each gate worker (`runtime.workers`) holds 1/N of the gate's buffer budget (64 MiB), and that share
+# must still fit the largest body the gate reads and decides (4 MiB): so 16 at most. More event loops
+# would not help either: they all wait on the one daemon.
+MAX_WORKERS = 16
 
-    return check_worker_setting(value)
+
+def check_worker_setting(value: str) -> str | None:
+    """Why `value` is no valid `gate-workers` setting, or None."""
+    if value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_WORKERS:
+        return None
+    return f"use a whole number from 1 to {MAX_WORKERS}"
 
 
 def _check_addresses(value: str) -> str | None:
@@ -118,13 +121,13 @@ def _check_names(value: str) -> str | None:
 
 
 def _check_pids(value: str) -> str | None:
-    from rediacc_core.gate.limits import check_pids_setting
+    from rediacc_core.gate.policy.limits import check_pids_setting
 
     return check_pids_setting(value)
 
 
 def _check_registries(value: str) -> str | None:
-    from rediacc_core.gate.fetches import check_allowed_setting
+    from rediacc_core.gate.policy.fetches import check_allowed_setting
 
     return check_allowed_setting(value)
 
@@ -233,7 +236,7 @@ SETTINGS: dict[str, Setting] = {
             "1",
             "processes each repo's gate serves from (1 to 16): more let a repo's API calls use more CPUs "
             "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
-            _check_workers,
+            check_worker_setting,
             form="1-16",
         ),
     ]

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import lifecycle
-from rediacc_core.runtime.guard import GUARD_RUNTIME
 from rediacc_core.testing.dockerenv import docker_api, docker_unavailable
 
 GPU0 = "vendor.example/gpu=0"

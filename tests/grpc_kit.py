@@ -9,8 +9,8 @@ import h2.config
 import h2.connection
 import h2.events
 
-from rediacc_core.gate.grpc_relay import GrpcRelay, Judge
-from rediacc_core.gate.protowire import length_field, map_entry
+from rediacc_core.gate.buildkit.relay import GrpcRelay, Judge
+from rediacc_core.gate.wire.protowire import length_field, map_entry
 
 
 def frame(message: bytes) -> bytes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from rediacc_core.gate import mounts, rules
-from rediacc_core.gate.pins import Pins
+from rediacc_core.gate.policy import mounts, rules
+from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.repos import files_dir
 from rediacc_core.testing.fakemachine import FakeMachine
 

@@ -24,6 +24,7 @@ from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, Rdc
 from rediacc_core.grants import GrantStore
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.settings import read_settings
 from rediacc_core.testing import FakeMachine
 
@@ -381,7 +382,7 @@ def test_gpu_list_shows_grants_in_force_read_live(vendor: FakeVendor, fm: FakeMa
     machine = Config.load().machine("box")
     alpha = repos.RepoStore(machine).create("alpha")
     beta = repos.RepoStore(machine).create("beta", "gpu")
-    store = grants.GrantStore(machine, use_vendor(vendor))
+    store = grants.GrantStore(machine, use_vendor(vendor), running=Holdings(machine))
     store.grant(alpha, [f"{KIND}=0"])
     store.grant(beta, [f"{KIND}=0", f"{KIND}=all"])
 
@@ -404,7 +405,7 @@ def test_gpu_list_with_a_corrupt_repos_file_is_an_error_naming_it(
     set_up_box(vendor, fm)
     machine = Config.load().machine("box")
     alpha = RepoStore(machine).create("alpha")
-    GrantStore(machine, use_vendor(vendor)).grant(alpha, [f"{KIND}=0"])
+    GrantStore(machine, use_vendor(vendor), running=Holdings(machine)).grant(alpha, [f"{KIND}=0"])
     machine.repos_path.write_text("{")
 
     result = rdc("machine", "gpu", "list", "box")
@@ -418,7 +419,9 @@ def test_gpu_prune_removes_the_grants_of_a_deleted_repo(vendor: FakeVendor, fm: 
     set_up_box(vendor, fm)
     machine = Config.load().machine("box")
     alpha = RepoStore(machine).create("alpha")
-    GrantStore(machine, use_vendor(vendor)).grant(alpha, [f"{KIND}=0"], exclusive=True)
+    GrantStore(machine, use_vendor(vendor), running=Holdings(machine)).grant(
+        alpha, [f"{KIND}=0"], exclusive=True
+    )
     machine.repos_path.write_text(json.dumps({"schemaVersion": 1, "repos": []}))  # deleted by hand
     listed = rdc("machine", "gpu", "list", "box").stdout
     assert f"{alpha.id} (deleted repo: rdc machine gpu prune) (exclusive)" in listed

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from setup_kit import FakeVendor
+from signals_kit import ctrl_c_reaches_it
 
 from rediacc_core import CdiSpecFile
 from rediacc_core.cli import cli
@@ -184,6 +185,7 @@ def test_ctrl_c_while_waiting_for_the_state_lock_exits_130(fm: FakeMachine) -> N
         child = subprocess.Popen(
             [sys.executable, "-m", "rediacc_core.cli", "repo", "create", "z@box"],
             env=env,
+            preexec_fn=ctrl_c_reaches_it,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -211,6 +213,7 @@ def test_a_command_waiting_for_the_state_lock_says_so_and_who_holds_it(fm: FakeM
         result = subprocess.run(
             [sys.executable, "-m", "rediacc_core.cli", "repo", "create", "z@box"],
             env=env,
+            preexec_fn=ctrl_c_reaches_it,
             capture_output=True,
             text=True,
             timeout=60,

@@ -240,7 +240,7 @@ def test_fork_starts_without_grants_and_delete_takes_them_away(box: Machine) -> 
 
 
 def test_fork_copies_the_files_and_the_containers_records_name_only_the_forks_paths(box: Machine) -> None:
-    from rediacc_core.gate.pins import directory_for
+    from rediacc_core.gate.policy.pins import directory_for
     from rediacc_core.repos import RepoStore, files_dir, repo_state_dir
 
     ok("repo", "create", "alpha@box")
@@ -270,7 +270,7 @@ def test_fork_copies_the_files_and_the_containers_records_name_only_the_forks_pa
 def test_fork_repins_a_bind_volume_to_its_own_copy_of_the_files(box: Machine) -> None:
     """A volume bound to the source's files names the source's pin, in the local driver's options
     (what it mounts) and in the volume store's bolt database: both name the fork's pin of its copy."""
-    from rediacc_core.gate.pins import directory_for, pin_name
+    from rediacc_core.gate.policy.pins import directory_for, pin_name
     from rediacc_core.repos import RepoStore, files_dir, repo_state_dir
     from rediacc_core.runtime import boltdb
 

@@ -13,16 +13,18 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from signals_kit import ctrl_c_reaches_it
 
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION
-from rediacc_core.gate.audit import Audit, Peer, append_event
+from rediacc_core.gate.audit.log import Audit, append_event
+from rediacc_core.gate.audit.peer import Peer
+from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import containerd, lifecycle, netns
-from rediacc_core.runtime.daemon import DaemonPaths
-from rediacc_core.runtime.guard import GUARD_RUNTIME
+from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.testing import FakeMachine
 
 
@@ -215,6 +217,7 @@ def test_gate_log_follow_ends_quietly_on_ctrl_c(box: Machine) -> None:
     _audited(box)
     follow = subprocess.Popen(
         [sys.executable, "-m", "rediacc_core.cli", "repo", "gate", "log", "alpha@box", "--follow"],
+        preexec_fn=ctrl_c_reaches_it,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -24,11 +24,11 @@ from rediacc_core.errors import (
     ValidationError,
 )
 from rediacc_core.files import schema_errors
-from rediacc_core.grants import GrantStore, LiveGrants, prune_orphans, read_grants, units_overlap
-from rediacc_core.holdings import Holder
+from rediacc_core.grants import GrantStore, LiveGrants, delete_repo, prune_orphans, read_grants, units_overlap
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.holdings import Holder, Holdings
 from rediacc_core.runtime.openers import Opener
 from rediacc_core.statelock import lock_timeout, state_lock
 from rediacc_core.testing import FakeMachine
@@ -48,7 +48,7 @@ def plugins() -> Plugins:
 
 @pytest.fixture
 def store(box: Machine, plugins: Plugins) -> GrantStore:
-    return GrantStore(box, plugins)
+    return GrantStore(box, plugins, running=Holdings(box))
 
 
 @pytest.fixture
@@ -159,12 +159,12 @@ def test_a_machine_without_specs_says_to_run_setup(
     bare = make_fake_machine("bare").machine
     repo = RepoStore(bare).create("alpha")
     with pytest.raises(ValidationError) as caught:
-        GrantStore(bare, plugins).grant(repo, [f"{GPU}=0"])
+        GrantStore(bare, plugins, running=Holdings(bare)).grant(repo, [f"{GPU}=0"])
     assert "rdc machine setup bare" in caught.value.todo
 
 
 def test_a_grant_for_a_deleted_repo_is_refused(store: GrantStore, box: Machine, alpha: Repo) -> None:
-    RepoStore(box).delete(alpha)
+    delete_repo(box, alpha)
     with pytest.raises(NotFoundError):
         store.grant(alpha, [f"{GPU}=0"])
     assert read_grants(box) == []
@@ -344,7 +344,7 @@ def test_deleting_a_repo_deletes_its_grants_and_a_re_created_one_has_none(
 ) -> None:
     store.grant(alpha, [f"{GPU}=0", f"{GPU}=1"], exclusive=True)
     store.grant(beta, [f"{GPU}=2"])
-    assert RepoStore(box).delete(alpha) == 2
+    assert delete_repo(box, alpha) == 2
     assert {g.repo_id for g in read_grants(box)} == {beta.id}
     again = RepoStore(box).create("alpha")
     assert store.for_repo(again.id) == []
@@ -380,7 +380,7 @@ def test_a_corrupt_grants_file_is_an_error_naming_it_never_no_grants(
     with pytest.raises(ValidationError):
         store.revoke(alpha, [f"{GPU}=0"])
     with pytest.raises(ValidationError):
-        RepoStore(store.machine).delete(alpha)
+        delete_repo(store.machine, alpha)
     assert RepoStore(store.machine).by_id(alpha.id) == alpha
     assert path.read_text() == content
 
@@ -533,7 +533,7 @@ def test_a_held_lock_times_out_as_busy_naming_the_holder(
 
 
 def _grant_in_child(machine: Machine, repo: Repo, device: str, exclusive: bool, start: Barrier) -> None:
-    store = GrantStore(machine, fake_plugins(), lock_timeout=60)
+    store = GrantStore(machine, fake_plugins(), lock_timeout=60, running=Holdings(machine))
     start.wait(30)
     try:
         store.grant(repo, [device], exclusive)
@@ -671,7 +671,9 @@ def test_an_exclusive_grant_waits_for_a_running_holder_in_another_repo(
 ) -> None:
     running = {alpha.id: [holder_of(alpha, "trainer", "running", f"{GPU}=all")]}
     stopped: list[Holder] = []
-    store = GrantStore(box, plugins, holders=lambda repo: running.get(repo.id), stop=stopped.append)
+    store = GrantStore(
+        box, plugins, running=Holdings(box, holders=lambda repo: running.get(repo.id), stop=stopped.append)
+    )
     with pytest.raises(RefusedError, match="container trainer of repo alpha@box is running with") as caught:
         store.grant(beta, [f"{GPU}=0"], exclusive=True)  # `all` reaches card 0's hardware
     assert "--stop-holders" in caught.value.todo and "docker stop trainer" in caught.value.todo
@@ -685,7 +687,9 @@ def test_an_exclusive_grant_waits_for_a_running_holder_in_another_repo(
 def test_take_over_is_a_handover_in_one_step(box: Machine, plugins: Plugins, alpha: Repo, beta: Repo) -> None:
     running = {alpha.id: [holder_of(alpha, "trainer", "running", f"{GPU}=all")]}
     stopped: list[Holder] = []
-    store = GrantStore(box, plugins, holders=lambda repo: running.get(repo.id), stop=stopped.append)
+    store = GrantStore(
+        box, plugins, running=Holdings(box, holders=lambda repo: running.get(repo.id), stop=stopped.append)
+    )
     store.grant(alpha, [f"{GPU}=all"], exclusive=True)  # reaches card 0's hardware too
     (outcome,) = store.grant(beta, [f"{GPU}=0"], exclusive=True, take_over=True)
     assert outcome.changed and outcome.taken == (("alpha@box", f"{GPU}=all"),)
@@ -699,12 +703,18 @@ def test_take_over_is_a_handover_in_one_step(box: Machine, plugins: Plugins, alp
 def test_stopped_holders_and_other_hardware_are_not_in_the_way(
     box: Machine, plugins: Plugins, alpha: Repo, beta: Repo, state: str, held: str
 ) -> None:
-    store = GrantStore(box, plugins, holders=lambda repo: [holder_of(alpha, "c", state, held)])
+    store = GrantStore(
+        box, plugins, running=Holdings(box, holders=lambda repo: [holder_of(alpha, "c", state, held)])
+    )
     store.grant(beta, [f"{GPU}=0"], exclusive=True)
 
 
 def test_a_repo_never_waits_for_its_own_holders(box: Machine, plugins: Plugins, alpha: Repo) -> None:
-    store = GrantStore(box, plugins, holders=lambda repo: [holder_of(alpha, "mine", "running", f"{GPU}=0")])
+    store = GrantStore(
+        box,
+        plugins,
+        running=Holdings(box, holders=lambda repo: [holder_of(alpha, "mine", "running", f"{GPU}=0")]),
+    )
     store.grant(alpha, [f"{GPU}=0"], exclusive=True)
 
 
@@ -738,7 +748,9 @@ def test_an_exclusive_grant_is_refused_while_a_process_of_another_repo_holds_the
         asked.append((repo.name, set(nodes)))
         return [opener(4242, BOX_ID)] if repo.id == alpha.id else []
 
-    store = GrantStore(box, plugins, holders=lambda repo: [], stop=lambda h: None, openers=find)
+    store = GrantStore(
+        box, plugins, running=Holdings(box, holders=lambda repo: [], stop=lambda h: None, openers=find)
+    )
     with pytest.raises(RefusedError) as caught:
         store.grant(beta, [f"{GPU}=0"], exclusive=True)
     assert asked == [("alpha", {FULL})]  # every other repo, by the node's number
@@ -763,7 +775,7 @@ def test_stop_holders_stops_the_container_of_a_process_holding_the_node(
     def find(repo: Repo, nodes: Collection[tuple[str, int, int]]) -> list[Opener]:
         return list(holding) if repo.id == alpha.id else []
 
-    store = GrantStore(box, plugins, holders=lambda repo: [], stop=stop, openers=find)
+    store = GrantStore(box, plugins, running=Holdings(box, holders=lambda repo: [], stop=stop, openers=find))
     (outcome,) = store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
     assert [(h.id, h.repo.id) for h in stopped] == [(BOX_ID, alpha.id)]
     assert outcome.stopped == tuple(stopped) and "as fd 3 (/gpu0)" in stopped[0].opened[0]
@@ -779,9 +791,12 @@ def test_a_handover_is_refused_while_a_process_outside_any_container_holds_the_n
     store = GrantStore(
         box,
         plugins,
-        holders=lambda repo: running if repo.id == alpha.id else [],
-        stop=lambda holder: None,
-        openers=lambda repo, nodes: [opener(4242, None)] if repo.id == alpha.id else [],
+        running=Holdings(
+            box,
+            holders=lambda repo: running if repo.id == alpha.id else [],
+            stop=lambda holder: None,
+            openers=lambda repo, nodes: [opener(4242, None)] if repo.id == alpha.id else [],
+        ),
     )
     with pytest.raises(RefusedError, match="pid 4242") as caught:
         store.grant(beta, [f"{GPU}=0"], exclusive=True, stop_holders=True)
@@ -801,7 +816,7 @@ def test_a_node_another_grant_of_that_repo_injects_too_does_not_count(
         asked.append(set(nodes))
         return []
 
-    store = GrantStore(box, plugins, holders=lambda repo: [], openers=find)
+    store = GrantStore(box, plugins, running=Holdings(box, holders=lambda repo: [], openers=find))
     store.grant(alpha, [f"{GPU}=1"])
     store.grant(beta, [f"{GPU}=0"], exclusive=True)
     assert asked == [set()]

@@ -16,6 +16,7 @@ from rediacc_core.grants import GrantStore
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import LOAD_ENV, Plugins, load_plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.testing import FakeMachine
 
 AMD = "rediacc.io/amd"
@@ -102,7 +103,7 @@ def test_a_render_node_and_the_card_owning_it_are_the_same_hardware(
     machine: Machine, plugins: Plugins, repos: tuple[Repo, Repo], held: str, blocked: str, free: str | None
 ) -> None:
     alpha, beta = repos
-    store = GrantStore(machine, plugins)
+    store = GrantStore(machine, plugins, running=Holdings(machine))
     store.grant(beta, [held], exclusive=True)
     with pytest.raises(RefusedError, match=f"repo beta@rig holds {held} exclusively"):
         store.grant(alpha, [blocked])
@@ -183,7 +184,7 @@ def test_nvidia_names_overlap_by_hardware(
     nv_machine: Machine, nv_plugins: Plugins, held: str, wanted: str, overlap: bool
 ) -> None:
     alpha, beta = RepoStore(nv_machine).create("alpha"), RepoStore(nv_machine).create("beta")
-    store = GrantStore(nv_machine, nv_plugins)
+    store = GrantStore(nv_machine, nv_plugins, running=Holdings(nv_machine))
     store.grant(beta, [held], exclusive=True)
     if overlap:
         with pytest.raises(RefusedError, match="reaches the same hardware"):

@@ -12,7 +12,7 @@ import pytest
 
 import rediacc_core
 from rediacc_core import hookspecs
-from rediacc_core.gate.endpoints import ROUTES
+from rediacc_core.gate.policy.endpoints import ROUTES
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "hooks.md"

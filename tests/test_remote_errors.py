@@ -17,7 +17,7 @@ from rediacc_core.errors import EXIT_REFUSED, EXIT_TOOL, RdcError, StateError
 from rediacc_core.machine import Machine
 from rediacc_core.remote import agent, install, protocol, ssh
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import AgentCall
+from rediacc_core.remote.agentcall import AgentCall
 from rediacc_core.remote.ssh import SshMachine, classify, try_command
 
 ADDRESS = SshAddress.parse("root@127.0.0.1:35277", "/keys/id_far1")

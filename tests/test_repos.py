@@ -21,6 +21,7 @@ from rediacc_core.errors import (
     ValidationError,
 )
 from rediacc_core.files import schema_errors
+from rediacc_core.grants import delete_repo
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoRef, RepoStore, files_dir, make_state_dirs, repo_state_dir, resolve_ref
 from rediacc_core.testing import FakeMachine
@@ -102,7 +103,7 @@ def test_a_fork_is_a_new_identity_under_name_and_tag(machine: Machine) -> None:
 def test_deleting_and_re_creating_gives_a_new_identity(machine: Machine) -> None:
     store = RepoStore(machine)
     first = store.create("alpha")
-    store.delete(first)
+    delete_repo(machine, first)
     assert store.list() == []
     with pytest.raises(NotFoundError):
         store.by_id(first.id)
@@ -113,9 +114,9 @@ def test_deleting_and_re_creating_gives_a_new_identity(machine: Machine) -> None
 def test_deleting_a_repo_twice_is_not_found(machine: Machine) -> None:
     store = RepoStore(machine)
     repo = store.create("alpha")
-    store.delete(repo)
+    delete_repo(machine, repo)
     with pytest.raises(NotFoundError) as caught:
-        store.delete(repo)
+        delete_repo(machine, repo)
     assert caught.value.exit_code == EXIT_NOT_FOUND
 
 

@@ -1,4 +1,4 @@
-"""Every rule id the gate answers with is listed in `gate/rules.py`, in its docstring and in its
+"""Every rule id the gate answers with is listed in `gate/policy/rules.py`, in its docstring and in its
 sets, and each listed id is answered somewhere: the audit trail and the metrics count refusals by
 them, and SECURITY.md sends readers to that list."""
 
@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from rediacc_core.gate import rules
+from rediacc_core.gate.policy import rules
 
 CORE = Path(rules.__file__).resolve().parent.parent
 # Where a call carries a rule id: the positional argument, or the keyword.
@@ -56,7 +56,9 @@ def answered() -> dict[str, str]:
 
 def test_every_rule_id_answered_is_listed() -> None:
     unlisted = {rule: where for rule, where in answered().items() if rule not in rules.ALL_RULE_IDS}
-    assert unlisted == {}, "add these to gate/rules.py (RULE_IDS or PROTOCOL_RULE_IDS) and its docstring"
+    assert unlisted == {}, (
+        "add these to gate/policy/rules.py (RULE_IDS or PROTOCOL_RULE_IDS) and its docstring"
+    )
 
 
 def test_every_listed_rule_id_is_answered_somewhere() -> None:
@@ -71,4 +73,4 @@ def test_the_rules_docstring_lists_exactly_the_rule_ids() -> None:
 
 def test_security_md_sends_readers_to_the_list() -> None:
     text = (Path(__file__).resolve().parents[1] / "SECURITY.md").read_text(encoding="utf-8")
-    assert "Every rule id the gate answers with is listed in `rediacc_core/gate/rules.py`" in text
+    assert "Every rule id the gate answers with is listed in `rediacc_core/gate/policy/rules.py`" in text

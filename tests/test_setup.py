@@ -15,7 +15,7 @@ from setup_kit import KIND, FakeVendor, example_gpu, generator_script, spec_docu
 
 from rediacc_core import CdiSpecFile, GpuPartition, SetupStep
 from rediacc_core.cli import cli
-from rediacc_core.cli.machine import TerminalProgress
+from rediacc_core.cli.output import TerminalProgress
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_TOOL, ToolError
 from rediacc_core.inventory import load_inventory

@@ -112,6 +112,13 @@ def _show_warning(
 _default_showwarning = warnings.showwarning
 
 
+def _confirm_delete(ref: str) -> bool:
+    """`rdc repo delete`'s question, asked here for a repo on an SSH machine (imported only then)."""
+    from rediacc_core.cli.repo import confirm_delete
+
+    return confirm_delete(ref)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `rdc` console script."""
     warnings.showwarning = _show_warning
@@ -120,14 +127,14 @@ def main(argv: list[str] | None = None) -> None:
 
         attach_completers(cli)
     try:
-        from rediacc_core.launcher import LOCAL_ONLY, confirm_delete
+        from rediacc_core.placement import LOCAL_ONLY
 
         args = sys.argv[1:] if argv is None else argv
         if args and args[0] not in LOCAL_ONLY:
             from rediacc_core.remote.dispatch import forward_if_remote
 
             # A command whose machine is reached over SSH runs there, whole (see rediacc_core.remote).
-            forwarded = forward_if_remote(args, confirm_delete, root=cli)
+            forwarded = forward_if_remote(args, _confirm_delete, root=cli)
             if forwarded is not None:
                 sys.exit(forwarded)
         # Not standalone, so unexpected exceptions reach the handler below; click then hands back

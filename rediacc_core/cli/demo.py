@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from rediacc_core.cli.machine import TerminalProgress, live_grants, render_gpu_table
-from rediacc_core.cli.output import note
+from rediacc_core.cli.machine import live_grants, render_gpu_table
+from rediacc_core.cli.output import TerminalProgress, note
 from rediacc_core.config import CONFIG_ENV, Config
 from rediacc_core.errors import StateError
 from rediacc_core.inventory import load_inventory

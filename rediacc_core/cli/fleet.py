@@ -22,7 +22,7 @@ from rediacc_core.config import LOCALHOST, Config
 from rediacc_core.errors import EXIT_GENERAL, ValidationError
 from rediacc_core.inventory import read_inventory_text
 from rediacc_core.machine import Machine
-from rediacc_core.remote.dispatch import Stream, run_remote
+from rediacc_core.remote.agentcall import Stream, run_remote
 
 MAX_PARALLEL = 32
 LOCAL_TIMEOUT = 120

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import emit, fitted, note, output_option, table
+from rediacc_core.cli.output import TerminalProgress, emit, fitted, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants import prune_orphans, read_grants
@@ -29,7 +26,10 @@ if TYPE_CHECKING:
 
 
 # Commands of this group defined elsewhere, imported when used.
-_ELSEWHERE = dict.fromkeys(("trust", "install"), "rediacc_core.cli.machine_ssh")
+_ELSEWHERE = {
+    "trust": "rediacc_core.cli.machine_ssh:trust",
+    "install": "rediacc_core.cli.machine_ssh:install_command",
+}
 
 
 @click.group(cls=HintingGroup, lazy=_ELSEWHERE)
@@ -293,56 +293,6 @@ class _SetupCommand(click.Command):
             taken.add(option.name)
             params.append(option)
         return params
-
-
-class TerminalProgress:
-    """A step list on stderr; slow steps get a spinner, and only when stderr is a terminal."""
-
-    FRAMES = "|/-\\"
-
-    def __init__(self, stream: TextIO | None = None, interval: float = 0.1) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.interval = interval
-        self.tty = self.stream.isatty()
-        self.title = ""
-        self._stop = threading.Event()
-        self._spinner: threading.Thread | None = None
-        self._started = 0.0
-
-    def start(self, title: str, slow: bool = False) -> None:
-        self.title = title
-        self._started = time.monotonic()
-        if not self.tty:
-            self.stream.write(f"- {title}\n")
-            self.stream.flush()
-            return
-        self.stream.write(f"  {title} …")
-        self.stream.flush()
-        if slow:
-            self._stop.clear()
-            self._spinner = threading.Thread(target=self._spin, daemon=True)
-            self._spinner.start()
-
-    def _spin(self) -> None:
-        frame = 0
-        while not self._stop.wait(self.interval):
-            self.stream.write(f"\r{self.FRAMES[frame % len(self.FRAMES)]} {self.title} … {self._elapsed()}")
-            self.stream.flush()
-            frame += 1
-
-    def _elapsed(self) -> str:
-        return f"{time.monotonic() - self._started:.0f}s"
-
-    def finish(self, ok: bool) -> None:
-        took = ""
-        if self._spinner is not None:
-            self._stop.set()
-            self._spinner.join()
-            self._spinner = None
-            took = f" ({self._elapsed()})"  # slow steps say how long they took
-        if self.tty:
-            self.stream.write(f"\r{'✓' if ok else '✗'} {self.title}{took}  \n")
-            self.stream.flush()
 
 
 @machine.command("setup", cls=_SetupCommand)

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import click
 
-from rediacc_core.cli.machine import TerminalProgress, machine
-from rediacc_core.cli.output import note
+from rediacc_core.cli.output import TerminalProgress, note
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, RefusedError, StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.remote import install, protocol, tunnel
 from rediacc_core.remote.address import SshAddress
-from rediacc_core.remote.dispatch import agent_path, machine_versions, ssh_machine
+from rediacc_core.remote.agentcall import agent_path, machine_versions, ssh_machine
 from rediacc_core.remote.ssh import SshMachine, classify, fingerprints
 
 
@@ -64,7 +63,7 @@ def _ssh_target(name: str) -> tuple[Config, Machine, SshMachine]:
     return config, target, ssh_machine(config, target)
 
 
-@machine.command("trust")
+@click.command("trust")
 @click.argument("name")
 @click.option("--fingerprint", metavar="SHA256:…", help="Accept the key only if it has this fingerprint.")
 def trust(name: str, fingerprint: str | None) -> None:
@@ -118,7 +117,7 @@ def _confirm_replacement(name: str, old: list[str], new: list[str]) -> None:
         )
 
 
-@machine.command("install")
+@click.command("install")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Install even when the machine has the same versions already.")
 def install_command(name: str, force: bool) -> None:

@@ -12,8 +12,8 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
-from rediacc_core.grants import Grant, read_grants
-from rediacc_core.repos import Repo, RepoRef, RepoStore, now_iso, repo_state_dir, resolve_ref
+from rediacc_core.grants import Grant, delete_repo, read_grants
+from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
 
 # The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
 # registry, the daemons) is imported by the command that makes it.
@@ -186,7 +186,7 @@ def delete(ref: str, yes: bool) -> None:
     from rediacc_core.runtime import filesmount
 
     filesmount.release_repo(machine, found.id)  # left by units stopped without `rdc repo down`
-    dropped = RepoStore(machine).delete(found)
+    dropped = delete_repo(machine, found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 
 
@@ -224,7 +224,7 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
         try:
             copied = fork_copy.copy_repo(machine, found, forked)
         except BaseException:
-            store.delete(forked)  # nothing half-made stays: the fork goes with its partial copy
+            delete_repo(machine, forked)  # nothing half-made stays: the fork goes with its partial copy
             shutil.rmtree(repo_state_dir(machine, forked.id), ignore_errors=True)
             raise
     emit(
@@ -309,15 +309,16 @@ def grant(
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.leases import lease_end
+    from rediacc_core.leases import expiry
     from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.holdings import Holdings
 
     for flag, given in (("--stop-holders", stop_holders), ("--take-over", take_over)):
         if given and not exclusive:
             raise ValidationError(f"{flag} goes with --exclusive", f"add --exclusive, or leave {flag} out")
-    expires_at = lease_end(duration, until)
+    expires_at = expiry(duration, until)
     machine, found = resolve_ref(ref, Config.load())
-    outcomes = GrantStore(machine, get_plugins()).grant(
+    outcomes = GrantStore(machine, get_plugins(), running=Holdings(machine)).grant(
         found, devices, exclusive, stop_holders=stop_holders, take_over=take_over, expires_at=expires_at
     )
     stopped = list({h.id: h for o in outcomes for h in o.stopped}.values())
@@ -372,7 +373,8 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.holdings import (
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.holdings import (
         Holder,
         clear_openers,
         device_openers,
@@ -382,7 +384,6 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
         stop_command,
         stop_holder,
     )
-    from rediacc_core.plugins import get_plugins
 
     machine, found = resolve_ref(ref, Config.load())
     store = GrantStore(machine, get_plugins())
@@ -398,8 +399,7 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
                 stopped.add(holder.id)
     # Whatever its container named, any process of the repo holding a node of the devices keeps them
     # (a descriptor passed over a socket, a hard link); nodes of names still granted do not count.
-    now = now_iso()
-    nodes = nodes_of(machine, names, [g.device for g in store.for_repo(found.id) if g.in_force(now)])
+    nodes = nodes_of(machine, names, [g.device for g in store.for_repo(found.id)])  # in force now
     opened: list[Holder] = []
     if stop:
         opened, left = clear_openers(machine, found, nodes)
@@ -468,10 +468,10 @@ def renew(
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --forever
     """
     from rediacc_core.grants import GrantStore
-    from rediacc_core.leases import lease_end
+    from rediacc_core.leases import expiry
     from rediacc_core.plugins import get_plugins
 
-    expires_at = lease_end(duration, until)
+    expires_at = expiry(duration, until)
     if forever == (expires_at is not None):
         raise ValidationError("say when the grant ends", "give one of --for, --until or --forever")
     machine, found = resolve_ref(ref, Config.load())

@@ -180,13 +180,13 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
       rdc repo gate log gpu-a --follow
       rdc repo gate log gpu-a --since 2h -o json
     """
-    from rediacc_core.gate import audit
+    from rediacc_core.gate.audit import read
 
     machine, found = _resolve(ref)
     start = None
     if since is not None:
         try:
-            start = audit.parse_since(since)
+            start = read.parse_since(since)
         except ValueError:
             raise ValidationError(
                 f"--since {since!r} is neither a duration nor a timestamp",
@@ -196,7 +196,7 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
     if not follow and not any(Path(f"{path}{tail}").exists() for tail in ("", ".1")):
         note(f"Repo {found.ref} has no audit log yet ({path}): its gate has decided nothing so far.")
         return
-    entries = audit.follow_entries(path, start) if follow else audit.read_entries(path, start)
+    entries = read.follow_entries(path, start) if follow else read.read_entries(path, start)
     if fmt == "table":
         click.echo(_GATE_LOG_HEADER)
     try:

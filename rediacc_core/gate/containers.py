@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rediacc_core import unixhttp
-from rediacc_core.gate.images import may_block
-from rediacc_core.gate.publish import Binding, bindings
-from rediacc_core.holdings import cdi_names
+from rediacc_core.blocking import may_block
+from rediacc_core.gate.policy.publish import Binding, bindings
+from rediacc_core.gate.wire.devicerequests import cdi_names
 
 LOOKUP_TIMEOUT = 5.0
 
@@ -34,8 +34,10 @@ class LookupFailed(Exception):
 
 
 @dataclass(frozen=True)
-class Held:
-    """One container and the CDI names its daemon will inject when it runs."""
+class Container:
+    """One container as its daemon records it: the CDI names it injects when it runs, the host
+    ports it publishes, whether it runs. The one reading of a container inspect document, for the
+    gate's start decisions and for the runtime's holders (`runtime.holdings`)."""
 
     id: str
     name: str
@@ -44,18 +46,19 @@ class Held:
     # whether it runs now (a restart then binds what the repo already publishes).
     ports: tuple[Binding, ...] = ()
     running: bool = False
+    state: str = ""  # the daemon's State.Status: running, paused, exited, created, ...
 
 
 class ContainerLookup(Protocol):
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         """The container `ref` (id, prefix or name) names, or None when the daemon has none."""
 
     def exec_container(self, exec_id: str) -> str | None:
         """The id of the container an exec instance belongs to, or None when there is no such exec."""
 
 
-def held_from_inspect(document: Mapping[str, Any]) -> Held:
-    """The `Held` of a container inspect document (`GET /containers/{id}/json`)."""
+def container_from_inspect(document: Mapping[str, Any]) -> Container:
+    """The `Container` of a container inspect document (`GET /containers/{id}/json`)."""
     host = document.get("HostConfig")
     host = host if isinstance(host, dict) else {}
     name = document.get("Name")
@@ -63,12 +66,13 @@ def held_from_inspect(document: Mapping[str, Any]) -> Held:
     exposed = config.get("ExposedPorts") if isinstance(config, dict) else None
     # What does not read was refused at create; at start only what the daemon will bind counts.
     ports, _ = bindings(host, exposed if isinstance(exposed, dict) else {})
-    return Held(
+    return Container(
         id=str(document.get("Id", "")),
         name=name.lstrip("/") if isinstance(name, str) else "",
         cdi=cdi_names(host or None),
         ports=tuple(ports),
         running=isinstance(state, dict) and state.get("Running") is True,
+        state=str(state.get("Status", "")) if isinstance(state, dict) else "",
     )
 
 
@@ -79,7 +83,7 @@ class DaemonContainers:
         self.upstream = upstream
         self.timeout = timeout
 
-    def _get(self, target: str) -> dict[str, Any] | None:
+    def _get(self, target: str) -> Any:
         may_block()
         try:
             status, body = unixhttp.request(self.upstream, "GET", target, timeout=self.timeout)
@@ -91,15 +95,21 @@ class DaemonContainers:
             document = json.loads(body) if status == 200 else None
         except ValueError:
             document = None
-        if not isinstance(document, dict):
+        if not isinstance(document, dict | list):
             raise LookupFailed(f"the repo's daemon answered {status} to {target}")
         return document
 
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         document = self._get(f"/containers/{urllib.parse.quote(ref, safe='')}/json")
-        return None if document is None else held_from_inspect(document)
+        return container_from_inspect(document) if isinstance(document, dict) else None
+
+    def ids(self) -> list[str]:
+        """The id of every container of the daemon, running or not."""
+        listed = self._get("/containers/json?all=1")
+        entries = listed if isinstance(listed, list) else []
+        return [e["Id"] for e in entries if isinstance(e, dict) and isinstance(e.get("Id"), str)]
 
     def exec_container(self, exec_id: str) -> str | None:
         document = self._get(f"/exec/{urllib.parse.quote(exec_id, safe='')}/json")
-        found = None if document is None else document.get("ContainerID")
+        found = document.get("ContainerID") if isinstance(document, dict) else None
         return found if isinstance(found, str) and found else None

@@ -13,43 +13,15 @@ import http.client
 import json
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rediacc_core import unixhttp
+from rediacc_core.blocking import may_block
 
 LOOKUP_TIMEOUT = 5.0
 _CACHE_MAX = 512
-
-
-class MustNotBlock(BaseException):
-    """Raised where a decision running on the gate's event loop would wait for I/O.
-
-    A BaseException, so that rules which turn their own failures into refusals (`except
-    Exception`) let it through: the gate catches it and runs the decision again in a worker.
-    """
-
-
-_inline = threading.local()
-
-
-@contextmanager
-def decisions_must_not_block() -> Iterator[None]:
-    """Mark this thread as deciding inline: `may_block()` raises MustNotBlock until the end."""
-    previous = getattr(_inline, "active", False)
-    _inline.active = True
-    try:
-        yield
-    finally:
-        _inline.active = previous
-
-
-def may_block() -> None:
-    """Call before any blocking I/O in decision code (rules, plugins, the image lookup below)."""
-    if getattr(_inline, "active", False):
-        raise MustNotBlock
 
 
 def _is_image_id(ref: str) -> bool:

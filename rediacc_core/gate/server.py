@@ -7,7 +7,7 @@ MAX_INSPECTED_BODY) and decided, and what is forwarded is the decider's canonica
 Content-Length the gate computed. Every other body, and every response, is streamed as it arrives.
 
 Small bodies are decided on the event loop (cheaper than a thread hop); big ones, and any decision
-that would wait for I/O (an image lookup on the daemon, see `images.may_block`), run in a worker
+that would wait for I/O (an image lookup on the daemon, see `blocking.may_block`), run in a worker
 thread, so a slow decision never stalls other clients.
 
 Where each message starts and ends is not decided here: `framing.py` holds the two sans-IO framers
@@ -21,7 +21,7 @@ idle connection), and flow control is transport pause/resume in both directions.
 used when it is installed. A `101` answer (attach, exec start, BuildKit's session), or an answer whose
 body runs until the daemon closes (a hijacked stream), turns the connection into a raw tunnel that
 forwards each half-close to the other side; BuildKit's `/grpc` after its `101` goes to a
-`grpc_relay.GrpcRelay` instead, which relays and checks it call by call.
+`buildkit.relay.GrpcRelay` instead, which relays and checks it call by call.
 
 Limits (`GateLimits`, defaults below), so that one tenant cannot exhaust the gate's memory: at most
 `max_connections` client connections (one more is answered 503 and closed); a request head must be
@@ -46,10 +46,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from rediacc_core.gate import buildkit
-from rediacc_core.gate.audit import NO_PEER, Audit, peer_of
+from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
+from rediacc_core.gate.audit.log import Audit
+from rediacc_core.gate.audit.peer import NO_PEER, peer_of
 from rediacc_core.gate.buildkit import Verdict
-from rediacc_core.gate.framing import (
+from rediacc_core.gate.buildkit.relay import GrpcRelay
+from rediacc_core.gate.http.framing import (
     COMPLETE,
     END,
     HEAD,
@@ -61,8 +63,7 @@ from rediacc_core.gate.framing import (
     RequestFramer,
     ResponseFramer,
 )
-from rediacc_core.gate.grpc_relay import GrpcRelay
-from rediacc_core.gate.http import (
+from rediacc_core.gate.http.messages import (
     LAST_CHUNK,
     MAX_INSPECTED_BODY,
     RequestHead,
@@ -71,8 +72,6 @@ from rediacc_core.gate.http import (
     error_response,
     json_response,
 )
-from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
-from rediacc_core.gate.llb import BuildPolicy
 from rediacc_core.unixhttp import listening
 
 Log = Callable[[str], None]
@@ -140,6 +139,9 @@ class DeciderLike(Protocol):
 
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
 
+    def judge_grpc(self, path: str, message: bytes) -> Verdict:
+        """One message of a BuildKit gRPC call, for the relay (`buildkit.relay`)."""
+
 
 def _grpc_upgrade(req: RequestHead | None) -> bool:
     """Is `req` BuildKit's `/grpc` upgrade, whose connection the gate relays call by call?"""
@@ -190,7 +192,9 @@ class _Client(asyncio.BufferedProtocol):
     Reads go to the framers; their events are acted on here: ask the decider, write, pause or
     resume reading, close. What the request in progress is waiting for follows from the framers'
     states and from `refused` / `inspect` (how its body is handled: dropped, read whole, or
-    streamed to the daemon as it comes).
+    streamed to the daemon as it comes). It also holds the connection's limits (buffered bytes,
+    head and body timeouts), writes each decision to the audit trail, switches to a raw tunnel
+    after a 101 or a hijacked stream, and hands `/grpc` to the BuildKit relay.
     """
 
     def __init__(self, gate: GateServer) -> None:
@@ -743,7 +747,7 @@ class _Client(asyncio.BufferedProtocol):
             self._account()
 
     def _judge_grpc(self, path: str, message: bytes) -> Verdict:
-        return buildkit.check(path, message, self.gate.build_policy())
+        return self.gate.decider.judge_grpc(path, message)
 
     def _grpc_report(self, path: str, status: int, message: str, rules: tuple[str, ...]) -> None:
         """A checked or refused gRPC call, for the gate's log and the audit trail."""
@@ -801,10 +805,8 @@ class GateServer:
         socket_mode: int = 0o660,
         limits: GateLimits | None = None,
         audit: Audit | None = None,
-        build_policy: Callable[[], BuildPolicy] = BuildPolicy,
     ) -> None:
         self.listen_path = listen_path
-        self.build_policy = build_policy  # what BuildKit's build steps may use (the machine's settings)
         self.upstream_path = upstream_path
         self.decider = decider
         self.log: Log = log or (lambda line: None)

@@ -8,7 +8,8 @@ asks for a resident agent (`"resident": {"idle": seconds}`) also starts one (`re
 says where it listens, so the client's next commands skip this start-up.
 
 The command line is handed in (`run_cli`, the CLI's `main`) by the console script,
-`rediacc_core.launcher.agent_main`: this package does not import the CLI.
+`rediacc_core.launcher.agent_main`: this package does not import the CLI. So is the resident's
+start (`start_resident`): the resident serves its requests through this module, never the reverse.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rediacc_core.remote import protocol
 
 EXIT_PROTOCOL = 3
+
+# Start a resident agent for a machine root (`resident.start`): where it listens, or None.
+StartResident = Callable[[str, float, str], "Path | None"]
 
 
 class _Chunks(io.TextIOBase):
@@ -45,7 +50,7 @@ class _Chunks(io.TextIOBase):
     encoding = "utf-8"
 
 
-def main(run_cli: Callable[[list[str]], None]) -> None:
+def main(run_cli: Callable[[list[str]], None], start_resident: StartResident | None = None) -> None:
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a tool the command runs
     # that writes straight to the fd cannot corrupt the stream (the client shows it as text).
     channel = os.fdopen(os.dup(1), "wb")
@@ -62,7 +67,7 @@ def main(run_cli: Callable[[list[str]], None]) -> None:
         sender.send({"err": "rdc-agent: the request is not protocol JSON\n"})
         sender.send({"exit": EXIT_PROTOCOL})
         return
-    sender.send({"exit": serve(message, sender, run_cli=run_cli)})
+    sender.send({"exit": serve(message, sender, run_cli=run_cli, start_resident=start_resident)})
 
 
 def serve(
@@ -71,9 +76,11 @@ def serve(
     *,
     run_cli: Callable[[list[str]], None],
     mine: dict[str, str] | None = None,
+    start_resident: StartResident | None = None,
 ) -> int:
     """Check one request and run it through `run_cli` (the CLI's `main`); `mine` are the versions
-    installed here (a resident agent knows them already)."""
+    installed here (a resident agent knows them already). A request for a resident agent starts
+    one through `start_resident` (a resident, which has none, serves the request alone)."""
     if message.get("v") != protocol.VERSION:
         sender.send({"skew": {"protocol": protocol.VERSION}})
         return EXIT_PROTOCOL
@@ -90,10 +97,12 @@ def serve(
     if not (isinstance(name, str) and isinstance(root, str) and root.startswith("/")):
         return _bad(sender, "machine/root")
     wanted = message.get("resident")
-    if isinstance(wanted, dict) and isinstance(wanted.get("idle"), int | float):
-        from rediacc_core.remote import resident
-
-        where = resident.start(root, float(wanted["idle"]), sys.argv[0])
+    if (
+        start_resident is not None
+        and isinstance(wanted, dict)
+        and isinstance(wanted.get("idle"), int | float)
+    ):
+        where = start_resident(root, float(wanted["idle"]), sys.argv[0])
         if where is not None:
             sender.send({"resident": str(where)})
     sender.send({"started": os.getpid()})  # from here on, a lost connection means "dropped mid-way"

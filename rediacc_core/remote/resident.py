@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rediacc_core.remote import protocol
+from rediacc_core.remote import agent, protocol
 
 DEFAULT_IDLE = 300.0
 # Each forwarded command is one connection; a backlog this deep takes an `--all` burst of clients.
@@ -241,8 +241,6 @@ class Resident:
                 self.children.discard(pid)
 
     def _child(self, conn: socket.socket, stamp: Any, versions: dict[str, str]) -> None:
-        from rediacc_core.remote import agent
-
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as the one-shot agent: a lost client ends nothing
         sender = protocol.Sender(conn.makefile("wb"))

@@ -28,7 +28,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ToolError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.machine import Machine
-from rediacc_core.remote.dispatch import Stream, run_remote, ssh_machine
+from rediacc_core.remote.agentcall import Stream, run_remote, ssh_machine
 from rediacc_core.remote.ssh import (
     CONNECT_TIMEOUT,
     SshMachine,

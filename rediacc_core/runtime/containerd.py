@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import time
 from pathlib import Path
 
+from rediacc_core import pids
 from rediacc_core.errors import ToolError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.runtime import daemon as daemon_mod
-from rediacc_core.runtime import pids
-from rediacc_core.runtime.daemon import DaemonPaths
+from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.runtime.netns import RepoNetwork
 from rediacc_core.unixhttp import listening
 
 START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0  # seconds it has to stop after its dockerd did
 
 # The CRI plugin is Kubernetes' (it would look for CNI and serve a second API); none of it is used.
 _DISABLED = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime")
@@ -70,10 +69,8 @@ def containerd_argv(
 
 def running_pid(paths: DaemonPaths) -> int | None:
     """The repo's containerd when it runs and answers (a dockerd restarted alone reuses it)."""
-    pid = daemon_mod.read_pid(paths.containerd_pidfile)
-    if pid is not None and pids.pid_alive(pid) and listening(paths.containerd_socket):
-        return pid
-    return None
+    pid = paths.containerd.pid()
+    return pid if pid is not None and listening(paths.containerd_socket) else None
 
 
 def start_containerd(
@@ -95,44 +92,26 @@ def start_containerd(
     for stale in (paths.containerd_socket, Path(str(paths.containerd_socket) + ".ttrpc")):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
-    log = open(paths.containerd_log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        process = subprocess.Popen(
-            containerd_argv(paths, containerd, network),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=detach,
-        )
+        # nsenter execs containerd in its own place: the pid recorded is containerd's.
+        process = paths.containerd.start(containerd_argv(paths, containerd, network), detach=detach)
     except OSError as exc:
         raise ToolError(
             f"cannot run {containerd}: {exc.strerror}", "install containerd (Docker Engine needs it)"
         ) from exc
-    finally:
-        log.close()
-    # nsenter execs containerd in its own place: the pid is containerd's.
-    atomic_write_text(paths.containerd_pidfile, f"{process.pid}\n")
     deadline = time.monotonic() + timeout
     while not listening(paths.containerd_socket):
         if process.poll() is not None or time.monotonic() > deadline:
             pids.stop_pid(process.pid, 5, process)
             raise ToolError(
                 f"the repo daemon's containerd did not answer on {paths.containerd_socket}; last log "
-                "lines:\n" + daemon_mod.log_tail(paths.containerd_log),
+                "lines:\n" + paths.containerd.log_tail(),
                 f"read {paths.containerd_log}",
             )
         time.sleep(0.05)
     return process.pid
 
 
-def stop_containerd(paths: DaemonPaths, timeout: float = daemon_mod.STOP_TIMEOUT) -> int | None:
+def stop_containerd(paths: DaemonPaths, timeout: float = STOP_TIMEOUT) -> int | None:
     """Stop the repo daemon's containerd (after its dockerd); its pid, or None when none ran."""
-    pid = daemon_mod.read_pid(paths.containerd_pidfile)
-    if pid is None or not pids.pid_alive(pid):
-        with contextlib.suppress(FileNotFoundError):
-            paths.containerd_pidfile.unlink()
-        return None
-    pids.stop_pid(pid, timeout)
-    with contextlib.suppress(FileNotFoundError):
-        paths.containerd_pidfile.unlink()
-    return pid
+    return paths.containerd.stop(timeout)

@@ -37,80 +37,13 @@ from typing import Any
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
+from rediacc_core.pids import pid_alive, stop_pid
+from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.runtime.netns import UPLINK_DNS, RepoNetwork
-from rediacc_core.runtime.pids import pid_alive, stop_pid
+from rediacc_core.runtime.process import log_tail
 
-SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
-# The deepest socket dockerd creates below its exec-root (its managed containerd's ttrpc socket).
-_EXEC_ROOT_SOCKET_TAIL = len("/containerd/containerd.sock.ttrpc")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0  # seconds dockerd has to stop its containers before SIGKILL
-
-
-@dataclass(frozen=True)
-class DaemonPaths:
-    """Where one private daemon keeps everything."""
-
-    workdir: Path
-    data_root: Path
-
-    @property
-    def socket(self) -> Path:
-        return self.workdir / "docker.sock"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.workdir / "dockerd.pid"
-
-    @property
-    def exec_root(self) -> Path:
-        return self.workdir / "exec"
-
-    @property
-    def config(self) -> Path:
-        return self.workdir / "daemon.json"
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / "dockerd.log"
-
-    @property
-    def guard_script(self) -> Path:
-        return self.workdir / "runtime-guard"
-
-    # The daemon's own containerd (`runtime.containerd`), where dockerd would put a supervised one.
-    @property
-    def containerd_socket(self) -> Path:
-        return self.exec_root / "containerd" / "containerd.sock"
-
-    @property
-    def containerd_state(self) -> Path:
-        return self.exec_root / "containerd" / "daemon"
-
-    @property
-    def containerd_root(self) -> Path:
-        return self.data_root / "containerd" / "daemon"
-
-    @property
-    def containerd_config(self) -> Path:
-        return self.workdir / "containerd.toml"
-
-    @property
-    def containerd_pidfile(self) -> Path:
-        return self.workdir / "containerd.pid"
-
-    @property
-    def containerd_log(self) -> Path:
-        return self.workdir / "containerd.log"
-
-    def too_long(self) -> list[str]:
-        """The sockets of this layout that would not fit in a Unix socket address."""
-        problems = []
-        if len(os.fsencode(self.socket)) > SOCKET_PATH_MAX:
-            problems.append(str(self.socket))
-        if len(os.fsencode(self.exec_root)) + _EXEC_ROOT_SOCKET_TAIL > SOCKET_PATH_MAX:
-            problems.append(f"{self.exec_root}/containerd/containerd.sock.ttrpc")
-        return problems
 
 
 @dataclass(frozen=True)
@@ -174,11 +107,11 @@ def daemon_config(
     machine's setting of that name."""
     runtimes: dict[str, Any] = {}
     if guard is not None:
-        from rediacc_core.runtime import guard as runtime_guard  # only a daemon with a guard names it
+        from rediacc_core.gate.policy.rules import GUARD_RUNTIME  # only a daemon with a guard names it
 
         runtimes = {
-            "runtimes": {runtime_guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}},
-            "default-runtime": runtime_guard.GUARD_RUNTIME,
+            "runtimes": {GUARD_RUNTIME: {"path": str(paths.guard_script)}},
+            "default-runtime": GUARD_RUNTIME,
         }
     return {
         **runtimes,
@@ -321,14 +254,6 @@ def wait_for_ping(sock: Path, timeout: float, alive: Any = None) -> bool:
     return False
 
 
-def read_pid(pidfile: Path) -> int | None:
-    try:
-        text = pidfile.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
 @dataclass
 class RunningDaemon:
     """A started dockerd. `stop()` terminates it (and so its containers and containerd)."""
@@ -346,20 +271,11 @@ class RunningDaemon:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop dockerd (and so its containers), then its containerd."""
-        from rediacc_core.runtime.containerd import stop_containerd
-
         if self.alive():
             stop_pid(self.pid, timeout, self.process)
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
-        stop_containerd(self.paths, timeout)
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+        self.paths.containerd.stop(timeout)  # after dockerd: it stopped the containers
 
 
 def start_dockerd(
@@ -381,8 +297,8 @@ def start_dockerd(
     StateError when a daemon from this workdir is still running, ToolError when it does not start.
     """
     paths = DaemonPaths(workdir, data_root if data_root is not None else workdir / "data")
-    running = read_pid(paths.pidfile)
-    if running is not None and pid_alive(running):
+    running = paths.dockerd.pid()
+    if running is not None:
         raise StateError(
             f"a dockerd (pid {running}) is already running from {workdir}",
             "stop it first, or use its socket " + str(paths.socket),
@@ -391,23 +307,18 @@ def start_dockerd(
     prepare(root, paths, guard, network)
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
-    from rediacc_core.runtime.containerd import start_containerd, stop_containerd
+    # Imported here: a command that only reads pidfiles needs no socket client.
+    from rediacc_core.runtime.containerd import start_containerd
 
     start_containerd(paths, network, detach=detach)
-    log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        process = subprocess.Popen(
-            [*dockerd_argv(paths, dockerd, network), *extra_args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=detach,
+        # dockerd writes its own pidfile (daemon.json), once it is ready to.
+        process = paths.dockerd.start(
+            [*dockerd_argv(paths, dockerd, network), *extra_args], detach=detach, record=False
         )
     except OSError as exc:
-        stop_containerd(paths)
+        paths.containerd.stop(5)
         raise ToolError(f"cannot run {dockerd}: {exc.strerror}", "install Docker Engine >= 25") from exc
-    finally:
-        log.close()
     daemon = RunningDaemon(paths.socket, process.pid, paths.log, paths, process)
     if not wait_for_ping(paths.socket, timeout, daemon.alive):
         daemon.stop(5)
@@ -422,8 +333,8 @@ def start_dockerd(
 def attach_dockerd(workdir: Path, data_root: Path | None = None) -> RunningDaemon | None:
     """The daemon a pidfile in `workdir` names, when it is still running (for `rdc repo down`)."""
     paths = DaemonPaths(workdir, data_root if data_root is not None else workdir / "data")
-    pid = read_pid(paths.pidfile)
-    if pid is None or not pid_alive(pid):
+    pid = paths.dockerd.pid()
+    if pid is None:
         return None
     return RunningDaemon(paths.socket, pid, paths.log, paths)
 

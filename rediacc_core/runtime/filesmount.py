@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rediacc_core.errors import StateError
 from rediacc_core.files import atomic_write_json
-from rediacc_core.gate import pins
+from rediacc_core.gate.policy import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import files_dir, make_state_dirs
 from rediacc_core.runtime.daemon import unmount

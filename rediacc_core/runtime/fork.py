@@ -32,7 +32,7 @@ from typing import Any
 
 from rediacc_core.errors import StateError, ToolError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.gate import pins
+from rediacc_core.gate.policy import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
 from rediacc_core.runtime import dataroot

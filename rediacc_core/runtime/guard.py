@@ -3,11 +3,11 @@
 The gate sees requests; it cannot see the daemon start a container on its own (a restart policy,
 the daemon's own start after a crash or a reboot). Every one of those starts ends in the same
 place: the daemon's shim runs the runtime binary to create the container, to exec into it and to
-resume it. So each repo daemon's default runtime is this guard (`GUARD_RUNTIME`, written into its
-daemon.json by `runtime.daemon`), and the guard lets runc create, exec or resume only a container
-whose device nodes all belong to CDI devices the repo holds at that moment (grants.json, read
-fresh each time; a lapsed lease counts as absent). Whoever starts the container, the window
-between a revoke and the refusal is zero.
+resume it. So each repo daemon's default runtime is this guard (named `GUARD_RUNTIME` in
+`gate.policy.rules`, which admits no other; written into its daemon.json by `runtime.daemon`), and
+the guard lets runc create, exec or resume only a container whose device nodes all belong to CDI
+devices the repo holds at that moment (grants.json, read fresh each time; a lapsed lease counts as
+absent). Whoever starts the container, the window between a revoke and the refusal is zero.
 
 It runs for every `runc create` on the machine, so it is written for start-up time: it is started
 as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 ms), imports only
@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-GUARD_RUNTIME = "rediacc"
 # The runc subcommands after which a process runs in the container with its devices.
 GATED = frozenset({"create", "run", "exec", "resume", "restore"})
 # runc's global options that take a value (`--root R` or `--root=R`).
@@ -113,7 +112,7 @@ def container_nodes(config: Mapping[str, Any]) -> list[Node]:
 # --- what the repo holds now -----------------------------------------------------------------------
 
 
-def held_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
+def granted_names(grants_document: Any, repo_id: str, now: float) -> frozenset[str]:
     """The CDI names granted to `repo_id` and in force at `now` (a lease past its end is absent)."""
     entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
     if not isinstance(entries, list):
@@ -264,7 +263,7 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
         document = {"grants": []}
     except (OSError, ValueError) as exc:
         raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
-    check(nodes, held_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
+    check(nodes, granted_names(document, opts["repo_id"], time.time()), load_specs(opts["cdi_dir"]))
 
 
 def _report(opts: Mapping[str, str], runc_args: Sequence[str], message: str) -> None:

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
-from rediacc_core.runtime import daemon, netns, pids
+from rediacc_core.runtime import daemon, netns
+from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
+from rediacc_core.runtime.process import Child
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
 # are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
@@ -56,6 +58,11 @@ class RepoRuntime:
         return self.data_dir / "gate.log"
 
     @property
+    def gate(self) -> Child:
+        # The gate writes its pidfile itself, and removes it when it stops (`runtime.serve`).
+        return Child("gate", self.gate_pidfile, self.gate_log)
+
+    @property
     def audit_log(self) -> Path:
         return self.data_dir / "audit.log"
 
@@ -65,8 +72,8 @@ class RepoRuntime:
         return self.data_dir / "guard.log"
 
     @property
-    def daemon_paths(self) -> daemon.DaemonPaths:
-        return daemon.DaemonPaths(self.run_dir / "d", self.data_dir / "docker")
+    def daemon_paths(self) -> DaemonPaths:
+        return DaemonPaths(self.run_dir / "d", self.data_dir / "docker")
 
     @property
     def network(self) -> netns.RepoNetwork:
@@ -91,8 +98,8 @@ class RepoRuntime:
 
 
 def _fits(run_dir: Path) -> bool:
-    paths = daemon.DaemonPaths(run_dir / "d", run_dir / "data")
-    gate = len(os.fsencode(run_dir / _GATE_SOCKET_NAME)) <= daemon.SOCKET_PATH_MAX
+    paths = DaemonPaths(run_dir / "d", run_dir / "data")
+    gate = len(os.fsencode(run_dir / _GATE_SOCKET_NAME)) <= SOCKET_PATH_MAX
     return gate and not paths.too_long()
 
 
@@ -225,23 +232,13 @@ def _start(machine: Machine, repo: Repo, runtime: RepoRuntime, timeout: float) -
         return runtime  # already up
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    log = open(runtime.gate_log, "ab")  # noqa: SIM115 - handed to the child, closed below
-    try:
-        process = subprocess.Popen(
-            gate_argv(machine, repo, runtime),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives this command
-        )
-    finally:
-        log.close()
+    process = runtime.gate.start(gate_argv(machine, repo, runtime), record=False)  # outlives this command
     if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: process.poll() is None):
         if process.poll() is None:
             pids.stop_pid(process.pid, 5, process)
         raise ToolError(
             f"the gate of repo {repo.ref} did not answer on {runtime.gate_socket} within {timeout:.0f}s; "
-            "last log lines:\n" + daemon.log_tail(runtime.gate_log),
+            "last log lines:\n" + runtime.gate.log_tail(),
             f"read {runtime.gate_log}",
         )
     return runtime
@@ -260,43 +257,26 @@ def _refuse_autoallowed_devices(machine: Machine, repo: Repo) -> None:
         )
 
 
-def _stop_by_pidfile(pidfile: Path, timeout: float) -> int | None:
-    pid = daemon.read_pid(pidfile)
-    if pid is None or not pids.pid_alive(pid):
-        with contextlib.suppress(FileNotFoundError):
-            pidfile.unlink()
-        return None
-    pids.stop_pid(pid, timeout)
-    return pid
-
-
 def running_parts(machine: Machine, repo: Repo) -> list[str]:
     """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
     keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
     runtime = runtime_for(machine, repo)
-    pidfiles = [("gate", runtime.gate_pidfile)]
+    children = [runtime.gate]
     if runtime.owns_daemon:
-        pidfiles += [
-            ("dockerd", runtime.daemon_paths.pidfile),
-            ("containerd", runtime.daemon_paths.containerd_pidfile),
-        ]
+        paths, net = runtime.daemon_paths, runtime.network
+        children += [paths.dockerd, paths.containerd, net.uplink, net.keeper]
     running = []
-    for what, pidfile in pidfiles:
-        pid = daemon.read_pid(pidfile)
-        if pid is not None and pids.pid_alive(pid):
-            running.append(f"{what} (pid {pid})")
-    if runtime.owns_daemon:  # these two are told apart from a reused pid by their command line
-        for what, found in (("uplink", netns.uplink_pid), ("port keeper", netns.ports_pid)):
-            pid = found(runtime.network)
-            if pid is not None:
-                running.append(f"{what} (pid {pid})")
+    for child in children:
+        pid = child.pid()
+        if pid is not None:
+            running.append(f"{child.what} (pid {pid})")
     return running
 
 
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
     """Unmount the repo's pinned bind sources (with its gate down, no new container can use them)
     and its files directory's nosuid,nodev mount."""
-    from rediacc_core.gate import pins
+    from rediacc_core.gate.policy import pins
     from rediacc_core.runtime import filesmount
 
     released = pins.release_all(pins.directory_for(machine.run_dir, repo.id))
@@ -305,14 +285,15 @@ def _release_pins(machine: Machine, repo: Repo) -> list[str]:
 
 
 def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIMEOUT) -> list[str]:
-    """Stop the gate, then the repo's own daemon, then kill and unmount whatever of the repo is
-    left (see `teardown`); returns what was stopped, killed and unmounted, for the user.
+    """Stop the gate, the port keeper, then the repo's own daemon, then kill and unmount whatever of
+    the repo is left (see `teardown`), then its namespace and uplink; returns what was stopped,
+    killed and unmounted, for the user.
 
     Raises StateError naming what is still there when something of the repo survives all that.
     """
     runtime = runtime_for(machine, repo)
     stopped = []
-    pid = _stop_by_pidfile(runtime.gate_pidfile, timeout)
+    pid = runtime.gate.stop(timeout)
     if pid is not None:
         stopped.append(f"gate (pid {pid})")
     with contextlib.suppress(FileNotFoundError):
@@ -323,12 +304,15 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     from rediacc_core.runtime import teardown
 
     before = teardown.footprint(runtime.daemon_paths)
-    pid = _stop_by_pidfile(runtime.daemon_paths.pidfile, timeout)
+    # The port keeper before dockerd: dockerd waits 5 s on shutdown for the keeper's open event
+    # stream to close. The forwards it made go with the uplink, last.
+    pid = runtime.network.keeper.stop(netns.PROCESS_STOP_TIMEOUT)
+    if pid is not None:
+        stopped.append(f"port keeper (pid {pid})")
+    pid = runtime.daemon_paths.dockerd.stop(timeout)
     if pid is not None:
         stopped.append(f"dockerd (pid {pid})")
-    from rediacc_core.runtime.containerd import stop_containerd
-
-    pid = stop_containerd(runtime.daemon_paths, timeout)  # after dockerd: it stopped the containers
+    pid = runtime.daemon_paths.containerd.stop(timeout)  # after dockerd: it stopped the containers
     if pid is not None:
         stopped.append(f"containerd (pid {pid})")
     swept = teardown.sweep(before)

@@ -55,7 +55,7 @@ class LogKeeper:
         chores: Sequence[Callable[[], object]] = (),
     ) -> None:
         self.paths = tuple(paths)
-        # Other housekeeping of the gate on the same thread and interval (`runtime.lease_end`).
+        # Other housekeeping of the gate on the same thread and interval (`runtime.lapsed`).
         self.chores = tuple(chores)
         self.max_bytes = max_bytes
         self.interval = interval

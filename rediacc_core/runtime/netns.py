@@ -40,7 +40,8 @@ from pathlib import Path
 from rediacc_core import publishing
 from rediacc_core.errors import StateError, ToolError
 from rediacc_core.machine import Machine
-from rediacc_core.runtime import pids, rtnetlink
+from rediacc_core.runtime import rtnetlink
+from rediacc_core.runtime.process import Child
 
 NETNS_DIR = Path("/run/netns")
 UPLINK_DEVICE = "tap0"
@@ -87,6 +88,15 @@ class RepoNetwork:
     @property
     def ports_log(self) -> Path:
         return self.workdir / "ports.log"
+
+    # Both are told apart from a process that reused their pid by their command line.
+    @property
+    def uplink(self) -> Child:
+        return Child("network uplink", self.pidfile, self.log, mark=str(self.path))
+
+    @property
+    def keeper(self) -> Child:
+        return Child("port keeper", self.ports_pidfile, self.ports_log, mark=str(self.api_socket))
 
     def enter(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the namespace (nsenter keeps every other namespace: dockerd still
@@ -176,24 +186,13 @@ def host_destinations() -> list[str]:
     return blocked_destinations(addresses, routes)
 
 
-def _live(pidfile: Path, mark: str) -> int | None:
-    """The pid `pidfile` names, when that process lives and its command line holds `mark` (a pid
-    reused by another process after a reboot is not ours)."""
-    try:
-        pid = int(pidfile.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return None
-    return pid if mark.encode() in cmdline else None
-
-
 def uplink_pid(net: RepoNetwork) -> int | None:
     """The running slirp4netns of `net`, when its pidfile names a live one."""
-    return _live(net.pidfile, str(net.path))
+    return net.uplink.pid()
 
 
 def ports_pid(net: RepoNetwork) -> int | None:
-    return _live(net.ports_pidfile, str(net.api_socket))
+    return net.keeper.pid()
 
 
 def exists(net: RepoNetwork) -> bool:
@@ -217,11 +216,7 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
         state = publishing.state_file(Machine(name="local", root=root).run_dir, net.name.removeprefix("rdc-"))
         keeper += ["--state", str(state)]
-        with open(net.ports_log, "ab") as log:
-            process = subprocess.Popen(
-                keeper, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        net.ports_pidfile.write_text(f"{process.pid}\n")
+        net.keeper.start(keeper)
 
 
 def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
@@ -254,15 +249,8 @@ def _start_uplink(net: RepoNetwork) -> None:
         str(net.path),
         UPLINK_DEVICE,
     ]
-    with open(net.log, "ab") as log:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(ready_w,),
-            start_new_session=True,  # outlives `rdc repo up`, like the daemon
-        )
+    # Detached: it outlives `rdc repo up`, like the daemon; its pid is recorded once it is ready.
+    process = net.uplink.start(argv, record=False, pass_fds=(ready_w,))
     os.close(ready_w)
     try:
         ready = _wait_ready(ready_r, process)
@@ -275,7 +263,7 @@ def _start_uplink(net: RepoNetwork) -> None:
             f"the network uplink of {net.name} (slirp4netns) did not come up; its log: {net.log}",
             _INSTALL_HINT + "; /dev/net/tun must exist",
         )
-    net.pidfile.write_text(f"{process.pid}\n")
+    net.uplink.record(process.pid)
 
 
 def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> bool:
@@ -297,19 +285,15 @@ def tear_down(net: RepoNetwork) -> list[str]:
     `rdc repo down` stops those first). Returns what it removed, for the user; raises, keeping the
     namespace and the pidfile, when the uplink or the port keeper would not exit."""
     done = []
-    for what, pid, pidfile in (
-        ("port keeper", ports_pid(net), net.ports_pidfile),
-        ("network uplink", uplink_pid(net), net.pidfile),
-    ):
+    for child in (net.keeper, net.uplink):  # each gone before its namespace is
+        pid = child.stop(PROCESS_STOP_TIMEOUT)
+        if pid is not None and child.pidfile.exists():
+            raise StateError(
+                f"the {child.what} of {net.name} (pid {pid}) did not exit after SIGKILL",
+                f"find out what holds it (cat /proc/{pid}/stack), then run rdc repo down again",
+            )
         if pid is not None:
-            if not pids.stop_pid(pid, PROCESS_STOP_TIMEOUT):  # gone before its namespace is
-                raise StateError(
-                    f"the {what} of {net.name} (pid {pid}) did not exit after SIGKILL",
-                    f"find out what holds it (cat /proc/{pid}/stack), then run rdc repo down again",
-                )
-            done.append(f"{what} (pid {pid})")
-        with contextlib.suppress(FileNotFoundError):
-            pidfile.unlink()
+            done.append(f"{child.what} (pid {pid})")
     if exists(net):
         _run([_tool("ip"), "netns", "del", net.name])
         done.append(f"network namespace {net.name}")

@@ -177,7 +177,8 @@ def machine_policy(root: Path) -> tuple[list[str], Policy]:
     """The machine's `publish-addresses` and publishing policy, read at every round (a change
     applies at the next event)."""
     from rediacc_core.machine import Machine
-    from rediacc_core.settings import effective, read_settings, split_list
+    from rediacc_core.settings import effective, read_settings
+    from rediacc_core.values import split_list
 
     try:
         settings = effective(read_settings(Machine(name="local", root=root)))

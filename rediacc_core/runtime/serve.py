@@ -24,14 +24,15 @@ from typing import TextIO
 
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.gate.audit import Audit
+from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.gate.server import GateServer, bind_listener, new_event_loop
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.logfiles import LogKeeper
-from rediacc_core.runtime.workers import MAX_WORKERS, Publish, Supervisor
+from rediacc_core.runtime.workers import Publish, Supervisor
+from rediacc_core.settings import MAX_WORKERS
 
 
 def stderr_log(line: str) -> None:
@@ -175,9 +176,7 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
         log(f"{stale}; device requests are refused until `rdc machine refresh {machine.name}`")
     runtime = lifecycle.runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
-    return GateServer(
-        listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit, build_policy=decider.build_policy
-    )
+    return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)
 
 
 def raise_open_files_limit() -> None:
@@ -192,7 +191,7 @@ def raise_open_files_limit() -> None:
 def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
     """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log; and
     applies the machine's `lease-end` setting to running containers whose grant ended."""
-    from rediacc_core.runtime.lease_end import stop_lapsed_holders
+    from rediacc_core.runtime.lapsed import stop_lapsed_holders
 
     runtime = lifecycle.runtime_for(machine, repo)
     paths = [runtime.gate_log]

@@ -26,7 +26,9 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from rediacc_core.runtime.daemon import DaemonPaths, unmount
+from rediacc_core.pids import pid_alive
+from rediacc_core.runtime.daemon import unmount
+from rediacc_core.runtime.layout import DaemonPaths
 
 KILL_TIMEOUT = 10.0  # seconds to wait for killed processes to be gone
 _RUNTIME_PROGRAMS = frozenset(
@@ -114,15 +116,10 @@ def processes(fp: Footprint) -> dict[int, str]:
             with contextlib.suppress(OSError):
                 if os.readlink(f"/proc/{pid}/ns/mnt") in fp.mount_namespaces:
                     why = "in a container's mount namespace"
-        if why and _alive(pid):
+        if why and pid_alive(pid):
             name = program or _read(f"/proc/{pid}/comm").decode(errors="replace").strip() or "?"
             found[pid] = f"{name} (pid {pid}, {why})"
     return found
-
-
-def _alive(pid: int) -> bool:
-    stat = _read(f"/proc/{pid}/stat")
-    return bool(stat) and stat.rsplit(b")", 1)[-1].split()[0] != b"Z"
 
 
 def mounts(fp: Footprint) -> list[str]:

@@ -13,7 +13,7 @@ share (`GateLimits.share`).
 
 The supervisor runs no event loop and no thread (so forking again is always safe). It waits on
 signals and on one pipe per worker, through which each worker sends its counters every
-`audit.METRICS_INTERVAL` seconds; it adds them up into the repo's one metrics file (a stopped
+`metrics.METRICS_INTERVAL` seconds; it adds them up into the repo's one metrics file (a stopped
 worker's counts are kept, so counters never go back). It bounds the log files (`LogKeeper.check`),
 starts a new worker when one dies (at most `MAX_RESTARTS` within `RESTART_WINDOW` seconds; past
 that something is wrong that restarting will not fix, and the gate stops with an error), and on
@@ -37,13 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rediacc_core.gate.audit import METRICS_INTERVAL, Counters, metrics_text, write_metrics_file
+from rediacc_core.gate.audit.metrics import METRICS_INTERVAL, Counters, metrics_text, write_metrics_file
 from rediacc_core.runtime.logfiles import CHECK_INTERVAL, LogKeeper
 
-# Each worker holds 1/N of the gate's buffer budget (64 MiB), and that share must still fit the
-# largest body the gate reads and decides (4 MiB): so 16 at most. More event loops would not help
-# either: they all wait on the one daemon.
-MAX_WORKERS = 16
 MAX_RESTARTS = 5  # worker deaths tolerated within RESTART_WINDOW
 RESTART_WINDOW = 60.0  # seconds
 STOP_TIMEOUT = 10.0  # seconds the workers have to close their connections before SIGKILL
@@ -55,13 +51,6 @@ ServeWorker = Callable[[socket.socket, Publish], int]
 
 _PR_SET_PDEATHSIG = 1
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
-
-
-def check_worker_setting(value: str) -> str | None:
-    """Why `value` is no valid `gate-workers` setting, or None."""
-    if value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_WORKERS:
-        return None
-    return f"use a whole number from 1 to {MAX_WORKERS}"
 
 
 @dataclass

@@ -26,7 +26,8 @@ import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, post, raw_exchange, refused
 
 from rediacc_core.repos import RepoStore, files_dir
-from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime.process import read_pid
 from rediacc_core.testing.dockerenv import import_busybox
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
@@ -220,7 +221,7 @@ def test_build_options_in_a_form_body_never_reach_the_daemon(e2e: E2E, served_co
         seen = e2e.alpha.docker("run", "--rm", "formnone:1", "cat", "/netdev", "/netns").stdout
         interfaces = {line.split(":")[0].strip() for line in seen.splitlines()[2:-1]}
         assert interfaces <= {"lo", "eth0"}
-        daemon_pid = daemon.read_pid(e2e.alpha.runtime.daemon_paths.pidfile)
+        daemon_pid = read_pid(e2e.alpha.runtime.daemon_paths.pidfile)
         step_netns = seen.splitlines()[-1].strip()
         assert step_netns not in (os.readlink("/proc/self/ns/net"), os.readlink(f"/proc/{daemon_pid}/ns/net"))
     finally:

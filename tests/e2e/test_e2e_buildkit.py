@@ -11,7 +11,7 @@ import pytest
 from e2e_kit import E2E, IMAGE, buildkit_call
 
 from rediacc_core.gate import buildkit
-from rediacc_core.gate.protowire import length_field, map_entry, varint_field
+from rediacc_core.gate.wire.protowire import length_field, map_entry, varint_field
 
 
 def _context(base: Path, dockerfile: str, **files: str) -> Path:

@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused, wait_for
 
-from rediacc_core.grants import Grant, read_grants
-from rediacc_core.holdings import device_openers
+from rediacc_core import pids
+from rediacc_core.grants import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle, pids
+from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime.holdings import device_openers
+from rediacc_core.runtime.process import read_pid
 from rediacc_core.testing.dockerenv import docker_api, import_busybox
 
 JSON = "application/json"
@@ -242,7 +244,7 @@ def gamma(e2e: E2E) -> Iterator[tuple[Repo, RepoEnv]]:
         yield repo, RepoEnv(repo, runtime, env)
     finally:
         lifecycle.repo_down(e2e.machine, repo)
-        RepoStore(e2e.machine).delete(repo)
+        delete_repo(e2e.machine, repo)
 
 
 # What stops a restart-policy start when a repo daemon comes back: the runtime guard, or on Engine
@@ -278,7 +280,7 @@ def test_a_daemon_killed_and_started_again_does_not_restart_the_holder(
 ) -> None:
     repo, env = gamma
     name = _always_on(e2e, repo, env)
-    pid = daemon.read_pid(env.runtime.daemon_paths.pidfile)
+    pid = read_pid(env.runtime.daemon_paths.pidfile)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     assert wait_for(lambda: not pids.pid_alive(pid))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, wait_for
 
-from rediacc_core.holdings import device_openers
+from rediacc_core.runtime.holdings import device_openers
 
 HELPER = Path(__file__).parent / "helpers" / "fdpass.c"
 

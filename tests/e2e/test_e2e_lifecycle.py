@@ -10,10 +10,12 @@ from collections.abc import Iterator
 import pytest
 from e2e_kit import E2E, IMAGE, post, raw_exchange
 
+from rediacc_core import pids
 from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW
 from rediacc_core.errors import EXIT_STATE
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle, pids
+from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime.process import read_pid
 
 
 def test_the_repo_daemon_reads_cdi_specs_only_from_the_machine(e2e: E2E) -> None:
@@ -116,6 +118,8 @@ def test_down_stops_gate_and_daemon_and_up_brings_them_back(e2e: E2E) -> None:
         assert "gate" in down.stderr and "dockerd" in down.stderr
         assert not daemon.ping(runtime.gate_socket) and not daemon.ping(runtime.upstream_socket)
         assert not runtime.gate_socket.exists()
+        # Nothing kept a connection to dockerd open while it shut down (it would wait 5 s for it).
+        assert "Error shutting down http server" not in runtime.daemon_paths.log.read_text()
     finally:
         e2e.rdc("repo", "down", repo.ref)
         e2e.rdc("repo", "delete", repo.ref, "--yes")
@@ -128,7 +132,7 @@ def test_a_stopped_daemon_behind_a_live_gate_is_a_clear_502(e2e: E2E) -> None:
     runtime = lifecycle.runtime_for(e2e.machine, repo)
     try:
         assert e2e.rdc("repo", "up", repo.ref).returncode == 0
-        pid = daemon.read_pid(runtime.daemon_paths.pidfile)
+        pid = read_pid(runtime.daemon_paths.pidfile)
         assert pid is not None
         pids.stop_pid(pid, daemon.STOP_TIMEOUT)
         status, answer = raw_exchange(runtime.gate_socket, b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n")

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
+from rediacc_core import pids
 from rediacc_core.publishing import short_id, state_file
-from rediacc_core.runtime import daemon, netns, pids
+from rediacc_core.runtime import netns
+from rediacc_core.runtime.process import read_pid
 from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
 
@@ -98,7 +100,7 @@ def _namespace_of(pid: int) -> str:
 def test_each_repo_daemon_runs_in_a_network_namespace_of_its_own(e2e: E2E) -> None:
     spaces = []
     for env in (e2e.alpha, e2e.beta):
-        pid = daemon.read_pid(env.runtime.daemon_paths.pidfile)
+        pid = read_pid(env.runtime.daemon_paths.pidfile)
         assert pid is not None
         spaces.append(_namespace_of(pid))
         assert env.runtime.network.path.exists()

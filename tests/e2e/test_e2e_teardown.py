@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv
 
-from rediacc_core.runtime import daemon, pids
+from rediacc_core import pids
+from rediacc_core.runtime.process import read_pid
 
 # The sleep's argument: how this test finds its container's process in /proc. Drawn per run, so that
 # another run of this suite on the same host (its own sleep) is never taken for this one's.
@@ -67,7 +68,7 @@ def test_down_leaves_no_process_shim_or_mount_of_a_restart_always_container(e2e:
 
 def test_down_after_the_daemon_died_kills_what_it_left_and_says_so(e2e: E2E, zeta: RepoEnv) -> None:
     start_sleeper(zeta)
-    pid = daemon.read_pid(zeta.runtime.daemon_paths.pidfile)
+    pid = read_pid(zeta.runtime.daemon_paths.pidfile)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)  # a daemon that never got to stop its containers
     deadline = time.monotonic() + 10

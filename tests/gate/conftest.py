@@ -14,7 +14,7 @@ from proxy_kit import env, env_down, new_loop, short_dir  # noqa: F401
 
 from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict, hookimpl
 from rediacc_core.gate.decide import Decider, Decision
-from rediacc_core.gate.pins import release_all
+from rediacc_core.gate.policy.pins import release_all
 from rediacc_core.plugins import load_plugins
 from rediacc_core.repos import Repo
 from rediacc_core.testing.fakemachine import FakeMachine

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from rediacc_core.gate.decode_fields import STRUCTS
-from rediacc_core.gate.endpoints import ROUTES, match_route
-from rediacc_core.gate.field_policy import FIELDS, FREE, NESTED, NOT_IN_DAEMON_STRUCT
-from rediacc_core.gate.isolation import BUILD_PARAMETERS
-from rediacc_core.gate.rules import RULE_IDS
+from rediacc_core.gate.policy.endpoints import ROUTES, match_route
+from rediacc_core.gate.policy.field_policy import FIELDS, FREE, NESTED, NOT_IN_DAEMON_STRUCT
+from rediacc_core.gate.policy.isolation import BUILD_PARAMETERS
+from rediacc_core.gate.policy.rules import RULE_IDS
+from rediacc_core.gate.wire.decode_fields import STRUCTS
 
 SWAGGER_PLACES = {
     "1.45": (

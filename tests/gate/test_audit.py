@@ -16,15 +16,16 @@ from typing import Any
 import pytest
 from proxy_kit import Env, gate_env, read_response
 
-from rediacc_core.gate import audit
-from rediacc_core.gate.audit import MAX_LINE, Audit, Peer
+from rediacc_core.gate.audit import log, peer, read
+from rediacc_core.gate.audit.log import MAX_LINE, Audit
+from rediacc_core.gate.audit.peer import Peer
 
 PEER = Peer(4242, 1000, 1001)
 Loop = Callable[[], asyncio.AbstractEventLoop]
 
 
 def entries(path: Path) -> list[dict[str, object]]:
-    return list(audit.read_entries(path))
+    return list(read.read_entries(path))
 
 
 # --- what a decision says ------------------------------------------------------------------------
@@ -74,7 +75,7 @@ def test_a_decision_is_one_json_line_with_who_asked_what(tmp_path: Path) -> None
     assert (entry["decision"], entry["status"], entry["rules"]) == ("refused", 403, ["grant"])
     assert (entry["cdi_asked"], entry["cdi_admitted"]) == (["vendor.example/gpu=1"], [])
     assert entry["ms"] == 0.4 and entry["message"] == "no grant"
-    assert entry["time"].endswith("Z") and abs(audit.entry_time(entry) - time.time()) < 60
+    assert entry["time"].endswith("Z") and abs(read.entry_time(entry) - time.time()) < 60
 
 
 def test_a_line_never_exceeds_its_bound_whatever_the_request_holds(tmp_path: Path) -> None:
@@ -102,18 +103,18 @@ def test_the_file_is_rotated_by_size_and_read_back_oldest_first(tmp_path: Path) 
         log.record(PEER, "POST", f"/containers/create?n={n}", status=200, endpoint=f"e{n}")
     sizes = [p.stat().st_size for p in (path, Path(f"{path}.1"), Path(f"{path}.2"))]
     assert all(size <= 2000 for size in sizes) and not Path(f"{path}.3").exists()
-    kept = [e["endpoint"] for e in audit.read_entries(path, keep=2)]
+    kept = [e["endpoint"] for e in read.read_entries(path, keep=2)]
     assert kept == [f"e{n}" for n in range(100 - len(kept), 100)]  # the newest, in order
 
 
 def test_lines_on_the_event_loop_are_written_together_shortly_after(tmp_path: Path) -> None:
-    log = Audit(tmp_path / "audit.log", "id-1", "alpha")
+    trail = Audit(tmp_path / "audit.log", "id-1", "alpha")
 
     async def serve() -> None:
-        log.record(PEER, "POST", "/a", status=200)
-        log.record(PEER, "POST", "/b", status=403)
+        trail.record(PEER, "POST", "/a", status=200)
+        trail.record(PEER, "POST", "/b", status=403)
         assert not (tmp_path / "audit.log").exists()  # gathered
-        await asyncio.sleep(audit.FLUSH_DELAY * 2)
+        await asyncio.sleep(log.FLUSH_DELAY * 2)
 
     asyncio.run(serve())
     assert [e["path"] for e in entries(tmp_path / "audit.log")] == ["/a", "/b"]
@@ -124,14 +125,14 @@ def test_lines_on_the_event_loop_are_written_together_shortly_after(tmp_path: Pa
     [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1.5h", 5400)],
 )
 def test_since_takes_a_duration_back_from_now(text: str, back: float) -> None:
-    assert audit.parse_since(text, now=100_000.0) == 100_000.0 - back
+    assert read.parse_since(text, now=100_000.0) == 100_000.0 - back
 
 
 def test_since_takes_a_timestamp_in_utc_unless_it_names_a_zone() -> None:
-    assert audit.parse_since("2026-12-01T04:00:00Z") == audit.parse_since("2026-12-01T04:00:00")
-    assert audit.parse_since("2026-12-01T05:00:00+01:00") == audit.parse_since("2026-12-01T04:00:00")
+    assert read.parse_since("2026-12-01T04:00:00Z") == read.parse_since("2026-12-01T04:00:00")
+    assert read.parse_since("2026-12-01T05:00:00+01:00") == read.parse_since("2026-12-01T04:00:00")
     with pytest.raises(ValueError):
-        audit.parse_since("yesterday")
+        read.parse_since("yesterday")
 
 
 def test_since_keeps_only_later_entries(tmp_path: Path) -> None:
@@ -141,8 +142,8 @@ def test_since_keeps_only_later_entries(tmp_path: Path) -> None:
         "a line cut by a crash\n"
         '{"time": "2026-12-01T05:00:00.000Z", "path": "/new"}\n'
     )
-    since = audit.parse_since("2026-12-01T04:30:00Z")
-    assert [e["path"] for e in audit.read_entries(path, since)] == ["/new"]
+    since = read.parse_since("2026-12-01T04:30:00Z")
+    assert [e["path"] for e in read.read_entries(path, since)] == ["/new"]
 
 
 def test_follow_reads_what_is_appended_across_a_rotation(tmp_path: Path) -> None:
@@ -153,7 +154,7 @@ def test_follow_reads_what_is_appended_across_a_rotation(tmp_path: Path) -> None
     done = threading.Event()
 
     def follow() -> None:
-        for entry in audit.follow_entries(path, poll=0.02, stop=done.is_set):
+        for entry in read.follow_entries(path, poll=0.02, stop=done.is_set):
             seen.append(str(entry["path"]))
 
     reader = threading.Thread(target=follow)
@@ -258,11 +259,11 @@ def test_the_peer_is_the_process_at_the_other_end_of_the_unix_socket() -> None:
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        assert audit.peer_of(_Transport(ours)) == Peer(os.getpid(), os.getuid(), os.getgid())
+        assert peer.peer_of(_Transport(ours)) == Peer(os.getpid(), os.getuid(), os.getgid())
     finally:
         ours.close()
         theirs.close()
-    assert audit.peer_of(_Transport(None)) == audit.NO_PEER  # no socket to ask: not a failure
+    assert peer.peer_of(_Transport(None)) == peer.NO_PEER  # no socket to ask: not a failure
 
 
 def test_an_audit_file_that_cannot_be_written_is_retried_with_the_next_batch(tmp_path: Path) -> None:
@@ -287,8 +288,8 @@ def test_metrics_that_cannot_be_written_do_not_stop_the_gate(tmp_path: Path) -> 
 
 
 def test_an_entry_without_a_readable_time_sorts_first() -> None:
-    assert audit.entry_time({}) == 0.0
-    assert audit.entry_time({"time": "yesterday"}) == 0.0
+    assert read.entry_time({}) == 0.0
+    assert read.entry_time({"time": "yesterday"}) == 0.0
 
 
 def test_following_reads_the_rotated_files_then_waits_for_the_log_and_follows_it_across_a_rotation(
@@ -300,7 +301,7 @@ def test_following_reads_the_rotated_files_then_waits_for_the_log_and_follows_it
     stop = threading.Event()
 
     def follow() -> None:
-        for entry in audit.follow_entries(path, poll=0.01, stop=stop.is_set):
+        for entry in read.follow_entries(path, poll=0.01, stop=stop.is_set):
             seen.append(entry["n"])
 
     reader = threading.Thread(target=follow)

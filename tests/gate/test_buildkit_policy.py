@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rediacc_core.gate import buildkit
-from rediacc_core.gate.llb import BuildPolicy
-from rediacc_core.gate.protowire import Message, length_field, map_entry, varint_field
+from rediacc_core.gate.buildkit.llb import BuildPolicy
+from rediacc_core.gate.wire.protowire import Message, length_field, map_entry, varint_field
 
 POLICY = BuildPolicy(hard_limits={"rtprio": 0, "nice": 0, "memlock": 65536})
 SOLVE = buildkit.CONTROL + "Solve"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from proxy_kit import Decision, StandInDecider, read_response, start_gate
 
-from rediacc_core.gate.images import may_block
+from rediacc_core.blocking import may_block
 from rediacc_core.gate.server import DeciderLike, GateServer, new_event_loop
 
 Loop = Callable[[], asyncio.AbstractEventLoop]

@@ -16,6 +16,7 @@ from rediacc_core.gate.decide import MAX_INSPECTED_BODY, Decider
 from rediacc_core.grants import GrantStore
 from rediacc_core.inventory import write_inventory
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.settings import set_setting, unset_setting
 
 GPU0 = "vendor.example/gpu=0"
@@ -502,7 +503,7 @@ def test_grants_are_read_live_from_the_machine(gate: Any) -> None:
     machine = gate.fm.machine
     gate.fm.write("/etc/cdi/vendor.yaml", SPEC)
     repo = RepoStore(machine).create("alpha")
-    store = GrantStore(machine, gate.decider.plugins)
+    store = GrantStore(machine, gate.decider.plugins, running=Holdings(machine))
     decider = Decider(machine, repo, gate.decider.plugins, lambda image: None, gate.logs.append)
     body = json.dumps(CDI_RUN).encode()
 
@@ -524,7 +525,9 @@ def test_a_lease_that_ended_is_answered_with_when_and_the_grant_to_ask_for(gate:
     machine = gate.fm.machine
     gate.fm.write("/etc/cdi/vendor.yaml", SPEC)
     repo = RepoStore(machine).create("alpha")
-    GrantStore(machine, gate.decider.plugins).grant(repo, [GPU0], expires_at="2030-01-01T00:00:00Z")
+    GrantStore(machine, gate.decider.plugins, running=Holdings(machine)).grant(
+        repo, [GPU0], expires_at="2030-01-01T00:00:00Z"
+    )
     decider = Decider(machine, repo, gate.decider.plugins, lambda image: None, gate.logs.append)
     body = json.dumps(CDI_RUN).encode()
     assert decider.decide("POST", "/v1.45/containers/create", "application/json", body).forward

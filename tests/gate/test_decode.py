@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rediacc_core.gate.decode import (
+from rediacc_core.gate.wire.decode import (
     BadRequest,
     canonicalise,
     check_content_type,
@@ -18,7 +18,7 @@ from rediacc_core.gate.decode import (
     parse_json,
     parse_target,
 )
-from rediacc_core.gate.decode_fields import StructRef
+from rediacc_core.gate.wire.decode_fields import StructRef
 
 CREATE = StructRef("CreateRequest")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rediacc_core.gate.endpoints import ROUTES, match_route
+from rediacc_core.gate.policy.endpoints import ROUTES, match_route
 
 
 class TestRouting:

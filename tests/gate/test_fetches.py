@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rediacc_core.gate import fetches
+from rediacc_core.gate.policy import fetches
 from rediacc_core.gate.server import GateServer
 from rediacc_core.settings import set_setting, unset_setting
 

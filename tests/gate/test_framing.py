@@ -16,8 +16,8 @@ from unittest.mock import patch
 
 import pytest
 
-from rediacc_core.gate import framing
-from rediacc_core.gate.framing import (
+from rediacc_core.gate.http import framing
+from rediacc_core.gate.http.framing import (
     END,
     REQUEST_TRANSITIONS,
     RESPONSE_TRANSITIONS,
@@ -27,7 +27,7 @@ from rediacc_core.gate.framing import (
     RequestFramer,
     ResponseFramer,
 )
-from rediacc_core.gate.http import MAX_HEAD, RequestHead, ResponseHead
+from rediacc_core.gate.http.messages import MAX_HEAD, RequestHead, ResponseHead
 
 Transition = tuple[str, str, str]
 Table = dict[str, dict[str, str]]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from proxy_kit import Env, gate_env, read_response
 
-from rediacc_core.gate.decode import MAX_INSPECTED_BODY
 from rediacc_core.gate.server import MAX_BUFFERED, GateLimits
+from rediacc_core.gate.wire.decode import MAX_INSPECTED_BODY
 from rediacc_core.runtime.serve import MAX_LOG_LINE, GateLog
 
 Loop = Callable[[], asyncio.AbstractEventLoop]

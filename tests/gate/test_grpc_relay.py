@@ -10,9 +10,9 @@ from grpc_kit import Wire, request_headers, solve_request, unframe
 
 from rediacc_core.gate import buildkit
 from rediacc_core.gate.buildkit import Verdict
-from rediacc_core.gate.grpc_relay import MAX_MESSAGE, WINDOW, grpc_message
-from rediacc_core.gate.llb import BuildPolicy
-from rediacc_core.gate.protowire import Message, length_field
+from rediacc_core.gate.buildkit.llb import BuildPolicy
+from rediacc_core.gate.buildkit.relay import MAX_MESSAGE, WINDOW, grpc_message
+from rediacc_core.gate.wire.protowire import Message, length_field
 
 SOLVE = buildkit.CONTROL + "Solve"
 LIST_WORKERS = buildkit.CONTROL + "ListWorkers"

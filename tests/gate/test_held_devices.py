@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rediacc_core.gate.containers import Held, LookupFailed
+from rediacc_core.gate.containers import Container, LookupFailed
 from rediacc_core.gate.decide import Decider
 
 Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
@@ -21,16 +21,16 @@ GPU1 = "vendor.example/gpu=1"
 class FakeContainers:
     """The daemon's containers (by id and name) and exec instances, as the gate's lookup sees them."""
 
-    containers: dict[str, Held] = field(default_factory=dict)
+    containers: dict[str, Container] = field(default_factory=dict)
     execs: dict[str, str] = field(default_factory=dict)
     failing: bool = False
     asked: list[str] = field(default_factory=list)
 
     def add(self, ident: str, name: str, *cdi: str) -> None:
-        held = Held(ident, name, tuple(cdi))
+        held = Container(ident, name, tuple(cdi))
         self.containers[ident] = self.containers[name] = held
 
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         self.asked.append(ref)
         if self.failing:
             raise LookupFailed("the repo's daemon did not answer (timed out)")
@@ -132,14 +132,14 @@ def test_unreadable_grants_refuse_every_holder(gate: Gate, containers: FakeConta
 def test_the_lookup_waits_so_it_never_runs_on_the_event_loop(gate: Gate) -> None:
     """The daemon lookup calls may_block(): inline (on the loop) it raises, and the decision moves to
     a worker thread, as an image lookup does."""
+    from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
     from rediacc_core.gate.containers import DaemonContainers
-    from rediacc_core.gate.images import MustNotBlock, decisions_must_not_block
 
     lookup = DaemonContainers(gate.fm.root / "no-daemon.sock")
     with decisions_must_not_block(), pytest.raises(MustNotBlock):
-        lookup.held("trainer")
+        lookup.lookup("trainer")
     with pytest.raises(LookupFailed):
-        lookup.held("trainer")
+        lookup.lookup("trainer")
 
 
 def test_a_decider_without_a_lookup_leaves_it_to_the_runtime_guard(gate: Gate) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rediacc_core.gate.http import (
+from rediacc_core.gate.http.messages import (
     BODY_CHUNKED,
     BODY_LENGTH,
     BODY_NONE,
@@ -280,10 +280,10 @@ def test_a_daemon_content_length_that_is_not_a_number_is_an_error() -> None:
 
 
 def test_the_parsed_head_caches_stay_bounded() -> None:
-    from rediacc_core.gate import http
+    from rediacc_core.gate.http import messages
 
-    for n in range(http.HEAD_CACHE_SIZE + 10):
+    for n in range(messages.HEAD_CACHE_SIZE + 10):
         parse_request_head(head(f"GET /containers/{n}/json HTTP/1.1", "Host: docker"))
         parse_response_head(head("HTTP/1.1 200 OK", f"X-Id: {n}", "Content-Length: 0"), "GET")
-    assert len(http._HEAD_CACHE) <= http.HEAD_CACHE_SIZE
-    assert len(http._RESPONSE_CACHE) <= http._RESPONSE_CACHE_SIZE
+    assert len(messages._HEAD_CACHE) <= messages.HEAD_CACHE_SIZE
+    assert len(messages._RESPONSE_CACHE) <= messages._RESPONSE_CACHE_SIZE

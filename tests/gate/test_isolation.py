@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from rules_kit import rule_context
 
-from rediacc_core.gate import rules
-from rediacc_core.gate.isolation import DEFAULT_MASKED_PATHS
+from rediacc_core.gate.policy import rules
+from rediacc_core.gate.policy.isolation import DEFAULT_MASKED_PATHS
 from rediacc_core.testing.fakemachine import FakeMachine
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rules_kit import rule_context
 
-from rediacc_core.gate import rules
-from rediacc_core.gate.limits import DEFAULT_PIDS_LIMIT, UNLIMITED, own_hard_limits
+from rediacc_core.gate.policy import rules
+from rediacc_core.gate.policy.limits import DEFAULT_PIDS_LIMIT, UNLIMITED, own_hard_limits
 from rediacc_core.settings import set_setting
 from rediacc_core.testing.fakemachine import FakeMachine
 

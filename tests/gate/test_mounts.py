@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from rules_kit import files, rule_context
 
-from rediacc_core.gate import mounts, rules
-from rediacc_core.gate.pins import Pins, open_no_symlinks, release_all
+from rediacc_core.gate.policy import mounts, rules
+from rediacc_core.gate.policy.pins import Pins, open_no_symlinks, release_all
 from rediacc_core.testing.fakemachine import FakeMachine
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="pinning mounts need root")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rediacc_core.gate import pins as pins_module
-from rediacc_core.gate.pins import PinError, Pins, open_no_symlinks, release_all
+from rediacc_core.gate.policy import pins as pins_module
+from rediacc_core.gate.policy.pins import PinError, Pins, open_no_symlinks, release_all
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pinning mounts need root")
 
@@ -94,7 +94,7 @@ def test_nothing_is_restored_without_a_record_or_from_a_record_that_makes_no_sen
 _PINNER = """
 import sys
 from pathlib import Path
-from rediacc_core.gate.pins import Pins
+from rediacc_core.gate.policy.pins import Pins
 pins = Pins(Path(sys.argv[1]), Path(sys.argv[2]))
 for source in sys.argv[3:]:
     pins.pin(source, read_only=False)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rediacc_core.gate.protowire import (
+from rediacc_core.gate.wire.protowire import (
     Field,
     Message,
     WireError,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rediacc_core.gate.containers import Held, held_from_inspect
-from rediacc_core.gate.publish import Binding, bindings
+from rediacc_core.gate.containers import Container, container_from_inspect
+from rediacc_core.gate.policy.publish import Binding, bindings
 from rediacc_core.publishing import short_id, state_file, write_state
 from rediacc_core.repos import RepoStore
 from rediacc_core.settings import set_setting
@@ -210,29 +210,29 @@ def _inspect(ports: dict[str, Any], *, running: bool = False, exposed: Any = Non
 
 
 def test_the_record_of_a_container_says_what_it_publishes() -> None:
-    held = held_from_inspect(_inspect({"80/tcp": _one("8080")}, exposed={"80/tcp": {}, "443/tcp": {}}))
+    held = container_from_inspect(_inspect({"80/tcp": _one("8080")}, exposed={"80/tcp": {}, "443/tcp": {}}))
     assert held.ports == (Binding("80/tcp", "tcp", 8080, 8080), Binding("443/tcp", "tcp", 0, 0))
-    assert not held.running and held_from_inspect(_inspect({}, running=True)).running
+    assert not held.running and container_from_inspect(_inspect({}, running=True)).running
 
 
 class _Containers:
-    def __init__(self, held: Held) -> None:
+    def __init__(self, held: Container) -> None:
         self.found = held
 
-    def held(self, ref: str) -> Held | None:
+    def lookup(self, ref: str) -> Container | None:
         return self.found if ref in (self.found.id, self.found.name) else None
 
     def exec_container(self, exec_id: str) -> str | None:
         return None
 
 
-def start(gate: Gate, held: Held, action: str = "start") -> Any:
+def start(gate: Gate, held: Container, action: str = "start") -> Any:
     gate.decider.containers = _Containers(held)
     return gate.post(f"/v1.45/containers/{held.name}/{action}", raw=b"", content_type=None)
 
 
 def test_a_container_created_before_the_range_changed_does_not_start(gate: Gate) -> None:
-    web = held_from_inspect(_inspect({"80/tcp": _one("8080")}))
+    web = container_from_inspect(_inspect({"80/tcp": _one("8080")}))
     assert start(gate, web).forward
     set_setting(gate.fm.machine, "publish-ports", "9000-9999")
     message = refused(start(gate, web))
@@ -240,7 +240,7 @@ def test_a_container_created_before_the_range_changed_does_not_start(gate: Gate)
 
 
 def test_a_start_is_refused_on_a_port_another_repo_took_since_create(gate: Gate, keeper: int) -> None:
-    web = held_from_inspect(_inspect({"80/tcp": _one("8080")}))
+    web = container_from_inspect(_inspect({"80/tcp": _one("8080")}))
     _keeper_state(state_file(gate.fm.machine.run_dir, short_id(BETA)), keeper, [("tcp", 8080)])
     assert "container web: HostConfig.PortBindings 80/tcp: host port 8080/tcp is refused: repo" in refused(
         start(gate, web)
@@ -248,7 +248,7 @@ def test_a_start_is_refused_on_a_port_another_repo_took_since_create(gate: Gate,
 
 
 def test_a_start_counts_the_images_exposed_ports_under_the_limit(gate: Gate) -> None:
-    many = held_from_inspect(_inspect({}, exposed={f"{7000 + i}/tcp": {} for i in range(65)}))
+    many = container_from_inspect(_inspect({}, exposed={f"{7000 + i}/tcp": {} for i in range(65)}))
     assert "65 more host port(s) are refused" in refused(start(gate, many))
 
 
@@ -257,5 +257,5 @@ def test_restarting_a_running_container_counts_its_ports_once(gate: Gate, keeper
     _keeper_state(
         state_file(gate.fm.machine.run_dir, short_id(ALPHA)), keeper, [("tcp", 9000 + i) for i in range(64)]
     )
-    running = held_from_inspect(_inspect(specs, running=True))
+    running = container_from_inspect(_inspect(specs, running=True))
     assert start(gate, running, "restart?t=1").forward

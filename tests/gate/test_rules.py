@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from rules_kit import rule_context
 
-from rediacc_core.gate import rules
-from rediacc_core.gate.rules import add_cdi_devices, cdi_devices, fold_compose_devices
+from rediacc_core.gate.policy import rules
+from rediacc_core.gate.policy.rules import add_cdi_devices, cdi_devices, fold_compose_devices
 from rediacc_core.testing.fakemachine import FakeMachine
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rediacc_core.gate.sshpeer import ssh_client
+from rediacc_core.gate.audit.sshpeer import ssh_client
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.runtime import guard
-from rediacc_core.runtime.daemon import DaemonPaths, Guard, daemon_config, guard_script
+from rediacc_core.runtime.daemon import Guard, daemon_config, guard_script
+from rediacc_core.runtime.layout import DaemonPaths
 
 REPO_ID = "6f1d0d6e-3a57-4d5c-9d59-0a4f2f2b8c11"
 NULL = os.stat("/dev/null")
@@ -82,14 +84,14 @@ def test_held_names_are_this_repos_and_in_force() -> None:
         {"repoId": REPO_ID, "device": "v.example/gpu=4", "expiresAt": "garbage"},
     )
     now = 1893456000.0 - 1  # 2029-12-31T23:59:59Z
-    assert guard.held_names(document, REPO_ID, now) == {"v.example/gpu=0", "v.example/gpu=2"}
-    assert guard.held_names(document, REPO_ID, 1893456000.0) == {"v.example/gpu=0"}  # at the end: gone
+    assert guard.granted_names(document, REPO_ID, now) == {"v.example/gpu=0", "v.example/gpu=2"}
+    assert guard.granted_names(document, REPO_ID, 1893456000.0) == {"v.example/gpu=0"}  # at the end: gone
 
 
 @pytest.mark.parametrize("document", [[], {"grants": {}}, {"grants": [{"repoId": REPO_ID}]}])
 def test_a_grants_file_of_another_shape_refuses(document: Any) -> None:
     with pytest.raises(guard.Refused):
-        guard.held_names(document, REPO_ID, 0.0)
+        guard.granted_names(document, REPO_ID, 0.0)
 
 
 SPEC = {
@@ -229,8 +231,8 @@ def test_a_broken_grants_file_fails_closed(machine_root: Path, tmp_path: Path) -
 def test_the_repo_daemon_runs_its_containers_under_the_guard(tmp_path: Path) -> None:
     paths = DaemonPaths(tmp_path / "w", tmp_path / "data")
     config = daemon_config(tmp_path, paths, Guard(REPO_ID, "alpha@m1", tmp_path / "g.log"))
-    assert config["default-runtime"] == guard.GUARD_RUNTIME
-    assert config["runtimes"] == {guard.GUARD_RUNTIME: {"path": str(paths.guard_script)}}
+    assert config["default-runtime"] == GUARD_RUNTIME
+    assert config["runtimes"] == {GUARD_RUNTIME: {"path": str(paths.guard_script)}}
     assert "runtimes" not in daemon_config(tmp_path, paths)  # a daemon started for tests, without a repo
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from rediacc_core.runtime import daemon, netns, rtnetlink
+from rediacc_core.runtime import daemon, layout, netns, rtnetlink
 
 V4, V6 = socket.AF_INET, socket.AF_INET6
 LO, ETH0, DOCKER0, VIRBR0, TUN0 = 1, 2, 3, 4, 5
@@ -106,7 +106,7 @@ def test_the_rules_replace_the_chain_in_one_step() -> None:
 
 def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() -> None:
     network = netns.network_for("0123456789ab", Path("/run/rediacc/0123456789ab"))
-    paths = daemon.DaemonPaths(Path("/run/rediacc/0123456789ab/d"), Path("/var/lib/rediacc/repos/x/docker"))
+    paths = layout.DaemonPaths(Path("/run/rediacc/0123456789ab/d"), Path("/var/lib/rediacc/repos/x/docker"))
     argv = daemon.dockerd_argv(paths, network=network)
     assert argv[0].endswith("nsenter") and argv[1] == "--net=/run/netns/rdc-0123456789ab"
     assert argv[argv.index("--") + 1 :] == ["dockerd", "--config-file", str(paths.config)]

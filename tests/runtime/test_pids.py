@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from rediacc_core.runtime import pids
+from rediacc_core import pids
 
 IGNORES_SIGTERM = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"

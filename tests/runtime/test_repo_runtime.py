@@ -20,7 +20,7 @@ from rediacc_core.errors import ValidationError
 from rediacc_core.gate.images import ImageConfigs
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
-from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime import daemon, layout, lifecycle
 from rediacc_core.settings import change_settings
 
 
@@ -48,7 +48,7 @@ def test_a_deep_machine_root_moves_the_sockets_somewhere_short() -> None:
     runtime = lifecycle.runtime_for(machine, make_repo())
     assert runtime.run_dir.name.endswith("6f1d0d6e3a57")
     assert not runtime.daemon_paths.too_long()
-    assert len(str(runtime.gate_socket)) <= daemon.SOCKET_PATH_MAX
+    assert len(str(runtime.gate_socket)) <= layout.SOCKET_PATH_MAX
     assert str(runtime.data_dir).startswith(str(machine.root))  # data stays on the machine
 
 
@@ -59,7 +59,7 @@ def test_a_repo_on_an_existing_daemon_forwards_to_that_socket() -> None:
 
 
 def test_the_daemon_reads_cdi_specs_only_from_the_machine_and_keeps_to_itself() -> None:
-    paths = daemon.DaemonPaths(Path("/tmp/w"), Path("/tmp/data"))
+    paths = layout.DaemonPaths(Path("/tmp/w"), Path("/tmp/data"))
     config = daemon.daemon_config(Path("/tmp/m"), paths)
     assert config["features"] == {"cdi": True}
     assert config["cdi-spec-dirs"] == ["/tmp/m/etc/cdi"]
@@ -69,7 +69,7 @@ def test_the_daemon_reads_cdi_specs_only_from_the_machine_and_keeps_to_itself() 
 
 
 def test_the_daemon_narrows_what_a_request_can_ask_by_default() -> None:
-    config = daemon.daemon_config(Path("/tmp/m"), daemon.DaemonPaths(Path("/tmp/w"), Path("/tmp/data")))
+    config = daemon.daemon_config(Path("/tmp/m"), layout.DaemonPaths(Path("/tmp/w"), Path("/tmp/data")))
     assert config["no-new-privileges"] is True
     assert (config["default-cgroupns-mode"], config["default-ipc-mode"]) == ("private", "private")
     assert config["builder"] == {"entitlements": {"network-host": False, "security-insecure": False}}
@@ -77,7 +77,7 @@ def test_the_daemon_narrows_what_a_request_can_ask_by_default() -> None:
 
 
 def test_the_image_store_setting_puts_images_in_the_repos_own_containerd(tmp_path: Path) -> None:
-    paths = daemon.DaemonPaths(tmp_path / "w", tmp_path / "data")
+    paths = layout.DaemonPaths(tmp_path / "w", tmp_path / "data")
     daemon.prepare(tmp_path, paths)
     assert json.loads(paths.config.read_text())["features"] == {"cdi": True}  # overlay2, the default
     change_settings(Machine("m1", tmp_path), [("image-store", "containerd")])
@@ -89,7 +89,7 @@ def test_the_image_store_setting_puts_images_in_the_repos_own_containerd(tmp_pat
 
 @pytest.mark.skipif(shutil.which("dockerd") is None, reason="needs Docker Engine's dockerd")
 def test_the_installed_dockerd_accepts_every_key_of_the_repo_daemon_configuration(tmp_path: Path) -> None:
-    paths = daemon.DaemonPaths(tmp_path / "w", tmp_path / "data")
+    paths = layout.DaemonPaths(tmp_path / "w", tmp_path / "data")
     daemon.prepare(tmp_path, paths)
     checked = subprocess.run(
         ["dockerd", "--validate", "--config-file", str(paths.config)],
@@ -102,7 +102,7 @@ def test_the_installed_dockerd_accepts_every_key_of_the_repo_daemon_configuratio
 
 
 def test_socket_paths_that_do_not_fit_are_refused_before_anything_starts(tmp_path: Path) -> None:
-    paths = daemon.DaemonPaths(tmp_path / ("x" * 100), tmp_path / "data")
+    paths = layout.DaemonPaths(tmp_path / ("x" * 100), tmp_path / "data")
     with pytest.raises(ValidationError, match="too long"):
         daemon.prepare(tmp_path, paths)
 
@@ -192,7 +192,7 @@ def test_an_empty_image_reference_is_not_looked_up(tmp_path: Path) -> None:
 def test_a_crashed_daemons_marker_is_cleared_before_the_next_start(tmp_path: Path) -> None:
     """dockerd killed by SIGKILL leaves `unmount-on-shutdown`: the next start undoes its bind (here
     there is none to undo: the data-root is no mount point) and removes the marker."""
-    paths = daemon.DaemonPaths(tmp_path / "w", tmp_path / "data")
+    paths = layout.DaemonPaths(tmp_path / "w", tmp_path / "data")
     paths.exec_root.mkdir(parents=True)
     paths.data_root.mkdir()
     assert daemon.undo_crashed_bind(paths) is False  # no marker: nothing to do

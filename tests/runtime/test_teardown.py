@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rediacc_core.runtime import teardown
-from rediacc_core.runtime.daemon import DaemonPaths
+from rediacc_core.runtime.layout import DaemonPaths
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespaces, mounts)")
 

@@ -24,15 +24,17 @@ from pathlib import Path
 import pytest
 from proxy_kit import Handler, Upstream, read_response
 
-from rediacc_core.gate import audit
-from rediacc_core.gate.audit import Audit, Counters, Peer
-from rediacc_core.gate.decode import MAX_INSPECTED_BODY
+from rediacc_core.gate.audit import read
+from rediacc_core.gate.audit.log import Audit
+from rediacc_core.gate.audit.metrics import Counters
+from rediacc_core.gate.audit.peer import Peer
 from rediacc_core.gate.server import GateLimits, bind_listener
+from rediacc_core.gate.wire.decode import MAX_INSPECTED_BODY
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle, workers
-from rediacc_core.runtime.workers import Supervisor, check_worker_setting
-from rediacc_core.settings import set_setting
+from rediacc_core.runtime.workers import Supervisor
+from rediacc_core.settings import MAX_WORKERS, check_worker_setting, set_setting
 from rediacc_core.testing import FakeMachine
 
 PRIVILEGED = json.dumps({"Image": "x", "HostConfig": {"Privileged": True}}).encode()
@@ -130,7 +132,7 @@ class Gate:
         return lifecycle.metrics_file(self.machine, self.repo).read_text()
 
     def audit_entries(self) -> list[dict[str, object]]:
-        return list(audit.read_entries(lifecycle.runtime_for(self.machine, self.repo).audit_log))
+        return list(read.read_entries(lifecycle.runtime_for(self.machine, self.repo).audit_log))
 
 
 @contextlib.contextmanager
@@ -289,7 +291,8 @@ def test_counters_that_are_not_what_a_worker_writes_are_refused(text: str) -> No
 _APPENDER = """
 import sys
 from pathlib import Path
-from rediacc_core.gate.audit import Audit, Peer
+from rediacc_core.gate.audit.log import Audit
+from rediacc_core.gate.audit.peer import Peer
 log = Audit(Path(sys.argv[1]), "id-1", "alpha", max_bytes=int(sys.argv[3]), keep=1000)
 for n in range(int(sys.argv[4])):
     log.record(Peer(0, 0, 0), "POST", f"/{sys.argv[2]}/{n}", status=403, message="x" * 200)
@@ -303,7 +306,7 @@ def test_processes_sharing_an_audit_log_rotate_it_once_and_lose_or_break_no_line
         subprocess.Popen([sys.executable, "-c", _APPENDER, str(path), name, "4000", "400"]) for name in "ab"
     ]
     assert [w.wait(60) for w in writers] == [0, 0]
-    paths = [e["path"] for e in audit.read_entries(path, keep=1000)]
+    paths = [e["path"] for e in read.read_entries(path, keep=1000)]
     for name in "ab":
         assert [p for p in paths if str(p).startswith(f"/{name}/")] == [f"/{name}/{n}" for n in range(400)]
     files = [path, *sorted(tmp_path.glob("audit.log.*"), key=lambda p: int(p.suffix[1:]))]
@@ -319,7 +322,7 @@ def test_an_audit_log_moved_away_by_another_process_is_reopened(tmp_path: Path) 
     os.replace(path, tmp_path / "audit.log.1")  # as another worker's rotation does
     log.record(Peer(0, 0, 0), "GET", "/second", status=403)
     log.close()
-    assert [e["path"] for e in audit.read_entries(path)] == ["/first", "/second"]
+    assert [e["path"] for e in read.read_entries(path)] == ["/first", "/second"]
 
 
 # --- the supervisor on its own ----------------------------------------------------------------
@@ -363,7 +366,7 @@ def test_workers_share_the_gates_limits_so_together_they_hold_no_more() -> None:
 
 
 def test_even_the_most_workers_each_hold_room_for_the_largest_body_the_gate_decides() -> None:
-    assert GateLimits().share(workers.MAX_WORKERS).max_buffered >= MAX_INSPECTED_BODY
+    assert GateLimits().share(MAX_WORKERS).max_buffered >= MAX_INSPECTED_BODY
 
 
 def test_a_worker_never_waits_on_a_supervisor_that_does_not_read_its_counters() -> None:

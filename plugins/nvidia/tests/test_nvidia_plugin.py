@@ -20,6 +20,7 @@ from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
 
@@ -204,7 +205,7 @@ def test_an_exclusive_reservation_fails_closed_on_a_name_the_inventory_places_no
     fm.machine.inventory_path.write_text(json.dumps(document))
     repos = RepoStore(fm.machine)
     alpha, beta = repos.create("alpha"), repos.create("beta")
-    store = GrantStore(fm.machine, plugins)
+    store = GrantStore(fm.machine, plugins, running=Holdings(fm.machine))
     store.grant(beta, ["nvidia.com/gpu=0"], exclusive=True)
     with pytest.raises(RefusedError, match="places it on no hardware it knows"):
         store.grant(alpha, ["nvidia.com/gpu=0:0"], exclusive=True)

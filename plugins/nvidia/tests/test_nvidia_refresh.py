@@ -22,6 +22,7 @@ from rediacc_core.grants import GrantStore
 from rediacc_core.inventory import load_inventory
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.testing import FakeMachine
 
 MIG_NAMES = ["nvidia.com/gpu=1:0", "nvidia.com/gpu=1:1"]
@@ -108,7 +109,7 @@ def test_a_setup_without_the_toolkit_keeps_no_stale_name_grantable(
 
     repos = RepoStore(demo.machine)
     alpha, beta = repos.create("alpha"), repos.create("beta")
-    store = GrantStore(demo.machine, plugins)
+    store = GrantStore(demo.machine, plugins, running=Holdings(demo.machine))
     store.grant(beta, ["nvidia.com/gpu=1"], exclusive=True)
     for exclusive in (True, False):
         with pytest.raises(

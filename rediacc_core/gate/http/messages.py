@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import httptools
 
 # One limit, owned by the decoder; re-exported for the proxy.
-from rediacc_core.gate.decode import MAX_INSPECTED_BODY as MAX_INSPECTED_BODY
+from rediacc_core.gate.wire.decode import MAX_INSPECTED_BODY as MAX_INSPECTED_BODY
 
 MAX_HEAD = 256 * 1024  # bigger than any head the docker CLI sends (registry auth headers included)
 _MAX_CHUNK_LINE = 4096

@@ -1,4 +1,4 @@
-"""The gate's audit trail (one JSON line per decision) and its Prometheus counters.
+"""The gate's audit trail: one JSON line per decision, written in batches under a lock, rotated by size.
 
 Every request whose body the gate decides (container create and update, exec, volumes, builds,
 plugins, services...) and every request the gate refuses, for whatever reason, is one line of
@@ -12,7 +12,7 @@ plugins, services...) and every request the gate refuses, for whatever reason, i
 
 `peer` is what the kernel says about the client process (SO_PEERCRED, read once per connection);
 for a request sshd forwarded (a tunnel from a laptop) it also holds `ssh`: the user the SSH client
-logged in as and the client's address (`rediacc_core.gate.sshpeer`).
+logged in as and the client's address (`rediacc_core.gate.audit.sshpeer`).
 Requests that pass without a decision (reads, pings, logs, attach) are counted in the metrics, not
 logged one by one: they are most of the traffic and carry nothing to decide.
 
@@ -23,11 +23,7 @@ run as several worker processes (`rediacc_core.runtime.workers`) that share the 
 is one `write()` made under a lock on `.audit.lock` beside it, after checking that the file is still
 the one to append to and whether it is full, so lines never interleave and only one worker rotates.
 
-The counters are written every `METRICS_INTERVAL` seconds, atomically (write, then rename), as a
-node_exporter textfile-collector file: `<machine root>/run/rediacc/metrics/<repo id>.prom`, one
-directory for every repo of the machine, so one `--collector.textfile.directory` collects them all.
-A worker process hands its `Counters` to its supervisor instead, which adds them up and writes the
-file (`publish`).
+The counters each decision adds to are in `metrics`; reading the trail back is `read`.
 """
 
 from __future__ import annotations
@@ -37,21 +33,24 @@ import contextlib
 import fcntl
 import json
 import os
-import re
-import socket
-import struct
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import orjson
 
-from rediacc_core.gate.sshpeer import ssh_client
+from rediacc_core.gate.audit.metrics import (
+    LATENCY_BUCKETS,
+    METRICS_INTERVAL,
+    Counters,
+    metrics_text,
+    repo_labels,
+    write_metrics_file,
+)
+from rediacc_core.gate.audit.peer import Peer
 
 MAX_LINE = 4096  # bytes of one audit line
 MAX_FIELD = 512  # characters of one free-text field (path, message) before it is cut
@@ -59,40 +58,6 @@ MAX_NAMES = 32  # CDI names listed in one line
 MAX_BYTES = 16 * 1024 * 1024  # audit.log is rotated past this size
 KEEP = 4  # rotated files kept: audit.log.1 .. audit.log.4
 FLUSH_DELAY = 0.25  # seconds a line may wait to be written with others
-METRICS_INTERVAL = 10.0  # seconds between two writes of the metrics file
-# Upper bounds (seconds) of the decision-latency histogram's buckets.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """The client process of a connection, as the kernel recorded it when it connected."""
-
-    pid: int
-    uid: int
-    gid: int
-    ssh: tuple[str, str] | None = None  # (user, client address) when sshd forwarded the connection
-
-    def to_json(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"pid": self.pid, "uid": self.uid, "gid": self.gid}
-        if self.ssh is not None:
-            found["ssh"] = {"user": self.ssh[0], "client": self.ssh[1]}
-        return found
-
-
-NO_PEER = Peer(0, -1, -1)
-
-
-def peer_of(transport: Any) -> Peer:
-    """SO_PEERCRED of a Unix-socket transport; `NO_PEER` where it cannot be read."""
-    sock = transport.get_extra_info("socket")
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (AttributeError, OSError):
-        return NO_PEER
-    pid, uid, gid = struct.unpack("3i", raw)
-    found = ssh_client(pid, uid)  # a tunnelled request: name the SSH client, not only sshd
-    return Peer(pid, uid, gid, None if found is None else (found["user"], found.get("client", "?")))
 
 
 def _cut(text: str) -> str:
@@ -107,126 +72,6 @@ def _stamp(now: float) -> str:
     if second != _SECOND[0]:
         _SECOND[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
     return f"{_SECOND[1]}.{int(now * 1000) % 1000:03d}Z"
-
-
-@dataclass
-class Counters:
-    """What the metrics file reports: counters only grow; the gauges are what holds now.
-
-    Worker processes of one gate each count their own, and their supervisor adds them up (`plus`);
-    they travel between the two as JSON (`to_json`, `from_json`).
-    """
-
-    requests: int = 0  # request heads read
-    open_connections: int = 0  # gauge
-    buffered: int = 0  # gauge: bytes of unfinished requests held
-    decisions: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (endpoint, rule, result)
-    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
-    latency_sum: float = 0.0
-
-    def plus(self, other: Counters) -> Counters:
-        decisions = dict(self.decisions)
-        for key, count in other.decisions.items():
-            decisions[key] = decisions.get(key, 0) + count
-        return Counters(
-            requests=self.requests + other.requests,
-            open_connections=self.open_connections + other.open_connections,
-            buffered=self.buffered + other.buffered,
-            decisions=decisions,
-            latency_counts=[a + b for a, b in zip(self.latency_counts, other.latency_counts, strict=True)],
-            latency_sum=self.latency_sum + other.latency_sum,
-        )
-
-    def without_gauges(self) -> Counters:
-        """These counters as a worker that has stopped leaves them: its connections are gone."""
-        return Counters(
-            self.requests, 0, 0, dict(self.decisions), list(self.latency_counts), self.latency_sum
-        )
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "requests": self.requests,
-                "open_connections": self.open_connections,
-                "buffered": self.buffered,
-                "decisions": [[*key, count] for key, count in self.decisions.items()],
-                "latency_counts": self.latency_counts,
-                "latency_sum": self.latency_sum,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> Counters:
-        """Raises ValueError (or KeyError, TypeError) when `text` is not what `to_json` wrote."""
-        document = json.loads(text)
-        counts = [int(n) for n in document["latency_counts"]]
-        if len(counts) != len(LATENCY_BUCKETS) + 1:
-            raise ValueError("latency_counts has the wrong number of buckets")
-        return cls(
-            requests=int(document["requests"]),
-            open_connections=int(document["open_connections"]),
-            buffered=int(document["buffered"]),
-            decisions={(str(e), str(r), str(d)): int(n) for e, r, d, n in document["decisions"]},
-            latency_counts=counts,
-            latency_sum=float(document["latency_sum"]),
-        )
-
-
-def metrics_text(labels: str, counters: Counters) -> str:
-    """`counters` in Prometheus' text format (version 0.0.4); `labels` name the repo."""
-    out = [
-        "# HELP rediacc_gate_requests_total Requests whose head the gate read.",
-        "# TYPE rediacc_gate_requests_total counter",
-        f"rediacc_gate_requests_total{{{labels}}} {counters.requests}",
-        "# HELP rediacc_gate_decisions_total Decisions by endpoint, refusing rule and result.",
-        "# TYPE rediacc_gate_decisions_total counter",
-    ]
-    for (endpoint, rule, result), count in sorted(counters.decisions.items()):
-        out.append(
-            f'rediacc_gate_decisions_total{{{labels},endpoint="{_label(endpoint)}",'
-            f'rule="{_label(rule)}",result="{result}"}} {count}'
-        )
-    out += [
-        "# HELP rediacc_gate_decision_seconds Time from a decided request's head to its decision.",
-        "# TYPE rediacc_gate_decision_seconds histogram",
-    ]
-    running = 0
-    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counters.latency_counts, strict=True):
-        running += count
-        le = "+Inf" if bound == float("inf") else repr(bound)
-        out.append(f'rediacc_gate_decision_seconds_bucket{{{labels},le="{le}"}} {running}')
-    out += [
-        f"rediacc_gate_decision_seconds_sum{{{labels}}} {counters.latency_sum:.6f}",
-        f"rediacc_gate_decision_seconds_count{{{labels}}} {running}",
-        "# HELP rediacc_gate_open_connections Client connections open now.",
-        "# TYPE rediacc_gate_open_connections gauge",
-        f"rediacc_gate_open_connections{{{labels}}} {counters.open_connections}",
-        "# HELP rediacc_gate_buffered_bytes Bytes of unfinished requests held now.",
-        "# TYPE rediacc_gate_buffered_bytes gauge",
-        f"rediacc_gate_buffered_bytes{{{labels}}} {counters.buffered}",
-    ]
-    return "\n".join(out) + "\n"
-
-
-def repo_labels(repo_id: str, repo_name: str) -> str:
-    return f'repo_id="{_label(repo_id)}",repo="{_label(repo_name)}"'
-
-
-def write_metrics_file(path: Path, text: str) -> None:
-    """Replace the metrics file atomically: node_exporter never reads half a file. Best effort:
-    metrics never stop the gate (the audit log is the record)."""
-    # A name of this process's own: two gates for one repo (the benchmark runs two) never write one
-    # temporary file together.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o644)  # node_exporter often runs as its own user
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def lock_path(path: Path) -> Path:
@@ -462,10 +307,6 @@ def append_event(
         os.close(lock)
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def _json_line(entry: dict[str, Any]) -> str:
     """`entry` as compact JSON that encodes to UTF-8, whatever the request held.
 
@@ -491,85 +332,3 @@ def _bounded(entry: dict[str, Any], line: str) -> str:
         entry[longest] = text[: len(text) // 2] + "..."
         line = _json_line(entry)
     return line
-
-
-# --- reading (rdc repo gate log) ------------------------------------------------------------------
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d)")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """`--since`: a duration back from now (`90s`, `15m`, `2h`, `1d`) or a timestamp
-    (`2026-12-01T04:00:00Z`, `2026-12-01`; UTC unless it names a zone). Raises ValueError."""
-    now = time.time() if now is None else now
-    match = _DURATION.fullmatch(text.strip())
-    if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
-    stamp = datetime.fromisoformat(text.strip())
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
-
-
-def entry_time(entry: dict[str, Any]) -> float:
-    try:
-        return datetime.fromisoformat(str(entry["time"])).timestamp()
-    except (KeyError, ValueError):
-        return 0.0
-
-
-def _entries(lines: Iterable[str], since: float | None) -> Iterator[dict[str, Any]]:
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash mid-write
-        if isinstance(entry, dict) and (since is None or entry_time(entry) >= since):
-            yield entry
-
-
-def read_entries(path: Path, since: float | None = None, keep: int = KEEP) -> Iterator[dict[str, Any]]:
-    """Every audit entry in `path` and its rotated files, oldest first, from `since` on."""
-    for n in range(keep, 0, -1):
-        with contextlib.suppress(FileNotFoundError), open(f"{path}.{n}", encoding="utf-8") as old:
-            yield from _entries(old, since)
-    with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as current:
-        yield from _entries(current, since)
-
-
-def follow_entries(
-    path: Path, since: float | None = None, poll: float = 0.5, stop: Callable[[], bool] = lambda: False
-) -> Iterator[dict[str, Any]]:
-    """`read_entries`, then every entry appended from then on (across rotations) until `stop()`."""
-    for n in range(KEEP, 0, -1):
-        with contextlib.suppress(FileNotFoundError), open(f"{path}.{n}", encoding="utf-8") as old:
-            yield from _entries(old, since)
-    handle: TextIO | None = None
-    inode = -1
-    partial = ""
-    while not stop():
-        if handle is None:
-            try:
-                handle = open(path, encoding="utf-8")  # noqa: SIM115 - kept open across polls
-                inode = os.fstat(handle.fileno()).st_ino
-            except FileNotFoundError:
-                time.sleep(poll)
-                continue
-        chunk = handle.read()
-        if chunk:
-            partial += chunk
-            *whole, partial = partial.split("\n")
-            yield from _entries(whole, since)
-            continue
-        try:
-            rotated = os.stat(path).st_ino != inode
-        except FileNotFoundError:
-            rotated = True
-        if rotated:
-            handle.close()
-            handle = None  # the rest of the old file was read above; the new one starts at 0
-            continue
-        time.sleep(poll)
-    if handle is not None:
-        handle.close()

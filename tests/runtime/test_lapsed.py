@@ -9,10 +9,10 @@ import pytest
 from grants_kit import GPU, build_machine, fake_plugins
 
 from rediacc_core.grants import GrantStore
-from rediacc_core.holdings import Holder
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime.lease_end import stop_lapsed_holders
+from rediacc_core.runtime.holdings import Holder, Holdings
+from rediacc_core.runtime.lapsed import stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.openers import Opener
 from rediacc_core.settings import set_setting
@@ -54,7 +54,7 @@ def test_by_default_running_holders_keep_their_device(box: Machine) -> None:
 
 def test_with_stop_the_running_holders_of_ended_grants_are_stopped(box: Machine) -> None:
     repo = RepoStore(box).create("alpha")
-    GrantStore(box, fake_plugins()).grant(repo, [f"{GPU}=1"])
+    GrantStore(box, fake_plugins(), running=Holdings(box)).grant(repo, [f"{GPU}=1"])
     set_setting(box, "lease-end", "stop")
     stopped, log = run(box, repo)
     assert stopped == ["ended"]  # not the one still granted, not the one already exited
@@ -64,7 +64,7 @@ def test_with_stop_the_running_holders_of_ended_grants_are_stopped(box: Machine)
 def test_with_stop_a_container_whose_process_holds_a_node_it_is_not_granted_is_stopped(box: Machine) -> None:
     """Whatever its container named: a descriptor passed to it over a socket, a hard link of the node."""
     repo = RepoStore(box).create("alpha")
-    GrantStore(box, fake_plugins()).grant(repo, [f"{GPU}=1"])
+    GrantStore(box, fake_plugins(), running=Holdings(box)).grant(repo, [f"{GPU}=1"])
     set_setting(box, "lease-end", "stop")
     passed = Opener(42, "sleep (pid 42)", ("c", 1, 7), "fd 3 (/gpu0)", "d" * 64)
     escaped = Opener(43, "sleep (pid 43)", ("c", 1, 7), "fd 4 (/gpu0)", None)

@@ -21,7 +21,7 @@ from urllib.parse import unquote_to_bytes
 
 import orjson
 
-from rediacc_core.gate.decode_fields import (
+from rediacc_core.gate.wire.decode_fields import (
     STRUCTS,
     AnyValue,
     FieldType,

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rediacc_core.gate.findings import Finding, refuse
-from rediacc_core.gate.pins import PinError, Pins
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.policy.pins import PinError, Pins
 
 # Host paths no bind may reach, equal, below or above (binding /var would hand over /var/lib/docker).
 _NEVER = (

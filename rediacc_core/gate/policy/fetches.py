@@ -20,7 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from rediacc_core.gate.findings import Finding, refuse
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.values import split_list
 
 # moby's urlutil.IsGitURL (builder/remotecontext/urlutil), matched without regard to case, and
 # ssh:// besides (the daemon refuses it today; a later one may clone it).
@@ -66,16 +67,12 @@ def split_host_port(authority: str) -> tuple[str, int | None] | None:
 
 def parse_allowed(value: str) -> Allowed:
     """The `registries` setting's items as (host, port or None for every port)."""
-    from rediacc_core.settings import split_list
-
     found = (split_host_port(item) for item in split_list(value))
     return frozenset(item for item in found if item is not None)
 
 
 def check_allowed_setting(value: str) -> str | None:
     """Why the `registries` setting `value` is wrong, or None."""
-    from rediacc_core.settings import split_list
-
     for item in split_list(value):
         parsed = split_host_port(item)
         if parsed is None or not (_HOST_NAME.fullmatch(parsed[0]) or _address(parsed[0]) is not None):

@@ -32,10 +32,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from rediacc_core.gate import fetches, limits, llb
-from rediacc_core.gate.findings import Finding, refuse
-from rediacc_core.gate.llb import BuildPolicy, Malformed
-from rediacc_core.gate.protowire import Message, WireError, map_entry
+from rediacc_core.gate.buildkit import llb
+from rediacc_core.gate.buildkit.llb import BuildPolicy, Malformed
+from rediacc_core.gate.policy import fetches, limits
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.wire.protowire import Message, WireError, map_entry
 
 CONTROL = "/moby.buildkit.v1.Control/"
 BRIDGE = "/moby.buildkit.v1.frontend.LLBBridge/"

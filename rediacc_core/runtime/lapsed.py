@@ -19,9 +19,9 @@ from collections.abc import Callable, Collection
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import RdcError
 from rediacc_core.grants import read_grants
-from rediacc_core.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.machine import Machine
-from rediacc_core.repos import Repo, now_iso
+from rediacc_core.repos import Repo
+from rediacc_core.runtime.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder
 from rediacc_core.runtime.openers import Node, Opener
 from rediacc_core.settings import effective, read_settings
 
@@ -41,15 +41,14 @@ def stop_lapsed_holders(
     try:
         if effective(read_settings(machine))["lease-end"] != "stop":
             return []
-        now = now_iso()
-        held = {g.device for g in read_grants(machine) if g.repo_id == repo.id and g.in_force(now)}
+        granted = {g.device for g in read_grants(machine) if g.repo_id == repo.id}  # in force now
     except RdcError as exc:  # unreadable settings or grants: stop nothing, say why, try again later
         log(f"lease-end check skipped: {exc.what}")
         return []
     stopper = stop or (lambda h: stop_holder(machine, h))
     stopped = []
     for holder in (holders or (lambda: repo_holders(machine, repo)))() or ():
-        lapsed = [name for name in holder.cdi if name not in held]
+        lapsed = [name for name in holder.cdi if name not in granted]
         if holder.running and lapsed:
             try:
                 stopper(holder)
@@ -59,7 +58,7 @@ def stop_lapsed_holders(
             log(f"lease-end: stopped container {holder.name}, whose grant of {', '.join(lapsed)} ended")
             stopped.append(holder)
     try:
-        nodes = nodes_of(machine, Registry.for_machine(machine).names(), held)
+        nodes = nodes_of(machine, Registry.for_machine(machine).names(), granted)
         by_node, left = clear_openers(machine, repo, nodes, find=openers, stop=stopper)
     except RdcError as exc:
         log(f"lease-end: {exc.what}")

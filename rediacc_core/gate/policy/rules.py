@@ -27,23 +27,24 @@ holds them whatever the request left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rediacc_core.cdi.names import is_qualified_name
-from rediacc_core.gate import fetches, isolation, limits, mounts, publish
-from rediacc_core.gate.findings import Finding, refuse
-from rediacc_core.gate.mounts import BindPolicy
-from rediacc_core.holdings import cdi_names
-from rediacc_core.runtime.guard import GUARD_RUNTIME
+from rediacc_core.gate.policy import fetches, isolation, limits, mounts, publish
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.policy.mounts import BindPolicy
+from rediacc_core.gate.wire.devicerequests import cdi_names
 
 CDI_DEVICE = "--device <vendor>/<class>=<name> (`rdc machine gpu list` shows the names)"
 COMPOSE_DEVICES = (
     "devices: [<vendor>/<class>=<name>] in Compose, --device <vendor>/<class>=<name> with docker run"
 )
-# The daemon's default runtime (the repo daemon's is the runtime guard): naming any other, even
-# "runc", would run the container without the guard's check of its devices at every start.
+# The name each repo daemon knows its default runtime by, the runtime guard (`runtime.guard`; written
+# into its daemon.json by `runtime.daemon`). Naming any other runtime, even "runc", would run the
+# container without the guard's check of its devices at every start.
+GUARD_RUNTIME = "rediacc"
 ALLOWED_RUNTIMES = frozenset({"", GUARD_RUNTIME})
 RULE_IDS = frozenset(
     {
@@ -293,46 +294,46 @@ def volume_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
         yield refuse("swarm", "ClusterVolumeSpec", "cluster volumes are refused (swarm)", "a local volume")
 
 
+# What the core checks of each endpoint's request: by its query alone (`_BY_QUERY`), or by its
+# canonical body too (`_BY_BODY`, only for a body that decoded to an object). An endpoint in neither
+# has nothing the core rules judge (the field policy and the plugins still may).
+_Check = Callable[[Any, RuleContext], Iterable[Finding]]
+_BY_QUERY: dict[str, _Check] = {
+    "build": lambda _, ctx: (
+        *isolation.build_query(ctx.query),
+        *fetches.build_remote(ctx.query.get("remote", ()), ctx.registries),
+        *limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits),
+    ),
+    "image-create": lambda _, ctx: fetches.image_create(ctx.query, ctx.registries),
+    "image-search": lambda _, ctx: fetches.image_search(ctx.query, ctx.registries),
+    "plugin-privileges": lambda _, ctx: fetches.plugin_privileges(ctx.query, ctx.registries),
+    "image-push": lambda _, ctx: fetches.reference("push of", ctx.name, ctx.registries),
+    "distribution": lambda _, ctx: fetches.reference("registry lookup of", ctx.name, ctx.registries),
+}
+_BY_BODY: dict[str, _Check] = {
+    "auth": lambda body, ctx: fetches.auth(body, ctx.registries),
+    "container-create": container_create,
+    "network-connect": lambda body, _: isolation.endpoint_sysctls(
+        {"EndpointConfig": body["EndpointConfig"]} if body.get("EndpointConfig") else {}, ""
+    ),
+    "container-update": container_update,
+    "exec-create": lambda body, _: exec_create(body),
+    "volume-create": volume_create,
+    "network-create": lambda body, _: isolation.network_create(body),
+}
+
+
 def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
     """Every core finding for `endpoint` (see `endpoints.ROUTES`) and its canonical `body`.
 
-    Admitted bind sources are rewritten in `body` to their pinned staging paths, and defaults the
-    request left out are written into it.
+    Defaults the request left out are written into `body`; bind sources are rewritten to their
+    pinned staging paths later, by `pin`, once the request is admitted.
     """
-    if endpoint == "build":
-        return [
-            *isolation.build_query(ctx.query),
-            *fetches.build_remote(ctx.query.get("remote", ()), ctx.registries),
-            *limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits),
-        ]
-    if endpoint == "image-create":
-        return list(fetches.image_create(ctx.query, ctx.registries))
-    if endpoint == "image-search":
-        return list(fetches.image_search(ctx.query, ctx.registries))
-    if endpoint == "plugin-privileges":
-        return list(fetches.plugin_privileges(ctx.query, ctx.registries))
-    if endpoint == "image-push":
-        return list(fetches.reference("push of", ctx.name, ctx.registries))
-    if endpoint == "distribution":
-        return list(fetches.reference("registry lookup of", ctx.name, ctx.registries))
-    if not isinstance(body, dict):
-        return []
-    if endpoint == "auth":
-        return list(fetches.auth(body, ctx.registries))
-    if endpoint == "container-create":
-        return list(container_create(body, ctx))
-    if endpoint == "network-connect":
-        settings = body.get("EndpointConfig")
-        return list(isolation.endpoint_sysctls({"EndpointConfig": settings} if settings else {}, ""))
-    if endpoint == "container-update":
-        return list(container_update(body, ctx))
-    if endpoint == "exec-create":
-        return list(exec_create(body))
-    if endpoint == "volume-create":
-        return list(volume_create(body, ctx))
-    if endpoint == "network-create":
-        return list(isolation.network_create(body))
-    return []
+    by_query = _BY_QUERY.get(endpoint)
+    if by_query is not None:
+        return list(by_query(body, ctx))
+    by_body = _BY_BODY.get(endpoint)
+    return list(by_body(body, ctx)) if by_body is not None and isinstance(body, dict) else []
 
 
 def names_host_paths(endpoint: str, body: Any) -> bool:

@@ -7,7 +7,7 @@ test checks that these docstring tables say the same as the data.
 
 `RequestFramer.feed(data)` takes what a client sent and returns, in order:
 
-- a `RequestHead` (parsed and validated, see `http.parse_request_head`),
+- a `RequestHead` (parsed and validated, see `messages.parse_request_head`),
 - body data: `bytes` or a `memoryview` of the decoded body (chunk framing removed), at most one
   per feed; a view may point into `data`, so it is used before the next read reuses that buffer,
 - `END` once the request is complete,
@@ -73,7 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rediacc_core.gate.http import (
+from rediacc_core.gate.http.messages import (
     BODY_LENGTH,
     BODY_NONE,
     BODY_UNTIL_CLOSE,

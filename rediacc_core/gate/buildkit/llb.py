@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from rediacc_core.gate import fetches, limits
-from rediacc_core.gate.findings import Finding, refuse
-from rediacc_core.gate.protowire import MAX_DEPTH, Message, WireError
+from rediacc_core.gate.policy import fetches, limits
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.wire.protowire import MAX_DEPTH, Message, WireError
 
 NET_UNSET, NET_HOST, NET_NONE = 0, 1, 2
 SECURITY_SANDBOX, SECURITY_INSECURE = 0, 1

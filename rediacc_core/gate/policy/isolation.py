@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rediacc_core.gate.decode import is_empty
-from rediacc_core.gate.endpoints import BUILDKIT_INSTEAD
-from rediacc_core.gate.findings import Finding, refuse
+from rediacc_core.gate.policy.endpoints import BUILDKIT_INSTEAD
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.wire.decode import is_empty
 
 # Docker's default capability set: adding one of these changes nothing.
 DEFAULT_CAPABILITIES = frozenset(

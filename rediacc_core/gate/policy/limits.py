@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from rediacc_core.gate.decode import BadRequest, canonicalise
-from rediacc_core.gate.decode_fields import ListOf, StructRef
-from rediacc_core.gate.findings import Finding, refuse
+from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.wire.decode import BadRequest, canonicalise
+from rediacc_core.gate.wire.decode_fields import ListOf, StructRef
 
 DEFAULT_PIDS_LIMIT = 4096
 MAX_PIDS_LIMIT = 4 * 1024 * 1024  # the kernel's PID_MAX_LIMIT: no pids.max above it means anything

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rediacc_core import publishing
-from rediacc_core.gate.findings import Finding, refuse
+from rediacc_core.gate.policy.findings import Finding, refuse
 from rediacc_core.publishing import EPHEMERAL, Policy, Port
 
 RULE = "publish-port"

@@ -12,21 +12,24 @@ that it was handed, or opened under another name. So revoke, exclusive grants an
 find the repo's processes holding the nodes by device number (`runtime.openers`) and stop the
 containers they are in.
 
-The daemon is asked over its own socket (root only), never through the gate.
+The daemon is asked over its own socket (root only), never through the gate, with the gate's own
+client for a container's record (`gate.containers`). This module also stops holders, writes the
+handover's audit lines, and gathers all of it as `Holdings`: what an exclusive grant is handed
+(`grants.RunningParts`), so the grant records themselves never reach a daemon or /proc.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
-import urllib.parse
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
+from rediacc_core.gate.containers import DaemonContainers, LookupFailed
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import openers
@@ -35,17 +38,6 @@ from rediacc_core.runtime.openers import Node, Opener
 ASK_TIMEOUT = 10.0
 STOP_TIMEOUT = 10  # seconds the daemon waits after SIGTERM before it kills a holder
 _RUNS = frozenset({"running", "paused", "restarting"})
-
-
-def cdi_names(host_config: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """Every device id in the CDI device requests of a HostConfig (or update body), once each."""
-    names: list[str] = []
-    requests = host_config.get("DeviceRequests") if isinstance(host_config, Mapping) else None
-    for request in requests if isinstance(requests, list) else ():
-        if isinstance(request, dict) and request.get("Driver") == "cdi":
-            ids = request.get("DeviceIDs")
-            names.extend(i for i in (ids if isinstance(ids, list) else ()) if isinstance(i, str))
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -87,40 +79,27 @@ def _socket(machine: Machine, repo: Repo) -> str:
     return str(runtime_for(machine, repo).upstream_socket)
 
 
-def _get(sock: str, target: str) -> Any:
-    status, body = unixhttp.request(sock, "GET", target, timeout=ASK_TIMEOUT)
-    if status != 200:
-        raise http.client.HTTPException(f"{target} answered {status}")
-    return json.loads(body)
+def _daemon(machine: Machine, repo: Repo) -> DaemonContainers:
+    """The repo daemon's containers, asked over its own socket (the gate's client, not the gate)."""
+    return DaemonContainers(Path(_socket(machine, repo)), ASK_TIMEOUT)
 
 
 def repo_holders(machine: Machine, repo: Repo) -> list[Holder] | None:
     """Every container of `repo` that holds a CDI device, running or not; None when its daemon is
     not running (then nothing of it runs, and nothing of it can start without the gate or the guard)."""
-    sock = _socket(machine, repo)
+    daemon = _daemon(machine, repo)
     try:
-        listed = _get(sock, "/containers/json?all=1")
-    except (OSError, http.client.HTTPException, ValueError):
+        ids = daemon.ids()
+    except LookupFailed:
         return None
     holders: list[Holder] = []
-    for entry in listed if isinstance(listed, list) else ():
-        ident = entry.get("Id") if isinstance(entry, dict) else None
-        if not isinstance(ident, str):
-            continue
+    for ident in ids:
         try:
-            document = _get(sock, f"/containers/{urllib.parse.quote(ident, safe='')}/json")
-        except (OSError, http.client.HTTPException, ValueError):
-            continue  # removed meanwhile
-        host = document.get("HostConfig")
-        names = cdi_names(host if isinstance(host, dict) else None)
-        if not names:
+            found = daemon.lookup(ident)
+        except LookupFailed:
             continue
-        state = document.get("State")
-        status = state.get("Status") if isinstance(state, dict) else ""
-        name = document.get("Name")
-        holders.append(
-            Holder(repo, ident, name.lstrip("/") if isinstance(name, str) else ident[:12], str(status), names)
-        )
+        if found is not None and found.cdi:  # None: removed meanwhile
+            holders.append(Holder(repo, ident, found.name or ident[:12], found.state, found.cdi))
     return sorted(holders, key=lambda h: h.name)
 
 
@@ -194,7 +173,7 @@ def device_openers(machine: Machine, repo: Repo, nodes: Iterable[Node]) -> list[
 def opener_containers(machine: Machine, repo: Repo, found: Iterable[Opener]) -> list[Holder]:
     """The containers the processes in `found` belong to, named by the repo's daemon, each with
     what its processes hold (processes outside any container are not among them)."""
-    sock = _socket(machine, repo)
+    daemon = _daemon(machine, repo)
     held: dict[str, list[str]] = {}
     for opener in found:
         if opener.container is not None:
@@ -202,10 +181,10 @@ def opener_containers(machine: Machine, repo: Repo, found: Iterable[Opener]) -> 
     containers = []
     for ident, what in held.items():
         name, status = ident[:12], "running"
-        with contextlib.suppress(OSError, http.client.HTTPException, ValueError, LookupError, TypeError):
-            document = _get(sock, f"/containers/{ident}/json")
-            name = str(document["Name"]).lstrip("/")
-            status = str(document["State"]["Status"])
+        with contextlib.suppress(LookupFailed):
+            record = daemon.lookup(ident)
+            if record is not None:
+                name, status = record.name or name, record.state or status
         containers.append(Holder(repo, ident, name, status, (), tuple(what)))
     return sorted(containers, key=lambda h: h.name)
 
@@ -251,7 +230,7 @@ def record_handover(
     machine: Machine, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]
 ) -> None:
     """One line in each repo's audit log: which devices went from `old` to `new`, and what was stopped."""
-    from rediacc_core.gate.audit import append_event
+    from rediacc_core.gate.audit.log import append_event
     from rediacc_core.runtime.lifecycle import runtime_for
 
     devices = list(names)
@@ -269,3 +248,48 @@ def record_handover(
             cdi=devices,
             message=message,
         )
+
+
+class Holdings:
+    """The machine's running parts as granting asks about them (`grants.RunningParts`): the
+    containers and processes of each repo that hold a device, stopping them, and the handover's
+    audit lines. Handed to `GrantStore` by its caller: the grant records never reach a daemon.
+
+    `holders`, `stop` and `openers` replace the daemon and /proc lookups (tests, simulations)."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        holders: Callable[[Repo], list[Holder] | None] | None = None,
+        stop: Callable[[Holder], None] | None = None,
+        openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+    ) -> None:
+        self.machine = machine
+        self._holders = holders or (lambda repo: repo_holders(machine, repo))
+        self._stop = stop or (lambda holder: stop_holder(machine, holder))
+        self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
+
+    def holders(self, repo: Repo) -> list[Holder] | None:
+        return self._holders(repo)
+
+    def stop(self, holder: Holder) -> None:
+        self._stop(holder)
+
+    def openers(self, repo: Repo, nodes: Collection[Node]) -> list[Opener]:
+        return self._openers(repo, nodes)
+
+    def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]:
+        return nodes_of(self.machine, names, besides)
+
+    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]:
+        return clear_openers(self.machine, repo, nodes, find=self._openers, stop=self._stop)
+
+    def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]:
+        return openers_report(self.machine, repo, left)
+
+    def stop_command(self, holder: Holder) -> str:
+        return stop_command(holder)
+
+    def record_handover(self, old: Repo, new: Repo, names: Iterable[str], stopped: Iterable[Holder]) -> None:
+        record_handover(self.machine, old, new, names, stopped)
