@@ -471,6 +471,24 @@ class GrantStore:
             if broken:
                 problems.append("spec files that could not be read: " + "; ".join(broken))
             raise ValidationError("; ".join(problems), todo)
+        self._check_grantable(devices)
+
+    def _check_grantable(self, devices: Sequence[str]) -> None:
+        """Refuse names a spec defines but the last setup or refresh placed on no hardware it found
+        (the inventory's `ungrantable`): a grant of one would reach a stale name, not a device."""
+        from rediacc_core.inventory import load_inventory
+
+        document = load_inventory(self.machine) or {}
+        why = {row["name"]: row["why"] for row in document.get("ungrantable", [])}
+        stale = [device for device in devices if device in why]
+        if stale:
+            name = self.machine.name
+            raise RefusedError(
+                "; ".join(f"{device} is not grantable on {name}: {why[device]}" for device in stale)
+                + "; nothing was granted",
+                f"grant a name `rdc machine gpu list {name}` lists as grantable; after changing the hardware "
+                f"or its spec, run `rdc machine refresh {name}` (or `rdc machine setup {name}`) first",
+            )
 
     def _conflicts(
         self,

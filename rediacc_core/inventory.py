@@ -42,31 +42,49 @@ def iso(moment: datetime) -> str:
 
 
 def build_inventory(
-    machine: Machine, gpus: Iterable[Gpu], registry: Registry, *, now: datetime | None = None
+    machine: Machine,
+    gpus: Iterable[Gpu],
+    registry: Registry,
+    *,
+    now: datetime | None = None,
+    unplaced: Mapping[str, str] | None = None,
+    specs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The inventory document for `machine`.
 
     A GPU's CDI names are kept only when a spec on the machine defines them: a plugin may expect a
     name that its tool did not generate (toolkit off, driver too old), and listing it would invite
-    a grant that can never work.
+    a grant that can never work. Names in `unplaced` (a spec defines them, no discovered hardware
+    is them) are listed under `ungrantable` with why, not under `devices`. `specs` is the stat
+    fingerprint of the spec files the document was built from (`spec_facts.recorded`).
     """
     defined = registry.names()
-    devices = [
-        {
-            "name": name,
-            "kind": name.split("=", 1)[0],
-            "spec": entry.spec.path.name if entry.spec.path is not None else "",
-        }
-        for name, entry in sorted(registry.devices.items())
-    ]
-    return {
+    unplaced = unplaced or {}
+
+    def spec_of(name: str) -> str:
+        path = registry.devices[name].spec.path
+        return path.name if path is not None else ""
+
+    document: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "generatedAt": iso(now or now_utc()),
         "machine": machine.name,
         "platform": machine.platform,
         "gpus": [gpu_record(gpu, defined) for gpu in gpus],
-        "devices": devices,
+        "devices": [
+            {"name": name, "kind": name.split("=", 1)[0], "spec": spec_of(name)}
+            for name in sorted(registry.devices)
+            if name not in unplaced
+        ],
     }
+    if unplaced:
+        document["ungrantable"] = [
+            {"name": name, "kind": name.split("=", 1)[0], "spec": spec_of(name), "why": why}
+            for name, why in sorted(unplaced.items())
+        ]
+    if specs is not None:
+        document["specs"] = specs
+    return document
 
 
 def _names(names: Iterable[str], defined: frozenset[str] | None) -> list[str]:
@@ -213,6 +231,10 @@ def _parse(text: str, source: str, machine: str) -> dict[str, Any]:
     return result
 
 
+# The typed inventory and its `specs` rows, as one read of the file gives them.
+_Read = tuple["Inventory | None", "list[dict[str, Any]] | None"]
+
+
 class LiveInventory:
     """The machine's inventory as the gate sees it: parsed and typed only when the file changed (one
     `stat` per call otherwise), None when never set up, a ValidationError naming the file when broken."""
@@ -220,13 +242,14 @@ class LiveInventory:
     def __init__(self, machine: Machine) -> None:
         path = machine.inventory_path
 
-        def load() -> tuple[StatKey, Inventory | None] | None:
+        def load() -> tuple[StatKey, _Read] | None:
             found = read_text_keyed(path, "inventory")
             if found is None:
                 return None
-            return found[0], inventory_from_document(_parse(found[1], str(path), machine.name))
+            document = _parse(found[1], str(path), machine.name)
+            return found[0], (inventory_from_document(document), document.get("specs"))
 
-        self._file: LiveFile[Inventory | None] = LiveFile(path, load, None, "inventory")
+        self._file: LiveFile[_Read] = LiveFile(path, load, (None, None), "inventory")
 
     @property
     def reads(self) -> int:
@@ -234,6 +257,12 @@ class LiveInventory:
         return self._file.reads
 
     def get(self) -> Inventory | None:
+        return self._file.get()[0]
+
+    def read(self) -> tuple[Inventory | None, list[dict[str, Any]] | None]:
+        """The inventory and the stat fingerprint of the specs it was built from (None when it
+        records none: never set up, or written by an older rdc), from one `stat`; the same objects
+        until the file changes."""
         return self._file.get()
 
 

@@ -44,6 +44,7 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "env"): LOCAL,
     ("repo", "tunnel"): LOCAL,
     ("machine", "setup"): ON_MACHINE,
+    ("machine", "refresh"): ON_MACHINE,
     ("machine", "config"): ON_MACHINE,
     ("machine", "gpu", "list"): READ_MACHINE,
     ("machine", "gpu", "prune"): ON_MACHINE,

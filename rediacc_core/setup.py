@@ -1,9 +1,14 @@
-"""`rdc machine setup`: discovery, the plugins' setup steps, CDI specs, then the inventory.
+"""`rdc machine setup` and `rdc machine refresh`: discovery, the plugins' setup steps, CDI specs,
+then the inventory.
 
 The order protects what is recorded: every spec is produced and validated in a staging directory
 before any is written, and the inventory is written last from the specs really on the machine. A
 tool that fails or produces an invalid spec stops setup with the tool's own message, and the
-previous specs and inventory stay as they were. Last, under the same lock, every repo's grants are
+previous specs and inventory stay as they were. A refresh is the same path without the plugins'
+steps and spec generation: it validates the specs already on the machine (a vendor's refresh
+unit may have rewritten them) and rebuilds the inventory from a new discovery.
+Both record which defined names no discovered hardware is (`spec_facts`), and the specs' identity.
+Last, under the same lock, every repo's grants are
 checked against the new facts (`recheck.recheck_grants`): a grant whose name moved to other hardware,
 vanished or overlaps another repo's exclusive reservation is suspended.
 """
@@ -25,11 +30,12 @@ from rediacc_core.cdi.registry import Registry
 from rediacc_core.cdi.spec import dump_spec, parse_spec_text, validate_spec
 from rediacc_core.errors import RdcError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.inventory import build_inventory, write_inventory
+from rediacc_core.inventory import build_inventory, inventory_from_document, load_inventory, write_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.model import CdiSpecFile, Gpu, SetupContext
 from rediacc_core.plugins import Plugins
 from rediacc_core.recheck import GrantChange, recheck_grants
+from rediacc_core.spec_facts import lost_facts, recorded, unplaced_names
 from rediacc_core.statelock import state_lock
 
 # Only these suffixes are read by the CDI loader, so a spec under any other name would be lost.
@@ -75,6 +81,8 @@ class SetupReport:
     inventory: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     grant_changes: list[GrantChange] = field(default_factory=list)  # what the re-check of the grants did
+    refresh: bool = False
+    previous: dict[str, Any] | None = None  # the inventory before this run, when there was one
 
     @property
     def cards(self) -> int:
@@ -120,14 +128,18 @@ def run_setup(
     *,
     dry_run: bool = False,
     progress: Progress | None = None,
+    refresh: bool = False,
 ) -> SetupReport:
-    """Set `machine` up; with `dry_run`, only plan (discovery reads, nothing is changed)."""
+    """Set `machine` up; with `dry_run`, only plan (discovery reads, nothing is changed). With
+    `refresh`, install and generate nothing: check the specs on the machine, rebuild the inventory."""
     progress = progress or _Silent()
-    report = SetupReport(machine, dry_run)
+    report = SetupReport(machine, dry_run, refresh=refresh)
 
     with _step(progress, "Discover GPUs"):
         report.gpus = plugins.discover(machine)
     report.plan.append(PlannedStep("Discover GPUs", _described_cards(report.gpus) or ("none found",)))
+    if refresh:
+        return _refresh(machine, plugins, report, progress)
 
     ctx = SetupContext(machine, tuple(report.gpus), dict(options), dry_run)
     for step in plugins.setup_steps(ctx):
@@ -167,7 +179,8 @@ def run_setup(
     # Under the machine's state lock, so a grant being checked sees the old names or the new ones,
     # never a mix.
     with state_lock(machine):
-        _write(machine, report, spec_files, produced, progress)
+        report.previous = _previous(machine, report)
+        _write(machine, plugins, report, spec_files, produced, progress)
         # Every grant against the new facts, before anyone can use a grant whose name moved.
         with _step(progress, "Check the grants"):
             report.grant_changes = recheck_grants(machine, plugins, locked=True)
@@ -176,6 +189,7 @@ def run_setup(
 
 def _write(
     machine: Machine,
+    plugins: Plugins,
     report: SetupReport,
     spec_files: list[CdiSpecFile],
     produced: list[_Produced],
@@ -192,11 +206,69 @@ def _write(
                     target.unlink()
                     report.removed.append(target)
     with _step(progress, "Write the inventory"):
+        _write_inventory(machine, plugins, report, Registry.for_machine(machine))
+
+
+def _write_inventory(machine: Machine, plugins: Plugins, report: SetupReport, registry: Registry) -> None:
+    """The inventory from this discovery and the specs on the machine now (under the state lock):
+    names no discovered hardware is are recorded as not grantable, and the specs' identity."""
+    report.warnings.extend(registry.errors)
+    report.warnings.extend(registry.conflict_messages())
+    specs = recorded(registry.loaded_fingerprint, machine)
+    placed = build_inventory(machine, report.gpus, registry, specs=specs)
+    unplaced = unplaced_names(registry, inventory_from_document(placed), plugins)
+    report.inventory = build_inventory(machine, report.gpus, registry, unplaced=unplaced, specs=specs)
+    report.warnings.extend(lost_facts(report.previous, report.inventory))
+    write_inventory(machine, report.inventory)
+
+
+def _refresh(machine: Machine, plugins: Plugins, report: SetupReport, progress: Progress) -> SetupReport:
+    """Check every spec under etc/cdi as setup checks what it generates, then rebuild the inventory.
+    A spec that fails stops the refresh with the previous inventory kept."""
+    registry = Registry.for_machine(machine)
+    files = sorted({spec.path.name for spec in registry.specs if spec.path is not None})
+    report.plan.append(
+        PlannedStep(
+            f"Check the CDI specs in {machine.cdi_dir}",
+            (f"read and check {', '.join(files)}",) if files else ("no spec files",),
+        )
+    )
+    report.plan.append(
+        PlannedStep(
+            "Write the inventory",
+            (
+                f"write {machine.inventory_path} ({report.cards} GPU(s), grantable names from "
+                f"{machine.cdi_dir}; nothing is installed or generated)",
+            ),
+        )
+    )
+    broken = registry.errors + registry.conflict_messages()
+    refusal = None
+    if broken:
+        refusal = ToolError(
+            "CDI specs on the machine cannot be used: " + "; ".join(broken),
+            f"fix or remove them, or run `rdc machine setup {machine.name}` to generate rdc's again; "
+            "the previous inventory was kept",
+        )
+    if report.dry_run:
+        report.refusal = refusal
+        return report
+    if refusal is not None:
+        raise refusal
+    with _step(progress, "Check CDI specs and write the inventory"), state_lock(machine):
+        report.previous = _previous(machine, report)
+        # Read again under the lock: a setup may have rewritten them meanwhile.
         registry = Registry.for_machine(machine)
-        report.warnings.extend(registry.errors)
-        report.warnings.extend(registry.conflict_messages())
-        report.inventory = build_inventory(machine, report.gpus, registry)
-        write_inventory(machine, report.inventory)
+        _write_inventory(machine, plugins, report, registry)
+    return report
+
+
+def _previous(machine: Machine, report: SetupReport) -> dict[str, Any] | None:
+    try:
+        return load_inventory(machine)
+    except RdcError as exc:  # a broken inventory is replaced; it has no facts to compare with
+        report.warnings.append(f"the previous inventory was unreadable and is replaced: {exc.what}")
+        return None
 
 
 def _described_cards(gpus: Sequence[Gpu]) -> tuple[str, ...]:

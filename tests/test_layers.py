@@ -37,7 +37,7 @@ FLOORS: dict[str, int] = {
     "gate.wire": 2, "gate.policy": 2, "gate.http": 2, "gate.audit": 2,
     # 3 the machine's records and how they change
     "repos": 3, "grants": 3, "settings": 3, "inventory": 3, "setup": 3, "health": 3, "telemetry": 3,
-    "recheck": 3,
+    "recheck": 3, "spec_facts": 3,
     # 4 the gate's engine: what it asks the daemon, its decisions, the asyncio glue
     "gate": 4,
     # 5 a repo's running parts

@@ -317,6 +317,40 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
     report = run_setup(
         target, get_plugins(), options, dry_run=dry_run, progress=None if dry_run else TerminalProgress()
     )
+    print_result(report, dry_run)
+
+
+@machine.command("refresh")
+@click.argument("name", default="localhost")
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+def refresh(name: str, dry_run: bool) -> None:
+    """Follow a driver update or a GPU repartition on NAME (default localhost): discover its GPUs again,
+    check the CDI specs on it (which a vendor's toolkit may have rewritten) and
+    rewrite its inventory. Nothing is installed and no spec is generated.
+
+    \b
+    Examples:
+      rdc machine refresh localhost --dry-run
+      sudo rdc machine refresh localhost
+    """
+    target = Config.load().machine(name)
+    from rediacc_core.plugins import get_plugins
+    from rediacc_core.setup import run_setup
+
+    report = run_setup(
+        target,
+        get_plugins(),
+        {},
+        dry_run=dry_run,
+        progress=None if dry_run else TerminalProgress(),
+        refresh=True,
+    )
+    print_result(report, dry_run)
+
+
+def print_result(report: SetupReport, dry_run: bool) -> None:
+    """What setup or refresh did (or, on a dry run, would do), the same way for both."""
+    name = report.machine.name
     if dry_run:
         print_plan(report)
         if report.refusal is not None:  # exit as the real run would, saying why
@@ -332,10 +366,19 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
         if unnamed
         else ""
     )
+    stale = inventory.get("ungrantable", [])
+    if stale:
+        why += (
+            f"; {len(stale)} CDI name(s) a spec defines are not grantable, no discovered hardware is them "
+            f"(rdc machine gpu list {name} says why)"
+        )
+    done = "refreshed" if report.refresh else "set up"
     note(
-        f"Machine {name} is set up: {report.cards} GPU(s), {len(inventory.get('devices', []))} grantable "
-        f"CDI device(s){why}; inventory at {target.inventory_path}."
+        f"Machine {name} is {done}: {report.cards} GPU(s), {len(inventory.get('devices', []))} grantable "
+        f"CDI device(s){why}; inventory at {report.machine.inventory_path}."
     )
+    for row in stale:
+        note(f"  not grantable: {row['name']}: {row['why']}")
     for path in report.written:
         note(f"  wrote {path}")
     for path in report.removed:
@@ -596,9 +639,14 @@ def _gpu_tables(inventory: Mapping[str, Any], grants: Mapping[str, list[str]], *
     device_rows: list[list[object]] = [
         [d["name"], d.get("spec"), ", ".join(grants.get(d["name"], [])) or None] for d in devices
     ]
+    # Names a spec defines that no discovered hardware is: listed with why, never as grantable.
+    stale = {d["name"]: d for d in inventory.get("ungrantable", [])}
+    for device, row in sorted(stale.items()):
+        held = ", ".join(grants.get(device, []))
+        device_rows.append([device, f"{row.get('spec')} (not grantable: {row.get('why')})", held or None])
     # A grant whose name no spec defines any more (hardware gone, toolkit off) is shown, not hidden.
     for device, holders in sorted(grants.items()):
-        if device not in names:
+        if device not in names and device not in stale:
             device_rows.append([device, "(not defined on the machine)", ", ".join(holders)])
     if device_rows and narrow:
         out.append(table(["CDI DEVICE", "GRANTED TO"], [[r[0], r[2]] for r in device_rows], width=width))

@@ -56,6 +56,7 @@ __all__ = ["MAX_INSPECTED_BODY", "BadRequest", "Decider", "Decision", "Target", 
 GrantsReader = Callable[[str], frozenset[str]]
 InventoryReader = Callable[[], Inventory | None]
 SettingsReader = Callable[[], Mapping[str, str]]
+SpecAgeReader = Callable[[], str | None]
 
 
 @dataclass(frozen=True)
@@ -94,21 +95,31 @@ class _LiveInventoryReader:
 
     def __init__(self, machine: Machine, log: Callable[[str], None]) -> None:
         from rediacc_core.inventory import LiveInventory
+        from rediacc_core.spec_facts import SpecAge
 
         self._live = LiveInventory(machine)
         self._log = log
         self._error: str | None = None
+        # The specs the inventory was built from, as the last read found them: the spec check
+        # of a decision uses the read its rules use, at no further `stat`.
+        self._specs: list[dict[str, Any]] | None = None
+        self.spec_age = SpecAge(machine, lambda: self._specs)
 
     def __call__(self) -> Inventory | None:
         try:
-            value = self._live.get()
+            value, self._specs = self._live.read()
         except RdcError as exc:
+            self._specs = None
             if exc.what != self._error:
                 self._error = exc.what
                 self._log(f"inventory unreadable, rules see none: {exc.what}")
             return None
         self._error = None
         return value
+
+
+def _same_age() -> str | None:
+    return None
 
 
 def _describe(refusal: Refusal) -> str:
@@ -173,6 +184,7 @@ class Decider:
         *,
         grants: GrantsReader | None = None,
         inventory: InventoryReader | None = None,
+        spec_age: SpecAgeReader | None = None,
         settings: SettingsReader | None = None,
         pins: Pins | None = None,
         containers: ContainerLookup | None = None,
@@ -187,7 +199,14 @@ class Decider:
         self.log = log
         self._grants = grants
         self._grants_error: str | None = None
-        self._inventory: InventoryReader = inventory or _LiveInventoryReader(machine, log)
+        live = None
+        if inventory is None:
+            live = _LiveInventoryReader(machine, log)
+            inventory = live
+        self._inventory: InventoryReader = inventory
+        # Why the inventory's facts are older than the specs the daemon injects from, or None. A
+        # caller that hands the inventory in (unit tests, the demo) decides on it as given.
+        self._spec_age: SpecAgeReader = spec_age or (live.spec_age.check if live else _same_age)
         self._settings = settings
         self._settings_error: str | None = None
         # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
@@ -655,6 +674,10 @@ class Decider:
         if grants_error:
             log.append(f"grants unreadable: {grants_error}")
         refusals = self._grant_problems(cdi, grants, grants_error)
+        inventory = self._inventory()  # before the spec check, which compares what this read found
+        stale = self._stale_facts(cdi) if cdi else []
+        if stale:  # no rule decides on the old facts, so none is asked (its answer would mislead)
+            return self._refuse(where, refusals + stale, log, endpoint=endpoint, cdi=cdi)
         settings = self._read_settings()  # once per decision: the rules and plugins see one state
         findings = rules.check(endpoint, canonical, self._rule_context(target, settings, pinning=False))
         # Plugins are shown a copy, so nothing a plugin does to the body it is shown is forwarded.
@@ -671,7 +694,7 @@ class Decider:
             repo_ref=self.repo.ref,
             machine=self.machine,
             grants=grants,
-            inventory=self._inventory(),
+            inventory=inventory,
             settings=settings,
             image_config=self.image_config,
             log=self.log,
@@ -697,6 +720,8 @@ class Decider:
                 added = self._rewrite(canonical, rewrites, log)
                 new = tuple(n for n in added if n not in cdi)
                 problems = self._grant_problems(new, grants, grants_error)
+                if new and not cdi:
+                    problems += self._stale_facts(new)
                 if problems:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 cdi += new
@@ -710,6 +735,26 @@ class Decider:
         return Decision(
             True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi
         )
+
+    def spec_age(self) -> str | None:
+        """Why the inventory is older than the CDI specs (the gate logs it at start), or None."""
+        self._inventory()
+        return self._spec_age()
+
+    def _stale_facts(self, cdi: tuple[str, ...]) -> list[Refusal]:
+        """A device request is not decided on facts older than the specs it would be served from:
+        refused until the inventory is refreshed (the safe choice; the gate never runs discovery)."""
+        why = self._spec_age()
+        if why is None:
+            return []
+        return [
+            Refusal(
+                message=f"{', '.join(cdi)} cannot be decided now: {why}",
+                replacement=f"ask the machine's operator to run `rdc machine refresh {self.machine.name}`, "
+                "then try again",
+                rule="stale-facts",
+            )
+        ]
 
     @staticmethod
     def _rewrite(body: dict[str, Any], rewrites: list[Rewrite], log: list[str]) -> list[str]:

@@ -171,6 +171,9 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
     restored = decider.restore_pins()
     if restored:
         log(f"pinned again {len(restored)} bind source(s) recorded before this gate started")
+    stale = decider.spec_age()
+    if stale:  # said at start; every device request is refused the same way until the refresh
+        log(f"{stale}; device requests are refused until `rdc machine refresh {machine.name}`")
     runtime = lifecycle.runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
     return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)

@@ -325,3 +325,35 @@ def test_translated_visible_devices_without_the_grant_is_refused_naming_it(nv: N
     refused(result, f"no grant for {GPU1}", f"rdc repo gpu grant alpha@{MACHINE} --device {GPU1}")
     result = nv.alpha.docker("run", "--rm", "-e", "NVIDIA_VISIBLE_DEVICES=all", IMAGE, "true")
     refused(result, "no grant for nvidia.com/gpu=all")
+
+
+# --- day two (last: it updates the machine's driver) ----------------------------------------------------
+
+
+def test_a_driver_update_holds_device_requests_until_the_refresh_then_requirements_read_the_new_driver(
+    nv: NvidiaEnv,
+) -> None:
+    wants = ("-e", "NVIDIA_REQUIRE_CUDA=cuda>=12.4")
+    before = nv.alpha.docker("run", "--rm", "--device", GPU0, *wants, IMAGE, "true")
+    refused(before, "unsatisfied condition: cuda>=12.4", "CUDA driver version 12.2")
+
+    # The driver is updated and the toolkit's refresh unit rewrites the spec, as after a reboot.
+    data = nv.machine.tool_dir / nvidia_testing.DATA_DIR
+    report = (data / "q-x.xml").read_text()
+    (data / "q-x.xml").write_text(report.replace("535.104.05", "550.54.15").replace("12.2<", "12.4<"))
+    spec = nv.machine.cdi_dir / "nvidia.yaml"
+    generated = nv.machine.run(
+        [str(nv.machine.tool_dir / "nvidia-ctk"), "cdi", "generate", f"--output={spec}"]
+    )
+    assert generated.ok, generated.stderr
+
+    stale = nv.alpha.docker("run", "--rm", "--device", GPU0, *wants, IMAGE, "true")
+    refused(stale, "nvidia.yaml changed", f"rdc machine refresh {MACHINE}")
+    admitted(nv.alpha.docker("run", "--rm", IMAGE, "true"))  # requests without devices go on
+
+    done = nv.rdc("machine", "refresh", MACHINE)
+    assert done.returncode == 0, done.stderr
+    assert f"Machine {MACHINE} is refreshed: 2 GPU(s)" in done.stderr
+    admitted(nv.alpha.docker("run", "--rm", "--device", GPU0, *wants, IMAGE, "true"))
+    listing = nv.rdc("machine", "gpu", "list", MACHINE)
+    assert "550.54.15" in listing.stdout, listing.stdout

@@ -15,7 +15,8 @@ Rule ids (a plugin refusal with one of these replaces the core's finding about t
 `storage-opt`, `network-driver`, `network-option`, `network-subnet`, `mount-propagation`,
 `build-option`, `git-remote`, `fetch-address`, `swarm`, `publish-port`; the decider adds `grant` for
 names the repo was not granted, `gpu-health` for a start holding a GPU its driver reported unhealthy
-and `endpoint` for routes it refuses whole. Below the rules, the
+`endpoint` for routes it refuses whole and `stale-facts` for device requests while the CDI specs
+are newer than the machine's inventory. Below the rules, the
 exchange answers `bad-request` (a body it cannot read), `limit` (past a size or rate bound),
 `upstream` (the daemon's answer could not be relayed) and `gate` (the gate could not decide: a bug,
 refused rather than let through).
@@ -54,6 +55,7 @@ RULE_IDS = frozenset(
         "sysctl", "cgroup-parent", "oom", "isolation", "log-driver", "storage-opt", "network-driver",
         "network-option", "network-subnet", "mount-propagation", "build-option", "swarm", "grant", "endpoint",
         "annotation", "pids-limit", "ulimit", "git-remote", "fetch-address", "publish-port", "gpu-health",
+        "stale-facts",
     }
 )  # fmt: skip
 # Ids of the exchange below the rules: the audit trail and the metrics count these too.
