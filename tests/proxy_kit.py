@@ -25,7 +25,10 @@ from typing import Any
 import pytest
 
 from rediacc_core.blocking import may_block
+from rediacc_core.gate import buildkit
 from rediacc_core.gate.audit.log import Audit
+from rediacc_core.gate.buildkit import Verdict
+from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.server import GateLimits, GateServer
 
 
@@ -146,6 +149,9 @@ class StandInDecider:
 
     def remembers(self, method: str, raw_target: str) -> bool:
         return True
+
+    def judge_grpc(self, path: str, message: bytes) -> Verdict:
+        return buildkit.check(path, message, BuildPolicy())
 
     def head(self, method: str, raw_target: str) -> Decision | None:
         if raw_target.split("?")[0].endswith("/swarm/init"):

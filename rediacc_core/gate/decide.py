@@ -12,8 +12,8 @@ against the grants, pin the admitted bind sources (`pins.py`) and forward the re
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
+from rediacc_core.gate import buildkit
+from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
 from rediacc_core.gate.policy import isolation, mounts, publish, rules
@@ -52,18 +54,6 @@ __all__ = ["MAX_INSPECTED_BODY", "BadRequest", "Decider", "Decision", "Target", 
 GrantsReader = Callable[[str], frozenset[str]]
 InventoryReader = Callable[[], Inventory | None]
 SettingsReader = Callable[[], Mapping[str, str]]
-
-# Where Devices and DeviceRequests live in each body that can carry them ("" = the top level).
-_DEVICE_HOLDER = {"container-create": "HostConfig", "container-update": ""}
-# Requests after which a container's processes run with its devices: the daemon injects its CDI
-# devices at every start, so what it holds is checked against the grants in force now.
-_RUNS_CONTAINER = frozenset(
-    {"container-start", "container-restart", "container-unpause", "exec-create", "exec-start"}
-)
-# Requests after which the daemon binds a container's published ports (the keeper forwards them).
-_BINDS_PORTS = frozenset({"container-start", "container-restart"})
-# Endpoints whose admitted bodies name host paths, pinned before they are forwarded.
-_PINNED = frozenset({"container-create", "volume-create"})
 
 
 @dataclass(frozen=True)
@@ -302,7 +292,7 @@ class Decider:
             raise BadRequest(f"API version {target.version} is older than the gate supports (1.24)")
         if len(body) > MAX_INSPECTED_BODY:
             raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
-        if endpoint.name in _RUNS_CONTAINER:
+        if endpoint.runs:
             held = self._held_check(where, target, endpoint)
             if held is not None:
                 return held
@@ -325,7 +315,7 @@ class Decider:
             held = self._held_check(where, target, endpoint)
             if held is not None:
                 return held
-        return self._decide_body(method, target, endpoint.name, canonical)
+        return self._decide_body(method, target, endpoint, canonical)
 
     def _held_check(self, where: str, target: Target, route: Route) -> Decision | None:
         """The refusal of a request that would run a container holding CDI names the repo lacks now,
@@ -346,7 +336,7 @@ class Decider:
             )
         if held is None:
             return None  # no such container: the daemon says so
-        refusals = self._port_problems(held) if route.name in _BINDS_PORTS else []
+        refusals = self._port_problems(held) if route.binds_ports else []
         grants, error = self._read_grants() if held.cdi else (frozenset(), None)
         missing = [name for name in held.cdi if error is not None or name not in grants]
         if not missing and not refusals:
@@ -475,6 +465,11 @@ class Decider:
         allowances = self._current_allowances(self._read_settings())
         return BuildPolicy(allowances.extra_capabilities, registries=allowances.registries)
 
+    def judge_grpc(self, path: str, message: bytes) -> Verdict:
+        """One message of a BuildKit gRPC call on `/grpc` (`path` its method), judged like any
+        other request: by this repo's policy, with the machine's settings as they are now."""
+        return buildkit.check(path, message, self.build_policy())
+
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each
         checked against today's policy; returns the staging paths restored."""
@@ -561,11 +556,12 @@ class Decider:
             f"every device: rdc machine gpu list {where})"
         )
 
-    def _decide_body(self, method: str, target: Target, endpoint: str, canonical: Any) -> Decision:
+    def _decide_body(self, method: str, target: Target, route: Route, canonical: Any) -> Decision:
         where = f"{method} {target.path}"
+        endpoint = route.name
         version = target.api_version
         log: list[str] = []
-        holder_key = _DEVICE_HOLDER.get(endpoint)
+        holder_key = route.devices_in
         cdi: tuple[str, ...] = ()
         if holder_key is not None and isinstance(canonical, dict):
             folded = rules.fold_compose_devices(canonical, holder_key)
@@ -578,13 +574,12 @@ class Decider:
         refusals = self._grant_problems(cdi, grants, grants_error)
         settings = self._read_settings()  # once per decision: the rules and plugins see one state
         findings = rules.check(endpoint, canonical, self._rule_context(target, settings, pinning=False))
-        # Encoded before plugins run, so nothing a plugin does to the body it is shown is forwarded.
-        forwarded = encode(canonical)
+        # Plugins are shown a copy, so nothing a plugin does to the body it is shown is forwarded.
         request = ApiRequest(
             method=method,
             path=target.path,
             query=target.query,
-            body=canonical,
+            body=copy.deepcopy(canonical),
             api_version=None if version is None else f"{version[0]}.{version[1]}",
             cdi_devices=cdi,
         )
@@ -615,29 +610,26 @@ class Decider:
                     f"rewrite ignored (only container create is rewritten): {r.description}" for r in rewrites
                 )
             else:
-                body, added = self._rewrite(json.loads(forwarded), rewrites, log)
+                added = self._rewrite(canonical, rewrites, log)
                 new = tuple(n for n in added if n not in cdi)
                 problems = self._grant_problems(new, grants, grants_error)
                 if problems:
                     return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
-                forwarded = encode(body)
                 cdi += new
-        if endpoint in _PINNED and rules.names_host_paths(endpoint, canonical):
+        if route.pins and rules.names_host_paths(endpoint, canonical):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
-            body = json.loads(forwarded)
-            pinned = rules.pin(endpoint, body, self._rule_context(target, settings, pinning=True))
+            pinned = rules.pin(endpoint, canonical, self._rule_context(target, settings, pinning=True))
             if pinned:
                 return self._refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
-            forwarded = encode(body)
+        forwarded = encode(canonical)  # once: decoded once (canonicalise), changed in place, encoded once
         log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
         return Decision(
             True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi
         )
 
     @staticmethod
-    def _rewrite(
-        body: dict[str, Any], rewrites: list[Rewrite], log: list[str]
-    ) -> tuple[dict[str, Any], list[str]]:
+    def _rewrite(body: dict[str, Any], rewrites: list[Rewrite], log: list[str]) -> list[str]:
+        """Apply the plugins' rewrites to `body` in place; the CDI names they added."""
         added: list[str] = []
         for rewrite in rewrites:
             log.append(f"rewrite: {rewrite.description}")
@@ -652,7 +644,7 @@ class Decider:
                     host = body["HostConfig"] = {}
                 rules.add_cdi_devices(host, rewrite.add_cdi_devices)
                 added.extend(rewrite.add_cdi_devices)
-        return body, list(dict.fromkeys(added))
+        return list(dict.fromkeys(added))
 
     @staticmethod
     def _refuse(

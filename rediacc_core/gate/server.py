@@ -50,11 +50,9 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
-from rediacc_core.gate import buildkit
 from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.audit.peer import NO_PEER, Peer, peer_of
 from rediacc_core.gate.buildkit import Verdict
-from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.buildkit.relay import GrpcRelay
 from rediacc_core.gate.http.exchange import Decision, Exchange
 from rediacc_core.gate.http.messages import RequestHead, error_response
@@ -112,6 +110,9 @@ class DeciderLike(Protocol):
     def remembers(self, method: str, raw_target: str) -> bool: ...
 
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
+
+    def judge_grpc(self, path: str, message: bytes) -> Verdict:
+        """One message of a BuildKit gRPC call, for the relay (`buildkit.relay`)."""
 
 
 class _Upstream(asyncio.BufferedProtocol):
@@ -419,7 +420,7 @@ class _Relay:
             client.account()
 
     def _judge(self, path: str, message: bytes) -> Verdict:
-        return buildkit.check(path, message, self.client.gate.build_policy())
+        return self.client.gate.decider.judge_grpc(path, message)
 
     def _report(self, path: str, status: int, message: str, rules: tuple[str, ...]) -> None:
         """A checked or refused gRPC call, for the gate's log and the audit trail."""
@@ -454,10 +455,8 @@ class GateServer:
         socket_mode: int = 0o660,
         limits: GateLimits | None = None,
         audit: Audit | None = None,
-        build_policy: Callable[[], BuildPolicy] = BuildPolicy,
     ) -> None:
         self.listen_path = listen_path
-        self.build_policy = build_policy  # what BuildKit's build steps may use (the machine's settings)
         self.upstream_path = upstream_path
         self.decider = decider
         self.log: Log = log or (lambda line: None)

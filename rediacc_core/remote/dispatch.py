@@ -22,6 +22,7 @@ from rediacc_core.errors import (
     EXIT_GENERAL,
     EXIT_INTERRUPTED,
     AmbiguousError,
+    NotFoundError,
     RdcError,
 )
 from rediacc_core.machine import Machine
@@ -237,23 +238,31 @@ def place_repo(config: Config, ref: str) -> str | None:
     label = RepoRef.parse(ref).label
     holders = [m.name for m in config.machines() if m.remote is None and RepoStore(m).find(label) is not None]
 
-    def holds(machine: Machine) -> bool:
+    def holds(machine: Machine) -> bool | None:
+        """Whether `machine` has the repo; None when it could not be asked."""
         out = Stream()
         if run_remote(config, machine, ["repo", "list", machine.name, "-o", "json"], out, Stream()) != 0:
-            return False
+            return None
         try:
             return any(r.get("ref", "").split("@")[0] == label for r in json.loads(out.value()))
         except (ValueError, AttributeError):
-            return False
+            return None
 
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(32, len(remote))) as pool:
-        holders += [m.name for m, found in zip(remote, pool.map(holds, remote), strict=True) if found]
+        answers = list(zip(remote, pool.map(holds, remote), strict=True))
+    holders += [m.name for m, found in answers if found]
+    silent = [m.name for m, found in answers if found is None]
     if len(holders) > 1:
         raise AmbiguousError(
             f"repo {label!r} exists on several machines: {', '.join(holders)}",
             f"name the machine, e.g. {label}@{holders[0]}",
+        )
+    if not holders and silent:
+        raise NotFoundError(
+            f"no repo {label!r} on the machines that answered; could not ask {', '.join(silent)}",
+            f"name the machine ({label}@{silent[0]}) once it answers: `rdc machine list` shows which do",
         )
     if holders and config.machine(holders[0]).remote is not None:
         return holders[0]

@@ -311,20 +311,14 @@ def start_dockerd(
     from rediacc_core.runtime.containerd import start_containerd
 
     start_containerd(paths, network, detach=detach)
-    log = open(paths.log, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        process = subprocess.Popen(
-            [*dockerd_argv(paths, dockerd, network), *extra_args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=detach,
+        # dockerd writes its own pidfile (daemon.json), once it is ready to.
+        process = paths.dockerd.start(
+            [*dockerd_argv(paths, dockerd, network), *extra_args], detach=detach, record=False
         )
     except OSError as exc:
         paths.containerd.stop(5)
         raise ToolError(f"cannot run {dockerd}: {exc.strerror}", "install Docker Engine >= 25") from exc
-    finally:
-        log.close()
     daemon = RunningDaemon(paths.socket, process.pid, paths.log, paths, process)
     if not wait_for_ping(paths.socket, timeout, daemon.alive):
         daemon.stop(5)

@@ -285,8 +285,9 @@ def _release_pins(machine: Machine, repo: Repo) -> list[str]:
 
 
 def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIMEOUT) -> list[str]:
-    """Stop the gate, then the repo's own daemon, then kill and unmount whatever of the repo is
-    left (see `teardown`); returns what was stopped, killed and unmounted, for the user.
+    """Stop the gate, the port keeper, then the repo's own daemon, then kill and unmount whatever of
+    the repo is left (see `teardown`), then its namespace and uplink; returns what was stopped,
+    killed and unmounted, for the user.
 
     Raises StateError naming what is still there when something of the repo survives all that.
     """
@@ -303,6 +304,11 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
     from rediacc_core.runtime import teardown
 
     before = teardown.footprint(runtime.daemon_paths)
+    # The port keeper before dockerd: dockerd waits 5 s on shutdown for the keeper's open event
+    # stream to close. The forwards it made go with the uplink, last.
+    pid = runtime.network.keeper.stop(netns.PROCESS_STOP_TIMEOUT)
+    if pid is not None:
+        stopped.append(f"port keeper (pid {pid})")
     pid = runtime.daemon_paths.dockerd.stop(timeout)
     if pid is not None:
         stopped.append(f"dockerd (pid {pid})")

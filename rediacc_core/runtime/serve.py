@@ -173,9 +173,7 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
         log(f"pinned again {len(restored)} bind source(s) recorded before this gate started")
     runtime = lifecycle.runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
-    return GateServer(
-        listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit, build_policy=decider.build_policy
-    )
+    return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)
 
 
 def raise_open_files_limit() -> None:

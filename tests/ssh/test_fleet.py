@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ssh_kit import BIN, Client, Fleet
 
-from rediacc_core.errors import EXIT_OK, EXIT_REFUSED, EXIT_STATE, EXIT_TOOL
+from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_STATE, EXIT_TOOL
 from rediacc_core.grants import read_grants
 from rediacc_core.repos import RepoStore
 from rediacc_core.statelock import lock_path, state_lock
@@ -179,6 +179,18 @@ def test_an_unreachable_machine_is_a_clear_error(fleet: Fleet, tmp_path: Path) -
     trusted = ["-o", f"UserKnownHostsFile={client.known_hosts}", "-o", "HostKeyAlias=rdc.m1"]
     tried = subprocess.run([*shlex.split(advice)[:-1], *trusted, "true"], capture_output=True, text=True)
     assert tried.returncode == 0, tried.stderr  # the advice is a command that runs
+
+
+def test_a_bare_repo_name_names_the_machine_it_could_not_ask(fleet: Fleet, tmp_path: Path) -> None:
+    client = fleet.new_client(tmp_path)
+    ok(fleet.add(client, "m1", "--accept-host-key"))
+    fleet.sshd.stop()
+    try:
+        refused = client.rdc("repo", "gpu", "list", "nosuch")
+    finally:
+        fleet.sshd.start()
+    assert refused.returncode == EXIT_NOT_FOUND
+    assert "could not ask m1" in refused.stderr and "nosuch@m1" in refused.stderr
 
 
 def test_a_relative_identity_works_from_any_directory(fleet: Fleet, tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ class GrpcRelay:
             if call is not None:
                 self._forget(call)
                 if call.upstream_id is not None:
-                    self._reset(self.upstream, call.upstream_id)
+                    _reset(self.upstream, call.upstream_id)
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._close()
 
@@ -173,12 +173,12 @@ class GrpcRelay:
     def _request_data(self, stream_id: int, data: bytes, flow: int) -> None:
         call = self.calls.get(stream_id)
         if call is None or call.refused:
-            self._ack(self.client, stream_id, flow)
+            _ack(self.client, stream_id, flow)
             return
         if not call.checked:
             call.to_upstream.append(("data", data, flow))
             return
-        self._ack(self.client, stream_id, flow)  # held and counted instead: a message may span windows
+        _ack(self.client, stream_id, flow)  # held and counted instead: a message may span windows
         call.inbound += data
         self.held += len(data)
         while not call.refused and len(call.inbound) >= _PREFIX:
@@ -268,9 +268,9 @@ class GrpcRelay:
         except h2.exceptions.StreamClosedError:
             pass
         except h2.exceptions.ProtocolError:
-            self._reset(self.client, call.client_id)
+            _reset(self.client, call.client_id)
         if call.upstream_id is not None:
-            self._reset(self.upstream, call.upstream_id)
+            _reset(self.upstream, call.upstream_id)
         self._forget(call)
 
     # --- the daemon's side ----------------------------------------------------------------------
@@ -280,7 +280,7 @@ class GrpcRelay:
             self._close()
         elif call is None:
             if isinstance(event, h2.events.DataReceived) and event.stream_id:
-                self._ack(self.upstream, event.stream_id, event.flow_controlled_length or 0)
+                _ack(self.upstream, event.stream_id, event.flow_controlled_length or 0)
         elif isinstance(event, h2.events.ResponseReceived):
             # A response of headers alone (a gRPC error) must reach the client as one, end included.
             kind = "trailers" if event.stream_ended is not None else "headers"
@@ -298,66 +298,21 @@ class GrpcRelay:
         elif isinstance(event, h2.events.StreamReset):
             self._forget(call)
             self.calls.pop(call.client_id, None)
-            self._reset(self.client, call.client_id, event.error_code or h2.errors.ErrorCodes.CANCEL)
+            _reset(self.client, call.client_id, event.error_code or h2.errors.ErrorCodes.CANCEL)
 
-    # --- moving queued items, as the windows allow ---------------------------------------------
+    # --- moving queued items ----------------------------------------------------------------------
     def _flush(self) -> None:
         for call in list(self.calls.values()):
             if call.upstream_id is not None and call.to_upstream:
-                self._drain(
-                    call, call.to_upstream, self.upstream, call.upstream_id, self.client, call.client_id
-                )
+                _drain(call.to_upstream, self.upstream, call.upstream_id, self.client, call.client_id)
             if call.to_client:
-                self._drain(
-                    call, call.to_client, self.client, call.client_id, self.upstream, call.upstream_id
+                responded, ended = _drain(
+                    call.to_client, self.client, call.client_id, self.upstream, call.upstream_id
                 )
-
-    def _drain(
-        self,
-        call: _Call,
-        queue: deque[tuple[str, bytes | Headers, int]],
-        out: h2.connection.H2Connection,
-        out_id: int,
-        source: h2.connection.H2Connection,
-        source_id: int | None,
-    ) -> None:
-        try:
-            while queue:
-                kind, payload, flow = queue[0]
-                if kind == "data":
-                    assert isinstance(payload, bytes)
-                    room = min(out.local_flow_control_window(out_id), out.max_outbound_frame_size)
-                    if room <= 0 and payload:
-                        return
-                    part = payload[:room]
-                    out.send_data(out_id, part)
-                    if len(part) < len(payload):
-                        queue[0] = (kind, payload[len(part) :], flow)
-                        continue
-                    queue.popleft()
-                    if flow and source_id is not None:
-                        self._ack(source, source_id, flow)
-                elif kind in ("headers", "trailers"):
-                    assert isinstance(payload, list)
-                    queue.popleft()
-                    if out is self.client:
-                        call.responded = True
-                    out.send_headers(out_id, payload, end_stream=kind == "trailers")
-                    if kind == "trailers":
-                        self._done(call, out)
-                else:
-                    queue.popleft()
-                    out.end_stream(out_id)
-                    self._done(call, out)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            queue.clear()
-            self._reset(out, out_id)
-
-    def _done(self, call: _Call, out: h2.connection.H2Connection) -> None:
-        """A response ended toward the client: the call is over."""
-        if out is self.client:
-            self._forget(call)
-            self.calls.pop(call.client_id, None)
+                call.responded = call.responded or responded
+                if ended:  # a response ended toward the client: the call is over
+                    self._forget(call)
+                    self.calls.pop(call.client_id, None)
 
     # --- helpers --------------------------------------------------------------------------------
     def _forget(self, call: _Call) -> None:
@@ -366,20 +321,6 @@ class GrpcRelay:
         self.held -= len(call.inbound)
         call.inbound.clear()
 
-    def _ack(self, conn: h2.connection.H2Connection, stream_id: int, flow: int) -> None:
-        if not flow:
-            return
-        try:
-            conn.acknowledge_received_data(flow, stream_id)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            conn.increment_flow_control_window(flow)  # the stream is gone; the connection's share is not
-
-    def _reset(
-        self, conn: h2.connection.H2Connection, stream_id: int, code: int = h2.errors.ErrorCodes.CANCEL
-    ) -> None:
-        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            conn.reset_stream(stream_id, code)
-
     def _close(self) -> None:
         if self.closed:
             return
@@ -387,3 +328,61 @@ class GrpcRelay:
         for conn in (self.client, self.upstream):
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 conn.close_connection()
+
+
+# --- moving queued items, as the windows allow -------------------------------------------------------
+def _drain(
+    queue: deque[tuple[str, bytes | Headers, int]],
+    out: h2.connection.H2Connection,
+    out_id: int,
+    source: h2.connection.H2Connection,
+    source_id: int | None,
+) -> tuple[bool, bool]:
+    """Send what `queue` holds for stream `out_id` of `out` as far as its window allows, acknowledging
+    each data item on the stream it came from; whether headers went out, and whether the stream ended."""
+    headers = False
+    try:
+        while queue:
+            kind, payload, flow = queue[0]
+            if kind == "data":
+                assert isinstance(payload, bytes)
+                room = min(out.local_flow_control_window(out_id), out.max_outbound_frame_size)
+                if room <= 0 and payload:
+                    return headers, False
+                part = payload[:room]
+                out.send_data(out_id, part)
+                if len(part) < len(payload):
+                    queue[0] = (kind, payload[len(part) :], flow)
+                    continue
+                queue.popleft()
+                if flow and source_id is not None:
+                    _ack(source, source_id, flow)
+            elif kind in ("headers", "trailers"):
+                assert isinstance(payload, list)
+                queue.popleft()
+                headers = True
+                out.send_headers(out_id, payload, end_stream=kind == "trailers")
+                if kind == "trailers":
+                    return headers, True
+            else:
+                queue.popleft()
+                out.end_stream(out_id)
+                return headers, True
+    except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        queue.clear()
+        _reset(out, out_id)
+    return headers, False
+
+
+def _ack(conn: h2.connection.H2Connection, stream_id: int, flow: int) -> None:
+    if not flow:
+        return
+    try:
+        conn.acknowledge_received_data(flow, stream_id)
+    except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        conn.increment_flow_control_window(flow)  # the stream is gone; the connection's share is not
+
+
+def _reset(conn: h2.connection.H2Connection, stream_id: int, code: int = h2.errors.ErrorCodes.CANCEL) -> None:
+    with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        conn.reset_stream(stream_id, code)

@@ -11,6 +11,11 @@ four actions:
   (`/build`, and the routes where the daemon fetches from a registry or URL), then the body streams;
 - `refuse`: answered 403 with the reason and what to do instead.
 
+Each route is one record of all the gate knows of it: its `name` (what rules, decisions, the audit
+trail and the metrics call it), the struct its body decodes into, and whether a container's
+processes run with their devices after it (`runs`), the daemon binds published ports (`binds_ports`),
+its body may name host paths to pin (`pins`) or devices (`devices_in`).
+
 A method and path the table does not list is refused: a newer daemon may serve routes the gate has
 never checked. `tests/gate/test_api_coverage.py` fails when the daemon's swagger has an operation the
 table does not classify.
@@ -46,6 +51,12 @@ class Route:
     body: FieldType | None = None  # the struct an inspected body decodes into
     why: str = ""  # refuse: the reason
     instead: str = ""  # refuse: what to use
+    # After the request, a container's processes run with its devices: the daemon injects its CDI
+    # devices at every start, so what the container holds is checked against the grants in force now.
+    runs: bool = False
+    binds_ports: bool = False  # after it, the daemon binds the container's published host ports
+    pins: bool = False  # its admitted body may name host paths, pinned before it is forwarded
+    devices_in: str | None = None  # where its body holds Devices and DeviceRequests ("" = top level)
 
 
 def _fwd(method: str, pattern: str) -> Route:
@@ -73,15 +84,30 @@ ROUTES: tuple[Route, ...] = (
     _fwd("GET", "/system/df"),
     Route("GET", "/distribution/{name}/json", "query", "distribution"),
     # --- containers ---------------------------------------------------------------------------
-    Route("POST", "/containers/create", "inspect", "container-create", StructRef("CreateRequest")),
-    Route("POST", "/containers/{id}/update", "inspect", "container-update", StructRef("UpdateConfig")),
-    Route("POST", "/containers/{id}/exec", "inspect", "exec-create", StructRef("ExecConfig")),
+    Route(
+        "POST",
+        "/containers/create",
+        "inspect",
+        "container-create",
+        StructRef("CreateRequest"),
+        pins=True,
+        devices_in="HostConfig",
+    ),
+    Route(
+        "POST",
+        "/containers/{id}/update",
+        "inspect",
+        "container-update",
+        StructRef("UpdateConfig"),
+        devices_in="",
+    ),
+    Route("POST", "/containers/{id}/exec", "inspect", "exec-create", StructRef("ExecConfig"), runs=True),
     # The routes that make a container's processes run: the gate checks what the container holds
     # against the grants in force now (decide.py). Older APIs read a start body as a HostConfig:
     # only an empty one passes.
-    Route("POST", "/containers/{id}/start", "inspect", "container-start"),
-    Route("POST", "/containers/{id}/restart", "inspect", "container-restart"),
-    Route("POST", "/containers/{id}/unpause", "inspect", "container-unpause"),
+    Route("POST", "/containers/{id}/start", "inspect", "container-start", runs=True, binds_ports=True),
+    Route("POST", "/containers/{id}/restart", "inspect", "container-restart", runs=True, binds_ports=True),
+    Route("POST", "/containers/{id}/unpause", "inspect", "container-unpause", runs=True),
     _fwd("GET", "/containers/json"),
     _fwd("POST", "/containers/prune"),
     _fwd("DELETE", "/containers/{id}"),
@@ -108,7 +134,7 @@ ROUTES: tuple[Route, ...] = (
     _fwd("GET", "/exec/{id}/json"),
     _fwd("POST", "/exec/{id}/resize"),
     # The exec's process starts here, in a container that may have lost a grant since the exec was made.
-    Route("POST", "/exec/{id}/start", "inspect", "exec-start"),
+    Route("POST", "/exec/{id}/start", "inspect", "exec-start", runs=True),
     # --- images and builds --------------------------------------------------------------------
     Route("POST", "/build", "query", "build"),
     _fwd("POST", "/build/prune"),
@@ -145,7 +171,7 @@ ROUTES: tuple[Route, ...] = (
     _fwd("POST", "/networks/{id}/disconnect"),
     # --- volumes ------------------------------------------------------------------------------
     _fwd("GET", "/volumes"),
-    Route("POST", "/volumes/create", "inspect", "volume-create", StructRef("VolumeCreateOptions")),
+    Route("POST", "/volumes/create", "inspect", "volume-create", StructRef("VolumeCreateOptions"), pins=True),
     _fwd("POST", "/volumes/prune"),
     _fwd("DELETE", "/volumes/{name}"),
     _fwd("GET", "/volumes/{name}"),
