@@ -10,10 +10,13 @@ Small bodies are decided on the event loop (cheaper than a thread hop); big ones
 that would wait for I/O (an image lookup on the daemon, see `blocking.may_block`), run in a worker
 thread, so a slow decision never stalls other clients.
 
-Where each message starts and ends is not decided here: `framing.py` holds the two sans-IO framers
-(requests from the client, responses from the daemon) and their transition tables. `_Client` is the
-asyncio glue: it feeds each read to a framer and acts on the events that come back (ask the
-decider, write, pause or resume reading, close), and keeps the limits and the audit calls.
+What each connection does next is not decided here: `http/framing.py` holds the two sans-IO
+framers (requests from the client, responses from the daemon) and `http/exchange.py` the
+connection's joint state (lockstep, refused and inspected bodies, the next request, close-after,
+half-close, connecting, the tunnel switch), each with its transition tables. `_Client` is the
+asyncio glue: it hands each read to its `Exchange` and performs the actions that come back (ask
+the decider, connect, write, pause or resume reading, close), and keeps the limits' accounting,
+the audit calls and BuildKit's relay.
 
 Built on asyncio buffered protocols rather than streams: the data path is a few method calls per
 read, every read lands in one shared 256 KiB buffer (nothing is allocated per read, nothing held per
@@ -40,7 +43,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,40 +51,19 @@ from typing import Any, Protocol, cast
 
 from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
 from rediacc_core.gate.audit.log import Audit
-from rediacc_core.gate.audit.peer import NO_PEER, peer_of
+from rediacc_core.gate.audit.peer import NO_PEER, Peer, peer_of
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.relay import GrpcRelay
-from rediacc_core.gate.http.framing import (
-    COMPLETE,
-    END,
-    HEAD,
-    IDLE,
-    TUNNEL,
-    Data,
-    ProtocolError,
-    RequestEvent,
-    RequestFramer,
-    ResponseFramer,
-)
-from rediacc_core.gate.http.messages import (
-    LAST_CHUNK,
-    MAX_INSPECTED_BODY,
-    RequestHead,
-    ResponseHead,
-    chunk_frame,
-    error_response,
-    json_response,
-)
+from rediacc_core.gate.http.exchange import Decision, Exchange
+from rediacc_core.gate.http.messages import RequestHead, error_response
 from rediacc_core.unixhttp import listening
 
 Log = Callable[[str], None]
 
 _WRITE_HIGH = 1024 * 1024  # per-direction buffer before the other side is paused
-_PIPELINE_LIMIT = 1024 * 1024  # client bytes held while a response is pending
 CONNECT_TIMEOUT = 10.0
 READ_SIZE = 256 * 1024
 INLINE_DECISION_MAX = 64 * 1024  # inspected bodies up to this are decided on the event loop
-_JOIN_MAX = 64 * 1024  # head and body go out in one write up to this size
 _ROUTES_CACHE = 4096
 LISTEN_BACKLOG = 1024
 
@@ -115,17 +97,7 @@ class GateLimits:
         )
 
 
-class DecisionLike(Protocol):
-    @property
-    def forward(self) -> bool: ...
-    @property
-    def status(self) -> int: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def body(self) -> bytes | None: ...
-    @property
-    def log(self) -> tuple[str, ...]: ...
+DecisionLike = Decision  # what the gate reads of a decision (`gate.decide.Decision`)
 
 
 class DeciderLike(Protocol):
@@ -141,14 +113,6 @@ class DeciderLike(Protocol):
 
     def judge_grpc(self, path: str, message: bytes) -> Verdict:
         """One message of a BuildKit gRPC call, for the relay (`buildkit.relay`)."""
-
-
-def _grpc_upgrade(req: RequestHead | None) -> bool:
-    """Is `req` BuildKit's `/grpc` upgrade, whose connection the gate relays call by call?"""
-    if req is None or req.method != "POST":
-        return False
-    path = req.target.partition("?")[0]
-    return path == "/grpc" or (path.startswith("/v") and path.endswith("/grpc") and path.count("/") == 2)
 
 
 class _Upstream(asyncio.BufferedProtocol):
@@ -171,56 +135,52 @@ class _Upstream(asyncio.BufferedProtocol):
         return self.lent
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.client.upstream_data(self.lent[:nbytes])
+        client = self.client
+        if client.relay is not None:
+            client.relay.upstream_data(bytes(self.lent[:nbytes]))
+        else:
+            client.exchange.upstream_data(self.lent[:nbytes])
 
     def eof_received(self) -> bool:
-        return self.client.upstream_eof()
+        client = self.client
+        keep = client.exchange.upstream_ended()
+        if client.relay is not None:
+            client.relay.upstream_eof()
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.client.upstream_lost(self)
+        client = self.client
+        if client.upstream is self:
+            client.upstream = None
+            client.exchange.upstream_lost()
 
     def pause_writing(self) -> None:
-        self.client.pause_reading("upstream-full")
+        self.client.pause("upstream-full")
 
     def resume_writing(self) -> None:
-        self.client.resume_reading("upstream-full")
+        self.client.resume("upstream-full")
 
 
 class _Client(asyncio.BufferedProtocol):
-    """One client connection: asyncio glue around its two framers (`framing`).
+    """One client connection: performs what its `Exchange` (`http/exchange.py`) asks.
 
-    Reads go to the framers; their events are acted on here: ask the decider, write, pause or
-    resume reading, close. What the request in progress is waiting for follows from the framers'
-    states and from `refused` / `inspect` (how its body is handled: dropped, read whole, or
-    streamed to the daemon as it comes). It also holds the connection's limits (buffered bytes,
-    head and body timeouts), writes each decision to the audit trail, switches to a raw tunnel
-    after a 101 or a hijacked stream, and hands `/grpc` to the BuildKit relay.
+    The exchange owns the connection's HTTP/1.1 state; this is the asyncio side of it: reads into
+    the gate's shared buffer, writes, flow control both ways, the decider (inline or in a worker),
+    the connection to the daemon, the limits' accounting, the log and the audit trail, and
+    BuildKit's gRPC relay once the exchange hands `/grpc` over.
     """
 
     def __init__(self, gate: GateServer) -> None:
         self.gate = gate
+        limits = gate.limits
+        self.exchange = Exchange(self, head_timeout=limits.head_timeout, body_timeout=limits.body_timeout)
         self.transport: asyncio.Transport | None = None
         self.upstream: _Upstream | None = None
-        self.unsent: list[bytes] | None = None  # request bytes held while the upstream connects
         self.lent = gate.read_buffer
-        self.requests = RequestFramer()
-        self.responses = ResponseFramer()
-        self.closed = False
-        self.tunnel = False  # raw bytes both ways (after a 101, or a hijacked stream)
-        self.relay: GrpcRelay | None = None  # BuildKit's /grpc after its 101: relayed call by call
+        self.relay: _Relay | None = None  # BuildKit's /grpc after its 101: relayed call by call
         self.paused: set[str] = set()
-        self.req: RequestHead | None = None  # the request being served
-        self.refused: DecisionLike | None = None  # refused from its head: its body is read and dropped
-        self.inspect: bytearray | None = None  # its body, read whole for the decider
-        self.close_after = False  # the response in progress ends the connection
-        self.client_eof = False
-        self.upstream_eof_seen = False
-        self.framing = False  # inside `_frame`: a finished exchange lets it frame the next request
-        self.next_due = False  # an exchange ended inside `_frame`: it frames the next request
-        self.deadline = 0.0  # monotonic time by which the head or inspected body must be in (0: none)
         self.held = 0  # bytes of unfinished request this connection counts in `gate.buffered`
         self.peer = NO_PEER  # the client process (SO_PEERCRED), read once when auditing
-        self.started = 0.0  # when the head of the request being decided was read
 
     # --- asyncio.Protocol (client side) -------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,13 +189,12 @@ class _Client(asyncio.BufferedProtocol):
         if self.gate.audit is not None:
             self.peer = peer_of(transport)
         if len(self.gate.connections) >= self.gate.limits.max_connections:
-            self.closed = True
+            self.exchange.closed = True
             message = (
                 f"the gate of repo {self.gate.repo_ref} has {self.gate.limits.max_connections} connections "
                 "open (its limit); close idle clients or retry later"
             )
-            self.gate.log(f"refused 503: {message}")
-            self._audit_refusal(503, message, "limit")
+            self.refused(503, message, "limit")
             self.transport.write(error_response(503, message, close=True))
             self.transport.close()
             return
@@ -249,33 +208,18 @@ class _Client(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.relay is not None:
             self.relay.client_data(bytes(self.lent[:nbytes]))
-            self._pump_relay()
-        elif self.tunnel:
-            self._to_upstream(self.lent[:nbytes])
         else:
-            self._frame(self.requests.feed(self.lent[:nbytes]))
+            self.exchange.client_data(self.lent[:nbytes])
 
     def eof_received(self) -> bool:
-        self.client_eof = True
+        keep = self.exchange.client_ended()
         if self.relay is not None:
             self.relay.client_eof()
-            self._pump_relay()
-            return False
-        if self.tunnel:
-            up = self.upstream
-            if up is not None and up.transport is not None and up.transport.can_write_eof():
-                up.transport.write_eof()  # stdin ended: the container sees EOF, output keeps flowing
-            if self.upstream_eof_seen:
-                self.close()
-            return True
-        if self.requests.state is COMPLETE:
-            return True  # answer what was asked, then close
-        self.close()
-        return False
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.gate.connections.discard(self)
-        self.closed = True
+        self.exchange.lost()
         self._release()
         self._close_upstream()
 
@@ -289,325 +233,114 @@ class _Client(asyncio.BufferedProtocol):
         if up is not None and up.transport is not None:
             up.transport.resume_reading()
 
-    # --- helpers --------------------------------------------------------------------------------
-    def pause_reading(self, reason: str) -> None:
-        if not self.paused and self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-        self.paused.add(reason)
+    # --- the exchange's actions -----------------------------------------------------------------
+    def route(self, method: str, target: str) -> tuple[DecisionLike | None, bool]:
+        self.gate.requests += 1
+        return self.gate.route(method, target)
 
-    def resume_reading(self, reason: str) -> None:
-        if reason not in self.paused:
-            return
-        self.paused.discard(reason)
-        if not self.paused and self.transport is not None and not self.closed:
-            self.transport.resume_reading()
-
-    def _write(self, data: bytes | bytearray | memoryview) -> None:
-        if self.transport is not None and not self.closed:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.transport is not None and not self.exchange.closed:
             self.transport.write(data)
             if type(data) is memoryview:
                 self.gate.after_write(self.transport, data)
 
-    def _to_upstream(self, data: bytes | bytearray | memoryview) -> None:
-        """Pass bytes to the daemon; held (copied) while a connection to it is being made."""
+    def send(self, data: bytes | bytearray | memoryview) -> None:
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.write(data)
             if type(data) is memoryview:
                 self.gate.after_write(up.transport, data)
-        elif self.unsent is not None:
-            self.unsent.append(bytes(data))
 
-    def _connect_soon(self) -> None:
-        """Open the upstream connection; requests written meanwhile are held and read no further."""
-        if self.unsent is None:
-            self.unsent = []
-            self.pause_reading("connect")
-            self.gate.spawn(self._connect_then_send())
+    def connect(self) -> None:
+        self.gate.spawn(self._connect())
 
-    def close(self) -> None:
+    def pause(self, reason: str) -> None:
+        if not self.paused and self.transport is not None and not self.exchange.closed:
+            self.transport.pause_reading()
+        self.paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self.paused:
+            return
+        self.paused.discard(reason)
+        if not self.paused and self.transport is not None and not self.exchange.closed:
+            self.transport.resume_reading()
+
+    def end_upstream(self) -> None:
+        up = self.upstream
+        if up is not None and up.transport is not None and up.transport.can_write_eof():
+            up.transport.write_eof()
+
+    def end_client(self) -> None:
+        if self.transport is not None and self.transport.can_write_eof():
+            self.transport.write_eof()
+
+    def drop_upstream(self) -> None:
+        self._close_upstream()
+
+    def close(self, first: bool = False) -> None:
         """Flush what is queued to the client, then close both sides."""
-        if not self.closed:
-            self.closed = True
-            if self.transport is not None:
-                self.transport.close()
+        if not self.exchange.closed:
+            self.exchange.close()  # which comes back here
+            return
+        if first and self.transport is not None:
+            self.transport.close()
         self._release()
         self._close_upstream()
 
-    def _account(self) -> None:
+    def account(self) -> None:
         """Bring this connection's share of `gate.buffered` up to date; 503 when it grew past the limit."""
-        if self.closed:
+        if self.exchange.closed:
             return
-        held = len(self.requests.held)
+        held = self.exchange.holding()
         if self.relay is not None:
             held += self.relay.held
-        if self.inspect is not None:
-            held += len(self.inspect)
-        if self.unsent:
-            held += sum(len(part) for part in self.unsent)
         grew = held - self.held
         gate = self.gate
         if grew > 0 and gate.buffered + grew > gate.limits.max_buffered:
             # What was read is let go with the connection: the gate never holds more than the limit
             # (plus the one read that would have gone over).
             mib = gate.limits.max_buffered // (1024 * 1024)
-            self._fail(
-                503,
-                rule="limit",
-                message=f"the gate of repo {gate.repo_ref} holds {mib} MiB of unfinished requests "
-                "(its limit); retry later",
+            message = (
+                f"the gate of repo {gate.repo_ref} holds {mib} MiB of unfinished requests (its limit); "
+                "retry later"
             )
+            self.exchange.fail(503, message, "limit")
             return
         self.held = held
         gate.buffered += grew
         if gate.buffered > gate.buffered_peak:
             gate.buffered_peak = gate.buffered
 
+    def refused(self, status: int, message: str, rule: str) -> None:
+        self.gate.log(f"refused {status}: {message}")
+        audit = self.gate.audit
+        if audit is not None:
+            req = self.exchange.req
+            method, target = (req.method, req.target) if req is not None else ("", "")
+            audit.record(self.peer, method, target, status=status, rules=(rule,), message=message)
+
+    def log(self, line: str) -> None:
+        self.gate.log(line)
+
     def _release(self) -> None:
         self.gate.buffered -= self.held
         self.held = 0
-        self.deadline = 0.0
-
-    def expired(self, now: float) -> None:
-        """Called by the gate's sweep once `deadline` has passed: drop the unfinished request."""
-        what, limit = ("head", self.gate.limits.head_timeout)
-        if self.requests.state is not HEAD:
-            what, limit = ("body", self.gate.limits.body_timeout)
-        self._fail(
-            408,
-            rule="limit",
-            message=f"the request {what} did not arrive within {limit:g} s; the gate closed the connection",
-        )
 
     def _close_upstream(self) -> None:
         up, self.upstream = self.upstream, None
         if up is not None and up.transport is not None:
             up.transport.close()
 
-    def _audit_refusal(self, status: int, message: str, rule: str) -> None:
-        audit = self.gate.audit
-        if audit is not None:
-            req = self.req
-            method, target = (req.method, req.target) if req is not None else ("", "")
-            audit.record(self.peer, method, target, status=status, rules=(rule,), message=message)
+    # --- deciding -------------------------------------------------------------------------------
+    def decide(self, req: RequestHead, body: bytes) -> None:
+        self.gate.decide(self.exchange, req, body)
 
-    def _fail(self, status: int, message: str, rule: str = "http") -> None:
-        """Answer with an error and close: the connection cannot be resynchronised.
+    def judged(self, req: RequestHead, decision: DecisionLike) -> None:
+        self.gate.judged(self.peer, req, decision, self.exchange.started)
 
-        `rule` names the cause in the audit trail: `http` (framing), `limit`, `upstream`, `gate`.
-        """
-        head_only = self.req is not None and self.req.method == "HEAD"
-        self.gate.log(f"refused {status}: {message}")
-        self._audit_refusal(status, message, rule)
-        if not self.responses.under_way:  # never inside a response already under way
-            self._write(error_response(status, message, head_only=head_only, close=True))
-        self.close()
-
-    # --- the request side -----------------------------------------------------------------------
-    def _frame(self, events: Sequence[RequestEvent]) -> None:
-        """Act on the request framer's events; then on the next request's, as each exchange ends."""
-        self.framing = True
-        try:
-            while True:
-                for event in events:
-                    if self.closed:
-                        return
-                    if type(event) is RequestHead:
-                        self._start_request(event)
-                    elif event is END:
-                        self._request_complete()
-                    elif type(event) is memoryview or type(event) is bytes:
-                        self._body_data(event)
-                    elif type(event) is ProtocolError:
-                        self._fail(event.status, event.message, event.rule)
-                if not self.next_due or self.closed:
-                    break
-                self.next_due = False
-                events = self.requests.next_request()
-        finally:
-            self.framing = False
-        if self.closed:
-            return
-        requests = self.requests
-        pending = requests.held
-        if requests.state is HEAD:
-            if pending and not self.deadline:
-                self.deadline = time.monotonic() + self.gate.limits.head_timeout
-        elif requests.state is COMPLETE and len(pending) > _PIPELINE_LIMIT:
-            self.pause_reading("pipeline")
-        if pending or self.held or self.inspect is not None or self.unsent:
-            self._account()
-
-    def _start_request(self, req: RequestHead) -> None:
-        self.req = req
-        self.deadline = 0.0
-        self.gate.requests += 1
-        try:
-            refused, inspected = self.gate.route(req.method, req.target)
-        except Exception as exc:
-            self._fail(_status_of(exc), _message_of(exc), "gate")
-            return
-        if refused is not None:
-            # Answered once its body (read, never kept) has ended: clients write the whole body
-            # before they read the answer (the docker CLI sending a build context does), and
-            # answering early would show them a broken pipe, not the reason.
-            self.refused = refused
-            self.inspect = None
-            return
-        if inspected:
-            self.inspect = bytearray()
-            self.started = time.monotonic()
-            if req.has_body:
-                if req.expect_continue:
-                    self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                self.deadline = self.started + self.gate.limits.body_timeout
-            return
-        self.inspect = None
-        self.responses.request_sent(req.method)
-        if self.upstream is None:
-            self._connect_soon()
-        self._to_upstream(req.passthrough)
-
-    def _body_data(self, data: Data) -> None:
-        if self.refused is not None:
-            return  # the body of a refused request: read and dropped
-        inspect = self.inspect
-        if inspect is not None:
-            inspect += data
-            if len(inspect) > MAX_INSPECTED_BODY:
-                self._fail(
-                    400,
-                    rule="limit",
-                    message=f"request body larger than {MAX_INSPECTED_BODY // (1024 * 1024)} MiB: "
-                    "the gate reads container and volume requests whole and refuses bigger ones",
-                )
-            return
-        req = self.req
-        assert req is not None
-        if req.chunked:  # re-framed by the gate: the daemon reads exactly the chunks the gate parsed
-            self._to_upstream(b"".join(chunk_frame([memoryview(data)])))
-        else:
-            self._to_upstream(data)
-
-    def _request_complete(self) -> None:
-        req = self.req
-        assert req is not None
-        if self.refused is not None:
-            decision, self.refused = self.refused, None
-            self._apply(req, b"", decision)
-            return
-        if self.inspect is not None:
-            body = bytes(self.inspect)
-            self.inspect = None
-            self.deadline = 0.0
-            self._account()
-            self.pause_reading("decide")
-            self._decide(req, body)
-            return
-        if req.chunked:
-            self._to_upstream(LAST_CHUNK)
-        if self.responses.state is IDLE:  # the response already finished (an early answer)
-            self._exchange_done()
-        # else the response is on its way; its end finishes the exchange
-
-    def _decide(self, req: RequestHead, body: bytes) -> None:
-        """Decide on the loop when that cannot stall it, else in a worker thread.
-
-        A small body takes a bounded fraction of a millisecond to decide, less than handing it
-        to a thread and back. Anything that would wait (an image lookup on the daemon) raises
-        `MustNotBlock` inside an inline decision, and the decision starts over in a worker.
-        """
-        if len(body) <= INLINE_DECISION_MAX:
-            try:
-                with decisions_must_not_block():
-                    decision = self.gate.decider.decide(req.method, req.target, req.content_type, body)
-            except MustNotBlock:
-                pass
-            except Exception as exc:
-                self._fail(_status_of(exc), _message_of(exc), "gate")
-                return
-            else:
-                self._apply(req, body, decision)
-                return
-        self.gate.spawn(self._decide_in_worker(req, body))
-
-    def _audit_decision(self, req: RequestHead, decision: DecisionLike) -> None:
-        assert self.gate.audit is not None
-        self.gate.audit.record(
-            self.peer,
-            req.method,
-            req.target,
-            status=200 if decision.forward else decision.status,
-            endpoint=getattr(decision, "endpoint", ""),
-            rules=getattr(decision, "rules", ()),
-            cdi_asked=getattr(decision, "cdi_asked", ()),
-            cdi_admitted=getattr(decision, "cdi_admitted", ()),
-            message="" if decision.forward else decision.message,
-            seconds=time.monotonic() - self.started,
-        )
-
-    async def _decide_in_worker(self, req: RequestHead, body: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        decide = self.gate.decider.decide
-        try:
-            decision = await loop.run_in_executor(
-                self.gate.executor, decide, req.method, req.target, req.content_type, body
-            )
-        except Exception as exc:
-            self._fail(_status_of(exc), _message_of(exc), "gate")
-            return
-        self._apply(req, body, decision)
-
-    def _apply(self, req: RequestHead, body: bytes, decision: DecisionLike) -> None:
-        for line in decision.log:
-            self.gate.log(line)
-        if self.gate.audit is not None:
-            self._audit_decision(req, decision)
-        if self.closed:
-            return
-        if not decision.forward:
-            head_only = req.method == "HEAD"
-            closing = not req.keep_alive
-            answer = getattr(decision, "answer", None)
-            if answer is not None:  # the gate's own answer (`views`), not a refusal
-                self._write(json_response(answer, close=closing))
-            else:
-                if not decision.log:
-                    self.gate.log(f"refused {decision.status} {req.method} {req.target}: {decision.message}")
-                self._write(
-                    error_response(decision.status, decision.message, head_only=head_only, close=closing)
-                )
-            if closing:
-                self.close()
-                return
-            self.resume_reading("decide")
-            self._exchange_done()
-            return
-        self._send_decided(req, body if decision.body is None else decision.body)
-
-    def _send_decided(self, req: RequestHead, forwarded: bytes) -> None:
-        """Forward a decided request: the head with the gate's Content-Length, then the canonical body."""
-        self.responses.request_sent(req.method)
-        if self.upstream is None:
-            self._connect_soon()
-        framed = req.has_body or bool(forwarded)
-        head = req.encode(content_length=len(forwarded) if framed else None, chunked=False)
-        self._to_upstream(head + forwarded if len(forwarded) <= _JOIN_MAX else head)
-        if len(forwarded) > _JOIN_MAX:
-            self._to_upstream(forwarded)
-        self.resume_reading("decide")
-
-    async def _connect_then_send(self) -> None:
-        if not await self._connect():
-            return
-        unsent, self.unsent = self.unsent or [], None
-        for data in unsent:
-            self._to_upstream(data)
-        self.resume_reading("connect")
-        if self.held:
-            self._account()
-
-    async def _connect(self) -> bool:
+    # --- the daemon's connection ----------------------------------------------------------------
+    async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         path = self.gate.upstream_path
         try:
@@ -616,149 +349,89 @@ class _Client(asyncio.BufferedProtocol):
             )
         except (OSError, TimeoutError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-            self._fail(
-                502,
-                rule="upstream",
-                message=f"the repo's Docker daemon is not answering at {path} ({reason}); "
-                f"start it with: rdc repo up {self.gate.repo_ref}",
+            self.exchange.connect_failed(
+                f"the repo's Docker daemon is not answering at {path} ({reason}); "
+                f"start it with: rdc repo up {self.gate.repo_ref}"
             )
-            return False
-        if self.closed:
+            return
+        if self.exchange.closed:
             if protocol.transport is not None:
                 protocol.transport.close()
-            return False
+            return
         self.upstream = protocol
-        self.upstream_eof_seen = False
-        return True
-
-    def _exchange_done(self) -> None:
-        self.req = None
-        if self.client_eof:
-            self.close()
-            return
-        if self.paused:
-            self.resume_reading("pipeline")
-        if self.framing:
-            self.next_due = True  # `_frame` goes on with the next request: a loop, not recursion
-            return
-        events = self.requests.next_request()
-        if events or self.requests.held or self.held:
-            self._frame(events)
-
-    # --- the response side ----------------------------------------------------------------------
-    def upstream_data(self, data: memoryview) -> None:
-        if self.relay is not None:
-            self.relay.upstream_data(bytes(data))
-            self._pump_relay()
-            return
-        if self.tunnel:
-            self._write(data)
-            return
-        # Only the last event of a read can close the connection (an end, or an error), so unlike
-        # `_frame` this loop need not look for a close between events.
-        for event in self.responses.feed(data):
-            if type(event) is bytes or type(event) is memoryview:
-                if self.relay is not None:  # the daemon's first HTTP/2 bytes, read with its 101
-                    self.relay.upstream_data(bytes(event))
-                    self._pump_relay()
-                else:
-                    self._write(event)
-            elif event is END:
-                self._response_complete()
-            elif type(event) is ResponseHead:
-                req = self.req
-                self.close_after = not event.keep_alive or (req is not None and not req.keep_alive)
-            elif event is TUNNEL:
-                self._tunnel()
-            elif type(event) is ProtocolError:
-                self._response_failed(event)
-
-    def _response_failed(self, error: ProtocolError) -> None:
-        if error.status:
-            self._fail(error.status, error.message, error.rule)
-        else:  # part of the response is out: the client must see it cut, not a truncated success
-            self.gate.log(error.message)
-            self.close()
-
-    def _response_complete(self) -> None:
-        if self.close_after or self.client_eof:
-            self.close()
-            return
-        if self.requests.state is COMPLETE:
-            self._exchange_done()
-        # else: the daemon answered before the body was all sent; the rest still streams, and
-        # the request's end finishes the exchange.
-
-    def _tunnel(self) -> None:
-        self.tunnel = True
-        rest = self.requests.switch_to_tunnel()
-        if _grpc_upgrade(self.req):
-            self.relay = GrpcRelay(self._judge_grpc, self._grpc_report)
-            if rest:
-                self.relay.client_data(rest)
-            if self.client_eof:
-                self.relay.client_eof()
-            self._pump_relay()
-            self.resume_reading("pipeline")
-            return
-        if rest:
-            self._to_upstream(rest)
-        if self.client_eof:
-            up = self.upstream
-            if up is not None and up.transport is not None and up.transport.can_write_eof():
-                up.transport.write_eof()
-        self.resume_reading("pipeline")
-
-    def upstream_eof(self) -> bool:
-        self.upstream_eof_seen = True
-        if self.relay is not None:
-            self.relay.upstream_eof()
-            self._pump_relay()
-            return False
-        if self.tunnel:
-            if self.transport is not None and not self.closed and self.transport.can_write_eof():
-                self.transport.write_eof()
-            if self.client_eof:
-                self.close()
-            return True
-        if self.closed:
-            return False
-        failure = self.responses.eof("closed")
-        if failure is None:
-            self._close_upstream()  # an idle keep-alive connection the daemon let go; reopen on demand
-        else:
-            self._response_failed(failure)
-        return False
+        self.exchange.connected()
 
     # --- BuildKit's /grpc ------------------------------------------------------------------------
-    def _pump_relay(self) -> None:
+    def hand_to_relay(self, rest: bytes, client_ended: bool) -> None:
+        self.relay = _Relay(self)
+        if rest:
+            self.relay.client_data(rest)
+        if client_ended:
+            self.relay.client_eof()
+        self.relay.pump()
+
+    def relay_upstream(self, data: bytes) -> None:
+        assert self.relay is not None
+        self.relay.upstream_data(data)
+
+
+class _Relay:
+    """BuildKit's `/grpc` on one connection after its 101: bytes both ways through a `GrpcRelay`,
+    which checks each call; the connection closes once the relay is done."""
+
+    __slots__ = ("client", "grpc")
+
+    def __init__(self, client: _Client) -> None:
+        self.client = client
+        self.grpc = GrpcRelay(self._judge, self._report)
+
+    @property
+    def held(self) -> int:
+        return self.grpc.held
+
+    def client_data(self, data: bytes) -> None:
+        self.grpc.client_data(data)
+        self.pump()
+
+    def client_eof(self) -> None:
+        self.grpc.client_eof()
+        self.pump()
+
+    def upstream_data(self, data: bytes) -> None:
+        self.grpc.upstream_data(data)
+        self.pump()
+
+    def upstream_eof(self) -> None:
+        self.grpc.upstream_eof()
+        self.pump()
+
+    def pump(self) -> None:
         """Send what the relay has for each side; close once it is done."""
-        relay = self.relay
-        assert relay is not None
-        to_client = relay.for_client()
+        grpc, client = self.grpc, self.client
+        to_client = grpc.for_client()
         if to_client:
-            self._write(to_client)
-        to_upstream = relay.for_upstream()
+            client.write(to_client)
+        to_upstream = grpc.for_upstream()
         if to_upstream:
-            self._to_upstream(to_upstream)
-        if relay.closed:
-            self.close()
-        elif relay.held != self.held:
-            self._account()
+            client.send(to_upstream)
+        if grpc.closed:
+            client.close()
+        elif grpc.held != client.held:
+            client.account()
 
-    def _judge_grpc(self, path: str, message: bytes) -> Verdict:
-        return self.gate.decider.judge_grpc(path, message)
+    def _judge(self, path: str, message: bytes) -> Verdict:
+        return self.client.gate.decider.judge_grpc(path, message)
 
-    def _grpc_report(self, path: str, status: int, message: str, rules: tuple[str, ...]) -> None:
+    def _report(self, path: str, status: int, message: str, rules: tuple[str, ...]) -> None:
         """A checked or refused gRPC call, for the gate's log and the audit trail."""
+        gate = self.client.gate
         if status:
-            self.gate.log(f"refused grpc-status {status} {path}: {message}")
+            gate.log(f"refused grpc-status {status} {path}: {message}")
         elif message:
-            self.gate.log(f"admitted {path}: {message}")
-        audit = self.gate.audit
-        if audit is not None:
-            audit.record(
-                self.peer,
+            gate.log(f"admitted {path}: {message}")
+        if gate.audit is not None:
+            gate.audit.record(
+                self.client.peer,
                 "POST",
                 f"/grpc{path}",
                 status=403 if status else 200,
@@ -766,29 +439,6 @@ class _Client(asyncio.BufferedProtocol):
                 rules=rules,
                 message=message if status else "",
             )
-
-    def upstream_lost(self, protocol: _Upstream) -> None:
-        if self.upstream is not protocol:
-            return
-        self.upstream = None
-        if self.tunnel:
-            self.close()
-        elif not self.closed:
-            failure = self.responses.eof("dropped")
-            if failure is not None:
-                self._response_failed(failure)
-
-
-def _status_of(exc: BaseException) -> int:
-    status = getattr(exc, "status", None)
-    return status if isinstance(status, int) and 400 <= status < 600 else 500
-
-
-def _message_of(exc: BaseException) -> str:
-    if _status_of(exc) == 500:
-        what = f"{type(exc).__name__}: {exc}"
-        return f"the gate could not decide on this request ({what}); nothing was forwarded"
-    return str(exc)
 
 
 class GateServer:
@@ -858,6 +508,57 @@ class GateServer:
             self._routes[key] = known
         return known
 
+    def decide(self, exchange: Exchange, req: RequestHead, body: bytes) -> None:
+        """Decide on the loop when that cannot stall it, else in a worker thread; the answer goes
+        to `exchange` (`decided`, or `undecided` when the decider raised).
+
+        A small body takes a bounded fraction of a millisecond to decide, less than handing it
+        to a thread and back. Anything that would wait (an image lookup on the daemon) raises
+        `MustNotBlock` inside an inline decision, and the decision starts over in a worker.
+        """
+        if len(body) <= INLINE_DECISION_MAX:
+            try:
+                with decisions_must_not_block():
+                    decision = self.decider.decide(req.method, req.target, req.content_type, body)
+            except MustNotBlock:
+                pass
+            except Exception as exc:
+                exchange.undecided(exc)
+                return
+            else:
+                exchange.decided(req, body, decision)
+                return
+        self.spawn(self._decide_in_worker(exchange, req, body))
+
+    async def _decide_in_worker(self, exchange: Exchange, req: RequestHead, body: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            decision = await loop.run_in_executor(
+                self.executor, self.decider.decide, req.method, req.target, req.content_type, body
+            )
+        except Exception as exc:
+            exchange.undecided(exc)
+            return
+        exchange.decided(req, body, decision)
+
+    def judged(self, peer: Peer, req: RequestHead, decision: DecisionLike, started: float) -> None:
+        """A decision, for the gate's log and the audit trail (`started`: when its head was read)."""
+        for line in decision.log:
+            self.log(line)
+        if self.audit is not None:
+            self.audit.record(
+                peer,
+                req.method,
+                req.target,
+                status=200 if decision.forward else decision.status,
+                endpoint=getattr(decision, "endpoint", ""),
+                rules=getattr(decision, "rules", ()),
+                cdi_asked=getattr(decision, "cdi_asked", ()),
+                cdi_admitted=getattr(decision, "cdi_admitted", ()),
+                message="" if decision.forward else decision.message,
+                seconds=time.monotonic() - started,
+            )
+
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)  # keep a reference: the loop holds tasks only weakly
@@ -891,8 +592,8 @@ class GateServer:
         """Drop the connections whose head or inspected body is overdue. One timer per gate, not
         per request: a deadline costs a clock read where a request waits for more bytes."""
         now = time.monotonic()
-        for client in [c for c in self.connections if c.deadline and c.deadline < now]:
-            client.expired(now)
+        for client in [c for c in self.connections if c.exchange.deadline and c.exchange.deadline < now]:
+            client.exchange.expired()
         loop = asyncio.get_running_loop()
         self._sweeper = loop.call_later(self.limits.sweep_interval, self._sweep)
 
