@@ -121,7 +121,7 @@ def main() -> int:
             starts["netns"].append(inside_took)
             host.stop()
             inside.stop()
-            netns.tear_down(net)
+            netns.tear_down(net, "benchnetns00")
         host, inside, _, _ = start_pair(root, base, net)
         netns.apply_rules(net, [])  # the bench's server stands for the outside
         socks = {"host": host.socket, "netns": inside.socket}
@@ -189,7 +189,7 @@ def main() -> int:
         for running in (host, inside):
             if running is not None:
                 running.stop()
-        netns.tear_down(net)
+        netns.tear_down(net, "benchnetns00")
         shutil.rmtree(base, ignore_errors=True)
     return 0
 
