@@ -9,21 +9,16 @@ tables (checked below), and the module docstring's tables are checked against th
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from unittest.mock import patch
 
 import pytest
+from transitions_kit import Table, Transition, docstring_rows, recording, table_rows
 
 from rediacc_core.gate.http import exchange
 from rediacc_core.gate.http.exchange import PHASES, UPSTREAM, Decision, Exchange
 from rediacc_core.gate.http.messages import RequestHead
 
-Transition = tuple[str, str, str]
-Table = dict[str, dict[str, str]]
 Action = tuple[Any, ...]
 
 
@@ -543,43 +538,10 @@ CASES = [
 ]
 
 
-class Recording:
-    """A transition table that notes each transition looked up in it."""
-
-    def __init__(self, table: Table, taken: list[Transition]) -> None:
-        self.table = table
-        self.taken = taken
-
-    def __getitem__(self, state: str) -> RecordingMoves:
-        return RecordingMoves(state, self.table[state], self.taken)
-
-
-@dataclass
-class RecordingMoves:
-    state: str
-    moves: dict[str, str]
-    taken: list[Transition]
-
-    def __getitem__(self, event: str) -> str:
-        after = self.moves[event]
-        self.taken.append((self.state, event, after))
-        return after
-
-
-@contextmanager
-def recording() -> Iterator[list[Transition]]:
-    taken: list[Transition] = []
-    with (
-        patch.object(exchange, "PHASES", Recording(PHASES, taken)),
-        patch.object(exchange, "UPSTREAM", Recording(UPSTREAM, taken)),
-    ):
-        yield taken
-
-
 def run(case: Case) -> tuple[Exchange, Recorder, list[Transition]]:
     io = Recorder()
     ex = Exchange(io, head_timeout=30, body_timeout=60, clock=lambda: 100.0)
-    with recording() as taken:
+    with recording(exchange, "PHASES", "UPSTREAM") as taken:
         for step in case.script:
             kind = step[0]
             if kind == "client":
@@ -640,23 +602,9 @@ def test_the_exchange_counts_what_it_holds() -> None:
     assert ex.holding() == len(b"GET /_ping HTTP/1.1\r\n")  # the next request's head, held back
 
 
-def table_rows(table: Table) -> Iterator[Transition]:
-    for state, moves in table.items():
-        for event, after in moves.items():
-            yield (state, event, after)
-
-
-def docstring_rows(title: str) -> list[Transition]:
-    doc = exchange.__doc__ or ""
-    section = doc.split(title, 1)[1].split("\n\n", 2)[1]  # the indented block after the title
-    rows = [re.fullmatch(r"\s+(\S+)\s+--(\S+?)-*>\s+(\S+)", line) for line in section.splitlines()]
-    assert all(rows), section
-    return [(m.group(1), m.group(2), m.group(3)) for m in rows if m]
-
-
 @pytest.mark.parametrize(
     ("title", "table"),
     [("Phases of the request in progress::", PHASES), ("The daemon's connection::", UPSTREAM)],
 )
 def test_the_docstring_tables_are_the_tables_the_code_uses(title: str, table: Table) -> None:
-    assert docstring_rows(title) == list(table_rows(table))
+    assert docstring_rows(exchange, title) == list(table_rows(table))

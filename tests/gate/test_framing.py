@@ -7,14 +7,12 @@ docstring's tables are checked against the data the framers use.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from unittest.mock import patch
 
 import pytest
+from transitions_kit import Transition, docstring_rows, recording, table_rows
 
 from rediacc_core.gate.http import framing
 from rediacc_core.gate.http.framing import (
@@ -28,42 +26,6 @@ from rediacc_core.gate.http.framing import (
     ResponseFramer,
 )
 from rediacc_core.gate.http.messages import MAX_HEAD, RequestHead, ResponseHead
-
-Transition = tuple[str, str, str]
-Table = dict[str, dict[str, str]]
-
-
-class Recording:
-    """A transition table that notes each transition looked up in it."""
-
-    def __init__(self, table: Table, taken: list[Transition]) -> None:
-        self.table = table
-        self.taken = taken
-
-    def __getitem__(self, state: str) -> RecordingMoves:
-        return RecordingMoves(state, self.table[state], self.taken)
-
-
-@dataclass
-class RecordingMoves:
-    state: str
-    moves: dict[str, str]
-    taken: list[Transition]
-
-    def __getitem__(self, event: str) -> str:
-        after = self.moves[event]
-        self.taken.append((self.state, event, after))
-        return after
-
-
-@contextmanager
-def recording() -> Iterator[list[Transition]]:
-    taken: list[Transition] = []
-    with (
-        patch.object(framing, "REQUEST_TRANSITIONS", Recording(REQUEST_TRANSITIONS, taken)),
-        patch.object(framing, "RESPONSE_TRANSITIONS", Recording(RESPONSE_TRANSITIONS, taken)),
-    ):
-        yield taken
 
 
 def shown(event: Any) -> tuple[Any, ...]:
@@ -133,7 +95,7 @@ class Case:
 def run_request_case(case: Case) -> tuple[RequestFramer, list[Any], list[Transition]]:
     framer = RequestFramer()
     events: list[Any] = []
-    with recording() as taken:
+    with recording(framing, "REQUEST_TRANSITIONS", "RESPONSE_TRANSITIONS") as taken:
         for step in case.steps:
             run_request_step(framer, step, case.as_views, events)
     return framer, events, taken
@@ -151,7 +113,7 @@ def run_request_step(framer: RequestFramer, step: Step, as_views: bool, events: 
 def run_response_case(case: Case) -> tuple[ResponseFramer, list[Any], list[Transition]]:
     framer = ResponseFramer()
     events: list[Any] = []
-    with recording() as taken:
+    with recording(framing, "REQUEST_TRANSITIONS", "RESPONSE_TRANSITIONS") as taken:
         for step in case.steps:
             if isinstance(step, bytes):
                 events += framer.feed(memoryview(bytearray(step)) if case.as_views else step)
@@ -533,20 +495,6 @@ def test_every_transition_in_the_tables_is_taken_by_some_case() -> None:
     assert taken_responses == set(table_rows(RESPONSE_TRANSITIONS))
 
 
-def table_rows(table: Table) -> Iterator[Transition]:
-    for state, moves in table.items():
-        for event, after in moves.items():
-            yield (state, event, after)
-
-
-def docstring_rows(title: str) -> list[Transition]:
-    doc = framing.__doc__ or ""
-    section = doc.split(title, 1)[1].split("\n\n", 2)[1]  # the indented block after the title
-    rows = [re.fullmatch(r"\s+(\S+)\s+--(\S+?)-*>\s+(\S+)", line) for line in section.splitlines()]
-    assert all(rows), section
-    return [(m.group(1), m.group(2), m.group(3)) for m in rows if m]
-
-
 @pytest.mark.parametrize(
     ("title", "table"),
     [
@@ -557,7 +505,7 @@ def docstring_rows(title: str) -> list[Transition]:
 def test_the_docstring_tables_are_the_tables_the_code_uses(
     title: str, table: dict[str, dict[str, str]]
 ) -> None:
-    assert docstring_rows(title) == list(table_rows(table))
+    assert docstring_rows(framing, title) == list(table_rows(table))
 
 
 def test_a_transition_the_table_lacks_is_a_bug_not_a_state() -> None:
