@@ -19,7 +19,14 @@ from urllib.parse import urlencode
 import yaml
 
 from rediacc_core.cdi.names import is_qualified_name
-from rediacc_core.cli.check_docker import API, CheckedRequest, bind_volume, device_mapping, port_bindings
+from rediacc_core.cli.check_docker import (
+    API,
+    CheckedRequest,
+    bind_volume,
+    device_mapping,
+    port_bindings,
+    put_devices,
+)
 from rediacc_core.errors import ValidationError
 
 # Service keys whose fields the gate leaves free (`gate/field_policy.py`), or that send nothing.
@@ -246,12 +253,7 @@ def service_body(
     resources = deploy.get("resources") or {} if isinstance(deploy, dict) else {}
     reserved = (resources.get("reservations") or {}).get("devices") or []
     requests += [_device_request(entry) for entry in reserved if isinstance(entry, dict)]
-    if cdi:
-        requests.append({"Driver": "cdi", "DeviceIDs": cdi})
-    if devices:
-        host["Devices"] = devices
-    if requests:
-        host["DeviceRequests"] = requests
+    put_devices(host, devices, cdi, requests)
     binds, mounts, anonymous = _volume_mounts(list(s("volumes") or []), project, base, named)
     if binds:
         host["Binds"] = binds

@@ -155,6 +155,13 @@ def _unknown(option: str) -> ValidationError:
     )
 
 
+def _value_for(option: str, args: Sequence[str], i: int) -> str:
+    """The value an option takes from the next argument, which must be there."""
+    if i >= len(args):
+        raise ValidationError(f"docker run option {option} needs a value", f"give it one: {option} VALUE")
+    return args[i]
+
+
 def parse_run(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
     """The options of a `docker run` argument list (each name's values, flags as "true"/"false"),
     and what follows them: the image and its command."""
@@ -174,11 +181,7 @@ def parse_run(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
                 raise _unknown(name)
             if not eq:
                 i += 1
-                if i >= len(args):
-                    raise ValidationError(
-                        f"docker run option {name} needs a value", f"give it one: {name} VALUE"
-                    )
-                value = args[i]
+                value = _value_for(name, args, i)
             options.setdefault(key, []).append(value)
         else:
             # One or more short flags together (-it), the last of which may take a value (-itv X).
@@ -193,11 +196,7 @@ def parse_run(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
                 rest = letters[n + 1 :].removeprefix("=")
                 if not rest:
                     i += 1
-                    if i >= len(args):
-                        raise ValidationError(
-                            f"docker run option {short} needs a value", f"give it one: {short} VALUE"
-                        )
-                    rest = args[i]
+                    rest = _value_for(short, args, i)
                 options.setdefault(_SHORT_VALUES[short], []).append(rest)
                 break
         i += 1
@@ -371,6 +370,19 @@ def bind_volume(spec: str, resolve: Callable[[str], str] = os.path.abspath) -> t
     return f"{host}:{rest}", None
 
 
+def put_devices(
+    host: dict[str, Any], devices: list[dict[str, str]], cdi: list[str], requests: list[dict[str, Any]]
+) -> None:
+    """Devices into a create body's HostConfig as the CLI puts them: CDI names as one `cdi` request
+    after the others (`--gpus`), each field only when it has something."""
+    if cdi:
+        requests.append({"Driver": "cdi", "DeviceIDs": cdi})
+    if devices:
+        host["Devices"] = devices
+    if requests:
+        host["DeviceRequests"] = requests
+
+
 def create_body(options: dict[str, list[str]], rest: Sequence[str]) -> dict[str, Any]:
     """The container create body of `docker run` options and `IMAGE [COMMAND…]`."""
     if not rest:
@@ -392,13 +404,7 @@ def create_body(options: dict[str, list[str]], rest: Sequence[str]) -> dict[str,
             cdi.append(spec)
         else:
             devices.append(device_mapping(spec))
-    requests = [gpus_request(v) for v in o("gpus", [])]
-    if cdi:
-        requests.append({"Driver": "cdi", "DeviceIDs": cdi})
-    if devices:
-        host["Devices"] = devices
-    if requests:
-        host["DeviceRequests"] = requests
+    put_devices(host, devices, cdi, [gpus_request(v) for v in o("gpus", [])])
     binds: list[str] = []
     volumes: dict[str, Any] = {}
     for spec in o("volume", []):
