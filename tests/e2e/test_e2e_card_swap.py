@@ -33,30 +33,7 @@ nvidia_testing = pytest.importorskip("rediacc_nvidia.testing")
 
 MACHINE = "swap1"
 GPU0 = "nvidia.com/gpu=0"
-UUID_A = "GPU-5e2c1a0b-7d4f-4c11-9a3e-0b1c2d3e4f50"
-UUID_B = "GPU-9d8c7b6a-1e2f-4a3b-8c4d-5e6f708192a3"
-_GPU = """  <gpu id="{bus}">
-    <product_name>NVIDIA A100-SXM4-40GB</product_name>
-    <product_brand>NVIDIA</product_brand>
-    <product_architecture>Ampere</product_architecture>
-    <mig_mode><current_mig>Disabled</current_mig><pending_mig>Disabled</pending_mig></mig_mode>
-    <uuid>{uuid}</uuid>
-    <minor_number>{minor}</minor_number>
-    <pci><pci_bus_id>{bus}</pci_bus_id></pci>
-    <fb_memory_usage><total>40960 MiB</total><used>0 MiB</used><free>40536 MiB</free></fb_memory_usage>
-  </gpu>
-"""
-
-
-def report(first: str, second: str) -> str:
-    """`nvidia-smi -q -x` with these UUIDs at index 0 (bus 07) and index 1 (bus 0F)."""
-    return (
-        '<?xml version="1.0" ?>\n<nvidia_smi_log>\n  <driver_version>535.104.05</driver_version>\n'
-        "  <cuda_version>12.2</cuda_version>\n  <attached_gpus>2</attached_gpus>\n"
-        + _GPU.format(bus="00000000:07:00.0", uuid=first, minor=0)
-        + _GPU.format(bus="00000000:0F:00.0", uuid=second, minor=1)
-        + "</nvidia_smi_log>\n"
-    )
+UUID_A, UUID_B = nvidia_testing.A100_UUIDS
 
 
 @dataclass
@@ -77,7 +54,9 @@ class SwapEnv:
 
     def cards(self, first: str, second: str) -> None:
         """What the stand-in tools report from now on: the machine's cards, by index."""
-        nvidia_testing.nvidia_machine(self.fm, report(first, second), compute_caps=("8.0", "8.0"))
+        nvidia_testing.nvidia_machine(
+            self.fm, nvidia_testing.two_a100s(first, second), compute_caps=("8.0", "8.0")
+        )
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +74,9 @@ def swap() -> Iterator[SwapEnv]:
     repo = RepoStore(machine).create("alpha")
     env = client_env(base)
     try:
-        nvidia_testing.nvidia_machine(fm, report(UUID_A, UUID_B), compute_caps=("8.0", "8.0"))
+        nvidia_testing.nvidia_machine(
+            fm, nvidia_testing.two_a100s(UUID_A, UUID_B), compute_caps=("8.0", "8.0")
+        )
         setup = subprocess.run(
             ["rdc", "machine", "setup", MACHINE],
             capture_output=True,

@@ -42,26 +42,6 @@ DRIVER_ADVICE = "please update your driver to a newer version, or use an earlier
 LEGACY_SETTING = "legacy-visible-devices"
 HOOK_LOG = "hook.log"
 
-# Two data-centre GPUs in the shape `nvidia-smi -q -x` prints (only what discovery reads).
-_GPU = """  <gpu id="{bus}">
-    <product_name>NVIDIA A100-SXM4-40GB</product_name>
-    <product_brand>NVIDIA</product_brand>
-    <product_architecture>Ampere</product_architecture>
-    <mig_mode><current_mig>Disabled</current_mig><pending_mig>Disabled</pending_mig></mig_mode>
-    <uuid>GPU-{uuid}</uuid>
-    <minor_number>{minor}</minor_number>
-    <pci><pci_bus_id>{bus}</pci_bus_id></pci>
-    <fb_memory_usage><total>40960 MiB</total><used>0 MiB</used><free>40536 MiB</free></fb_memory_usage>
-  </gpu>
-"""
-REPORT = (
-    '<?xml version="1.0" ?>\n<nvidia_smi_log>\n  <driver_version>535.104.05</driver_version>\n'
-    "  <cuda_version>12.2</cuda_version>\n  <attached_gpus>2</attached_gpus>\n"
-    + _GPU.format(bus="00000000:07:00.0", uuid="5e2c1a0b-7d4f-4c11-9a3e-0b1c2d3e4f50", minor=0)
-    + _GPU.format(bus="00000000:0F:00.0", uuid="9d8c7b6a-1e2f-4a3b-8c4d-5e6f708192a3", minor=1)
-    + "</nvidia_smi_log>\n"
-)
-
 
 def _up(machine: Machine, base: Path, repo: Repo, env: dict[str, str]) -> RepoEnv:
     """`lifecycle.repo_up` with `$REDIACC_CONFIG` naming no file: the gate, a child process, must find
@@ -120,7 +100,7 @@ def nv() -> Iterator[NvidiaEnv]:
         pytest.skip(reason)
     base = Path(tempfile.mkdtemp(prefix="rdcn", dir="/tmp"))  # short: socket paths are limited
     fm = FakeMachine(base / "m", name=MACHINE)
-    nvidia_testing.nvidia_machine(fm, REPORT, compute_caps=("8.0", "8.0"))
+    nvidia_testing.nvidia_machine(fm, nvidia_testing.two_a100s(), compute_caps=("8.0", "8.0"))
     # The spec's createContainer hooks name this stand-in by its absolute path; runc runs it before
     # the container starts. Recording each call shows the toolkit's hooks really run.
     fm.standin("nvidia-cdi-hook", f'#!/bin/sh\necho "$@" >> {base / HOOK_LOG}\n')

@@ -44,6 +44,34 @@ NOT_LOADED = (
 )
 
 
+# Two data-centre GPUs in the shape `nvidia-smi -q -x` prints, only what discovery reads: for suites
+# that change the cards between steps (a swap, a reorder) and so cannot start from one capture.
+_A100 = """  <gpu id="{bus}">
+    <product_name>NVIDIA A100-SXM4-40GB</product_name>
+    <product_brand>NVIDIA</product_brand>
+    <product_architecture>Ampere</product_architecture>
+    <mig_mode><current_mig>Disabled</current_mig><pending_mig>Disabled</pending_mig></mig_mode>
+    <uuid>{uuid}</uuid>
+    <minor_number>{minor}</minor_number>
+    <pci><pci_bus_id>{bus}</pci_bus_id></pci>
+    <fb_memory_usage><total>40960 MiB</total><used>0 MiB</used><free>40536 MiB</free></fb_memory_usage>
+  </gpu>
+"""
+A100_UUIDS = ("GPU-5e2c1a0b-7d4f-4c11-9a3e-0b1c2d3e4f50", "GPU-9d8c7b6a-1e2f-4a3b-8c4d-5e6f708192a3")
+
+
+def two_a100s(first: str = A100_UUIDS[0], second: str = A100_UUIDS[1]) -> str:
+    """`nvidia-smi -q -x` of two A100s with these UUIDs, at index 0 (bus 07) and 1 (bus 0F); pass it
+    to `nvidia_machine` with `compute_caps=("8.0", "8.0")`."""
+    return (
+        '<?xml version="1.0" ?>\n<nvidia_smi_log>\n  <driver_version>535.104.05</driver_version>\n'
+        "  <cuda_version>12.2</cuda_version>\n  <attached_gpus>2</attached_gpus>\n"
+        + _A100.format(bus="00000000:07:00.0", uuid=first, minor=0)
+        + _A100.format(bus="00000000:0F:00.0", uuid=second, minor=1)
+        + "</nvidia_smi_log>\n"
+    )
+
+
 def data_dir(fm: FakeMachine) -> Path:
     return fm.bin_dir / DATA_DIR
 
