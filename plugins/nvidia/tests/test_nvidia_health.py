@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from rediacc_nvidia import health, testing
+from rediacc_nvidia import health
 
 from rediacc_core.cli import cli
 from rediacc_core.gate.containers import Container
@@ -23,10 +23,8 @@ from rediacc_core.plugins import Plugins, load_plugins, set_plugins
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.health_watch import refresh_health
 from rediacc_core.settings import set_setting
-from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
 
-XML_A100 = "nvidia-smi-q-x/a100-sxm4-40gb-mig_510.47.03.xml"
 CARD = "0000:00:04.0"  # the A100 of the capture
 # Line shapes as the driver writes them (dmesg form): the address has no function number.
 XID_79 = "[ 5123.456789] NVRM: Xid (PCI:0000:00:04): 79, pid=2411, name=python3, GPU has fallen off the bus."
@@ -57,14 +55,8 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[Plugins]:
 
 
 @pytest.fixture
-def a100(
-    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
-) -> FakeMachine:
-    fm = make_fake_machine("a100")
-    testing.nvidia_machine(
-        fm, capture(XML_A100), compute_caps=["8.0"], mig_profiles={0: ["3g.20gb", "3g.20gb"]}
-    )
-    run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+def a100(plugins: Plugins, set_up_mig_a100: Callable[[Plugins], FakeMachine]) -> FakeMachine:
+    fm = set_up_mig_a100(plugins)
     return fm
 
 

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rediacc_nvidia import testing
 
 from rediacc_core import telemetry
 from rediacc_core.grants import GrantStore
@@ -16,10 +15,8 @@ from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.holdings import Holdings
 from rediacc_core.runtime.lapsed import refresh_telemetry
 from rediacc_core.settings import set_setting
-from rediacc_core.setup import run_setup
 from rediacc_core.testing import FakeMachine
 
-XML_A100 = "nvidia-smi-q-x/a100-sxm4-40gb-mig_510.47.03.xml"
 UUID = "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"
 MAPPING = "/run/dcgm-job-map"
 
@@ -31,14 +28,8 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> Plugins:
 
 
 @pytest.fixture
-def a100(
-    plugins: Plugins, capture: Callable[[str], str], make_fake_machine: Callable[[str], FakeMachine]
-) -> FakeMachine:
-    fm = make_fake_machine("a100")
-    testing.nvidia_machine(
-        fm, capture(XML_A100), compute_caps=["8.0"], mig_profiles={0: ["3g.20gb", "3g.20gb"]}
-    )
-    run_setup(fm.machine, plugins, {"install_nvidia_toolkit": "auto"})
+def a100(plugins: Plugins, set_up_mig_a100: Callable[[Plugins], FakeMachine]) -> FakeMachine:
+    fm = set_up_mig_a100(plugins)
     set_setting(fm.machine, "dcgm-job-mapping-dir", MAPPING)
     return fm
 
