@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rediacc_core import Inventory, hookimpl
+from rediacc_core.config import Config
 from rediacc_core.machine import Machine
-from rediacc_core.plugins import LOAD_ENV, Plugins, load_plugins
+from rediacc_core.plugins import LOAD_ENV, Plugins, load_plugins, set_plugins
 from rediacc_core.testing import FakeMachine
 
 GPU = "vendor.example/gpu"
@@ -135,3 +138,18 @@ def fake_plugins() -> Plugins:
             del os.environ[LOAD_ENV]
         else:
             os.environ[LOAD_ENV] = previous
+
+
+@contextmanager
+def registered_box(fm: FakeMachine) -> Iterator[Machine]:
+    """`build_machine(fm)` registered as machine `box` in the client's config, with the fake plugins
+    the ones `rdc` commands load while it is in use (for suites that drive the CLI)."""
+    machine = build_machine(fm)
+    config = Config.load()
+    config.add("box", machine.root)
+    config.save()
+    set_plugins(fake_plugins())
+    try:
+        yield machine
+    finally:
+        set_plugins(None)

@@ -17,14 +17,13 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
-from grants_kit import GPU, build_machine, fake_plugins
+from grants_kit import GPU, build_machine, registered_box
 
 from rediacc_core.cli import cli
 from rediacc_core.cli.groups import walk
 from rediacc_core.cli.output import table
 from rediacc_core.config import Config
 from rediacc_core.machine import Machine
-from rediacc_core.plugins import set_plugins
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.lifecycle import runtime_for
@@ -33,13 +32,8 @@ from rediacc_core.testing import FakeMachine
 
 @pytest.fixture
 def box(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> Iterator[Machine]:
-    machine = build_machine(make_fake_machine("box"))
-    config = Config.load()
-    config.add("box", machine.root)
-    config.save()
-    set_plugins(fake_plugins())
-    yield machine
-    set_plugins(None)
+    with registered_box(make_fake_machine("box")) as machine:
+        yield machine
 
 
 def ok(*args: str) -> Result:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from grants_kit import GPU, build_machine, fake_plugins, set_uuids
+from grants_kit import GPU, build_machine, fake_plugins, registered_box, set_uuids
 
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
@@ -29,7 +29,6 @@ from rediacc_core.errors import (
 )
 from rediacc_core.grants import read_grants
 from rediacc_core.machine import Machine
-from rediacc_core.plugins import set_plugins
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.lifecycle import runtime_for
 from rediacc_core.statelock import state_lock
@@ -38,13 +37,8 @@ from rediacc_core.testing import FakeMachine
 
 @pytest.fixture
 def box(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> Iterator[Machine]:
-    machine = build_machine(make_fake_machine("box"))
-    config = Config.load()
-    config.add("box", machine.root)
-    config.save()
-    set_plugins(fake_plugins())
-    yield machine
-    set_plugins(None)
+    with registered_box(make_fake_machine("box")) as machine:
+        yield machine
 
 
 def rdc(*args: str) -> Result:

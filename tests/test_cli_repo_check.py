@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from grants_kit import GPU, build_machine, fake_plugins
+from grants_kit import GPU, registered_box
 from run_cases import REFUSED_RUNS, case_id
 
 from rediacc_core.cli import cli
 from rediacc_core.cli.check_compose import from_compose
 from rediacc_core.cli.check_docker import from_docker
-from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_REFUSED, EXIT_VALIDATION
 from rediacc_core.machine import Machine
-from rediacc_core.plugins import set_plugins
 from rediacc_core.repos import RepoStore, files_dir
 from rediacc_core.settings import set_setting
 from rediacc_core.testing import FakeMachine
@@ -28,14 +26,9 @@ GPU0, GPU1 = f"{GPU}=0", f"{GPU}=1"
 
 @pytest.fixture
 def box(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> Iterator[Machine]:
-    machine = build_machine(make_fake_machine("box"))
-    config = Config.load()
-    config.add("box", machine.root)
-    config.save()
-    set_plugins(fake_plugins())
-    assert rdc("repo", "create", "alpha@box").exit_code == 0
-    yield machine
-    set_plugins(None)
+    with registered_box(make_fake_machine("box")) as machine:
+        assert rdc("repo", "create", "alpha@box").exit_code == 0
+        yield machine
 
 
 def rdc(*args: str) -> Result:
