@@ -202,6 +202,22 @@ def _st(stat: Stat | None, unit: str = "×", digits: int = 2) -> str:
 
 def markdown(records: list[Record], meta: dict[str, Any]) -> str:
     lines = [
+        *_header(records, meta),
+        *_cpu_section(records),
+        *_rate_section(records, meta),
+        *workers_section(records, meta),
+        *_latency_section(records),
+        *_create_section(records),
+        *_bulk_section(records, meta),
+        *_memory_section(records),
+        *_checks_section(records),
+    ]
+    return "\n".join(lines)
+
+
+def _header(records: list[Record], meta: dict[str, Any]) -> list[str]:
+    """What was measured, how, and the targets."""
+    lines = [
         f"# Gate benchmark, {meta['date']}",
         "",
         f"- commit measured: `{meta['commit']}`",
@@ -228,7 +244,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
         lines += [f"**The gate was not measured: {meta['gate_missing']}.**", ""]
     lines += ["## Targets (issues 7 and 13)", "", "| target | limit | measured (range over cycles) | met |"]
     lines += ["|---|---|---|---|", *[t.row() for t in targets(records)]]
-    lines += [
+    return lines
+
+
+def _cpu_section(records: list[Record]) -> list[str]:
+    """CPU per request of each proxy, beside HAProxy's."""
+    lines: list[str] = [
         "",
         "## Proxy CPU per request",
         "",
@@ -254,7 +275,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'haproxy', _cpu))} "
                 f"| {_st(ratio(records, scenario, endpoint, WORKERS, 'gate', _cpu))} |"
             )
-    lines += [
+    return lines
+
+
+def _rate_section(records: list[Record], meta: dict[str, Any]) -> list[str]:
+    """Keep-alive request rate and its latency percentiles, path by path."""
+    lines: list[str] = [
         "",
         "## Request rate (keep-alive)",
         "",
@@ -280,8 +306,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 f"| {_fmt(median_of(records, 'rate', endpoint, path, _cpu), 1)} "
                 f"| {_st(ratio(records, 'rate', endpoint, path, 'haproxy', _cpu))} |"
             )
-    lines += workers_section(records, meta)
-    lines += [
+    return lines
+
+
+def _latency_section(records: list[Record]) -> list[str]:
+    """One request at a time: the latency each proxy adds."""
+    lines: list[str] = [
         "",
         "## Latency of a single request (one connection, one request at a time)",
         "",
@@ -300,7 +330,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 f"| {_st(added(records, 'latency', endpoint, path, 'direct', _ms('p50')), ' ms', 3)} "
                 f"| {_fmt(median_of(records, 'latency', endpoint, path, _cpu), 1)} |"
             )
-    lines += [
+    return lines
+
+
+def _create_section(records: list[Record]) -> list[str]:
+    """Container creates, and the decision engine alone on the same body."""
+    lines: list[str] = [
         "",
         "## Container create (`docker run --device vendor.example/gpu=0 …`'s body, one request at a time)",
         "",
@@ -337,7 +372,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                     else "."
                 ),
             ]
-    lines += [
+    return lines
+
+
+def _bulk_section(records: list[Record], meta: dict[str, Any]) -> list[str]:
+    """The bulk transfers (after the note that closes the create section)."""
+    lines: list[str] = [
         "",
         "The 409 request carries the same body with a name already in use: the daemon decodes it and",
         "answers at once, so the difference between paths is the proxy's own cost (read, decide,",
@@ -357,7 +397,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                     f"| {_st(ratio(records, 'bulk', endpoint, path, 'direct', _mbps))} "
                     f"| {_st(ratio(records, 'bulk', endpoint, path, 'haproxy', _mbps))} |"
                 )
-    lines += [
+    return lines
+
+
+def _memory_section(records: list[Record]) -> list[str]:
+    """Resident memory while connections and attach streams are held."""
+    lines: list[str] = [
         "",
         "## Resident memory (VmRSS of the proxy's processes)",
         "",
@@ -375,6 +420,12 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
                 f"| {r['endpoint']} | {r['path']} | {r['count']} | {r['rss_before_kib']:,} "
                 f"| {r['rss_held_kib']:,} | {r['kib_per_item']:.1f} | {r['rss_after_close_kib']:,} |"
             )
+    return lines
+
+
+def _checks_section(records: list[Record]) -> list[str]:
+    """What went wrong, if anything, and what the load generator cost."""
+    lines: list[str] = []
     problems = checks(records)
     lines += ["", "## Checks", ""]
     lines += (
@@ -388,7 +439,7 @@ def markdown(records: list[Record], meta: dict[str, Any]) -> str:
             f"(median {statistics.median(cpu) * 100:.0f}%)."
         )
     lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def workers_section(records: list[Record], meta: dict[str, Any]) -> list[str]:
