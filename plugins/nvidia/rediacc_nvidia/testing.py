@@ -390,36 +390,39 @@ def _node(root: Path, path: str) -> dict[str, str]:
     return {"path": path, "hostPath": str(root / path.lstrip("/"))}
 
 
-def generate_spec(folder: Path, root: Path, *, wsl: bool = False) -> dict[str, Any]:
-    """A CDI spec shaped like `nvidia-ctk cdi generate` output for the GPUs this data directory serves."""
-    hook = str(folder.parent / "nvidia-cdi-hook")
-    report = parse_xml((folder / "q-x.xml").read_text(encoding="utf-8"))
-    if wsl:
-        libs = sorted(p.name for p in (root / "usr/lib/wsl/lib").iterdir() if p.is_file())
-        return {
-            "cdiVersion": "0.5.0",
-            "kind": "nvidia.com/gpu",
-            "devices": [{"name": "all", "containerEdits": {"deviceNodes": [_node(root, "/dev/dxg")]}}],
-            "containerEdits": {
-                "env": ["NVIDIA_VISIBLE_DEVICES=void"],
-                "hooks": [
-                    {
-                        "hookName": "createContainer",
-                        "path": hook,
-                        "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/wsl/lib"],
-                    }
-                ],
-                "mounts": [
-                    {
-                        "hostPath": str(root / "usr/lib/wsl/lib" / lib),
-                        "containerPath": f"/usr/lib/wsl/lib/{lib}",
-                        "options": ["ro", "nosuid", "nodev", "bind"],
-                    }
-                    for lib in libs
-                ],
-            },
-        }
-    listed = {gpu.index: gpu for gpu in parse_list((folder / "L.txt").read_text(encoding="utf-8"))}
+def _wsl_spec(root: Path, hook: str) -> dict[str, Any]:
+    """Under WSL the GPU is one paravirtual device, /dev/dxg, and the driver's libraries come from
+    Windows (/usr/lib/wsl/lib)."""
+    libs = sorted(p.name for p in (root / "usr/lib/wsl/lib").iterdir() if p.is_file())
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [{"name": "all", "containerEdits": {"deviceNodes": [_node(root, "/dev/dxg")]}}],
+        "containerEdits": {
+            "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+            "hooks": [
+                {
+                    "hookName": "createContainer",
+                    "path": hook,
+                    "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/wsl/lib"],
+                }
+            ],
+            "mounts": [
+                {
+                    "hostPath": str(root / "usr/lib/wsl/lib" / lib),
+                    "containerPath": f"/usr/lib/wsl/lib/{lib}",
+                    "options": ["ro", "nosuid", "nodev", "bind"],
+                }
+                for lib in libs
+            ],
+        },
+    }
+
+
+def _devices(report: XmlReport, listed_text: str, root: Path) -> list[dict[str, Any]]:
+    """The spec's devices: each GPU by index and UUID, each MIG device by `gpu:mig` and UUID (the
+    UUIDs `nvidia-smi -L` lists), and `all`."""
+    listed = {gpu.index: gpu for gpu in parse_list(listed_text)}
     devices: list[dict[str, Any]] = []
     every_node: list[dict[str, str]] = []
     cap_minor = 1
@@ -442,6 +445,16 @@ def generate_spec(folder: Path, root: Path, *, wsl: bool = False) -> dict[str, A
             if mig.index in listed_migs:
                 devices.append({"name": listed_migs[mig.index].uuid, "containerEdits": edits})
     devices.append({"name": "all", "containerEdits": {"deviceNodes": every_node}})
+    return devices
+
+
+def generate_spec(folder: Path, root: Path, *, wsl: bool = False) -> dict[str, Any]:
+    """A CDI spec shaped like `nvidia-ctk cdi generate` output for the GPUs this data directory serves."""
+    hook = str(folder.parent / "nvidia-cdi-hook")
+    report = parse_xml((folder / "q-x.xml").read_text(encoding="utf-8"))
+    if wsl:
+        return _wsl_spec(root, hook)
+    devices = _devices(report, (folder / "L.txt").read_text(encoding="utf-8"), root)
     version = report.driver_version or "0"
     mounts = [
         {
