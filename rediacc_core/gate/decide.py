@@ -12,25 +12,33 @@ against the grants, pin the admitted bind sources (`pins.py`) and forward the re
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rediacc_core.errors import RdcError
 from rediacc_core.gate import buildkit
+from rediacc_core.gate.allowances import AllowanceReader
+from rediacc_core.gate.body import BodyDecider
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
-from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
-from rediacc_core.gate.health_check import HealthReader, health_refusals, live_health
-from rediacc_core.gate.policy import isolation, mounts, publish, rules
+from rediacc_core.gate.containers import ContainerLookup
+from rediacc_core.gate.decision import Decision, merge_refusals, refuse
+from rediacc_core.gate.grant_refusals import GrantRefusals
+from rediacc_core.gate.health_check import HealthReader, live_health
+from rediacc_core.gate.info import info_answer
+from rediacc_core.gate.live_facts import (
+    GrantsReader,
+    InventoryReader,
+    LiveFacts,
+    SettingsReader,
+    SpecAgeReader,
+)
+from rediacc_core.gate.policy import mounts, publish, rules
 from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
-from rediacc_core.gate.policy.findings import Finding
 from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.gate.policy.pins import directory_for as pins_directory
+from rediacc_core.gate.start_checks import StartChecks, in_the_way
 from rediacc_core.gate.wire.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
@@ -38,131 +46,25 @@ from rediacc_core.gate.wire.decode import (
     Target,
     canonicalise,
     check_content_type,
-    encode,
     parse_target,
 )
-from rediacc_core.health import refuses as refuses_unhealthy
-from rediacc_core.model import ApiRequest, GateContext, Inventory, Refusal, Rewrite
-from rediacc_core.publishing import Policy, policy_from, short_id
-from rediacc_core.values import split_list
+from rediacc_core.model import Refusal
+from rediacc_core.publishing import Policy
 
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
     from rediacc_core.plugins import Plugins
     from rediacc_core.repos import Repo
 
-__all__ = ["MAX_INSPECTED_BODY", "BadRequest", "Decider", "Decision", "Target", "parse_target"]
-
-GrantsReader = Callable[[str], frozenset[str]]
-InventoryReader = Callable[[], Inventory | None]
-SettingsReader = Callable[[], Mapping[str, str]]
-SpecAgeReader = Callable[[], str | None]
-
-
-@dataclass(frozen=True)
-class Decision:
-    forward: bool  # True: send upstream
-    status: int = 200  # refusal status (400/403) when not forward
-    message: str = ""  # refusal text (sent as Docker's {"message": ...} JSON)
-    body: bytes | None = None  # canonical re-encoded body to forward instead of the original
-    answer: bytes | None = None  # not forwarded: the gate answers 200 with this JSON itself (`views`)
-    log: tuple[str, ...] = ()  # lines for the gate's log
-    # For the audit trail: the endpoint's name, the refusing rules' ids, the CDI names asked and admitted.
-    endpoint: str = ""
-    rules: tuple[str, ...] = ()
-    cdi_asked: tuple[str, ...] = ()
-    cdi_admitted: tuple[str, ...] = ()
-    refusals: tuple[Refusal, ...] = ()  # each problem apart, for a caller that shows them (`rdc repo check`)
-
-
-def _live_grants(machine: Machine) -> GrantsReader:
-    # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
-    # without devices (it fails closed only for device requests).
-    from rediacc_core.grants import LiveGrants
-
-    return LiveGrants(machine).for_repo
-
-
-def _live_settings(machine: Machine) -> SettingsReader:
-    from rediacc_core.settings import LiveSettings
-
-    return LiveSettings(machine).settings
-
-
-class _LiveInventoryReader:
-    """The machine inventory for the rules: `inventory.LiveInventory` (thread-safe, one `stat` when
-    unchanged), with an unreadable file logged once per distinct problem and seen as none."""
-
-    def __init__(self, machine: Machine, log: Callable[[str], None]) -> None:
-        from rediacc_core.inventory import LiveInventory
-        from rediacc_core.spec_facts import SpecAge
-
-        self._live = LiveInventory(machine)
-        self._log = log
-        self._error: str | None = None
-        # The specs the inventory was built from, as the last read found them: the spec check
-        # of a decision uses the read its rules use, at no further `stat`.
-        self._specs: list[dict[str, Any]] | None = None
-        self.spec_age = SpecAge(machine, lambda: self._specs)
-
-    def __call__(self) -> Inventory | None:
-        try:
-            value, self._specs = self._live.read()
-        except RdcError as exc:
-            self._specs = None
-            if exc.what != self._error:
-                self._error = exc.what
-                self._log(f"inventory unreadable, rules see none: {exc.what}")
-            return None
-        self._error = None
-        return value
-
-
-def _same_age() -> str | None:
-    return None
-
-
-def _describe(refusal: Refusal) -> str:
-    if refusal.replacement:
-        return f"{refusal.message}; use instead: {refusal.replacement}"
-    return refusal.message
-
-
-def merge_refusals(core: list[Finding], plugin: list[Refusal]) -> list[Refusal]:
-    """The core's findings, less those a plugin refusal with the same rule id replaces, then the plugins'.
-
-    A plugin refusal replaces the core findings of its rule whose subject (the refused value) it
-    mentions; when it mentions none of them, it replaces the whole rule.
-    """
-    by_rule: dict[str, list[Refusal]] = {}
-    for refusal in plugin:
-        if refusal.rule:
-            by_rule.setdefault(refusal.rule, []).append(refusal)
-    kept: list[Refusal] = []
-    grouped: dict[str, list[Finding]] = {}
-    for finding in core:
-        grouped.setdefault(finding.refusal.rule, []).append(finding)
-    for rule, findings in grouped.items():
-        theirs = by_rule.get(rule)
-        if not theirs:
-            kept.extend(f.refusal for f in findings)
-            continue
-        text = " ".join(f"{r.message} {r.replacement or ''}" for r in theirs)
-        mentioned = [f for f in findings if f.subject and f.subject in text]
-        if mentioned:
-            kept.extend(f.refusal for f in findings if f not in mentioned)
-    return kept + plugin
-
-
-@dataclass(frozen=True)
-class _Allowances:
-    """What the machine's settings allow, as the core rules read it."""
-
-    binds: mounts.BindPolicy
-    extra_capabilities: frozenset[str]
-    pids_limit: int
-    registries: frozenset[tuple[str, int | None]]
-    publishing: Policy
+__all__ = [
+    "MAX_INSPECTED_BODY",
+    "BadRequest",
+    "Decider",
+    "Decision",
+    "Target",
+    "merge_refusals",
+    "parse_target",
+]
 
 
 def _sets_restart_policy(body: Any) -> bool:
@@ -172,7 +74,12 @@ def _sets_restart_policy(body: Any) -> bool:
 
 
 class Decider:
-    """Decides the requests of one repo's gate. Thread-safe for concurrent `decide` calls."""
+    """Decides the requests of one repo's gate. Thread-safe for concurrent `decide` calls.
+
+    A facade: the live facts (`live_facts`), the allowances of the settings (`allowances`), the
+    start checks (`start_checks`), the grant refusals (`grant_refusals`) and the body decision
+    (`body`) are its parts, each handed what it reads; the routing of a request is its own.
+    """
 
     def __init__(
         self,
@@ -195,24 +102,11 @@ class Decider:
         self.machine = machine
         self.repo = repo
         self.plugins = plugins
-        self.image_config = image_config
         self.log = log
-        self._grants = grants
-        self._grants_error: str | None = None
-        live = None
-        if inventory is None:
-            live = _LiveInventoryReader(machine, log)
-            inventory = live
-        self._inventory: InventoryReader = inventory
-        # Why the inventory's facts are older than the specs the daemon injects from, or None. A
-        # caller that hands the inventory in (unit tests, the demo) decides on it as given.
-        self._spec_age: SpecAgeReader = spec_age or (live.spec_age.check if live else _same_age)
-        self._settings = settings
-        self._settings_error: str | None = None
-        # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
-        self.containers = containers
+        self.facts = LiveFacts(
+            machine, repo, log, grants=grants, inventory=inventory, spec_age=spec_age, settings=settings
+        )
         self.upstream = upstream  # the repo daemon's socket, for the answers the gate makes (`_info`)
-        self._health = health or live_health(machine, plugins, self._inventory, log)
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
         if pins is None:
             from rediacc_core.repos import repo_state_dir
@@ -220,9 +114,55 @@ class Decider:
             index = repo_state_dir(machine, repo.id) / "pins.json"
             pins = Pins(pins_directory(machine.run_dir, repo.id), index)
         self.pins = pins
-        # False only for a decision that is never forwarded (`rdc repo check`): nothing is mounted.
-        self.pinning = pinning
-        self._allowances: tuple[Mapping[str, Any], _Allowances] | None = None
+        self.allowances = AllowanceReader(machine, repo, pins, image_config)
+        self.start_checks = StartChecks(
+            machine,
+            repo,
+            plugins,
+            self.facts,
+            self.allowances,
+            health or live_health(machine, plugins, self.facts.inventory, log),
+            containers,
+            lambda name: self.in_the_way(name),
+        )
+        refusals = GrantRefusals(machine, repo, self.facts, self.start_checks)
+        self.body = BodyDecider(machine, repo, plugins, log, self.facts, self.allowances, refusals, pinning)
+
+    # --- the parts' seams, as callers and tests set them -------------------------------------------
+    @property
+    def containers(self) -> ContainerLookup | None:
+        """The daemon's containers, for the start checks; None where no daemon is behind the decider."""
+        return self.start_checks.containers
+
+    @containers.setter
+    def containers(self, value: ContainerLookup | None) -> None:
+        self.start_checks.containers = value
+
+    @property
+    def image_config(self) -> Callable[[str], Mapping[str, Any] | None]:
+        """An image's configuration as the daemon has it, for the rules that read it."""
+        return self.allowances.image_config
+
+    @image_config.setter
+    def image_config(self, value: Callable[[str], Mapping[str, Any] | None]) -> None:
+        self.allowances.image_config = value
+
+    @property
+    def pinning(self) -> bool:
+        """False only for a decision that is never forwarded (`rdc repo check`): nothing is mounted."""
+        return self.body.pinning
+
+    @pinning.setter
+    def pinning(self, value: bool) -> None:
+        self.body.pinning = value
+
+    @property
+    def _grants(self) -> GrantsReader | None:
+        return self.facts.grants
+
+    @_grants.setter
+    def _grants(self, value: GrantsReader | None) -> None:
+        self.facts.grants = value
 
     # --- what to read ---------------------------------------------------------------------------
     def inspects(self, method: str, raw_target: str) -> bool:
@@ -262,16 +202,16 @@ class Decider:
                 replacement=UNKNOWN_INSTEAD,
                 rule="endpoint",
             )
-            return self._refuse(where, [refusal], endpoint="unknown")
+            return refuse(where, [refusal], endpoint="unknown")
         if route.action == "refuse":
             refusal = Refusal(message=f"{where}: {route.why}", replacement=route.instead, rule="endpoint")
-            return self._refuse(where, [refusal], endpoint=route.pattern)
+            return refuse(where, [refusal], endpoint=route.pattern)
         if route.action == "query":
-            context = self._rule_context(target, self._read_settings(), pinning=False)
+            context = self.allowances.rule_context(target, self.facts.read_settings(), pinning=False)
             context = dataclasses.replace(context, name=path_id(route, target.path, "{name}"))
             findings = rules.check(route.name, None, context)
             if findings:
-                return self._refuse(where, [f.refusal for f in findings], endpoint=route.name)
+                return refuse(where, [f.refusal for f in findings], endpoint=route.name)
         return None
 
     # --- the decision -------------------------------------------------------------------------
@@ -320,7 +260,7 @@ class Decider:
         if len(body) > MAX_INSPECTED_BODY:
             raise BadRequest(f"request body over {MAX_INSPECTED_BODY} bytes (the gate's limit for {where})")
         if endpoint.runs:
-            held = self._held_check(where, target, endpoint)
+            held = self.start_checks.held_check(where, target, endpoint)
             if held is not None:
                 return held
         if endpoint.name == "container-start":
@@ -339,226 +279,26 @@ class Decider:
         canonical = canonicalise(body, endpoint.body)
         if endpoint.name == "container-update" and _sets_restart_policy(canonical):
             # A restart policy makes the daemon start the container on its own, unseen by the gate.
-            held = self._held_check(where, target, endpoint)
+            held = self.start_checks.held_check(where, target, endpoint)
             if held is not None:
                 return held
-        return self._decide_body(method, target, endpoint, canonical)
-
-    def _held_check(self, where: str, target: Target, route: Route) -> Decision | None:
-        """The refusal of a request that would run a container holding CDI names the repo lacks now,
-        or publishing host ports that today's policy or another repo's keeper leaves it no room for."""
-        if self.containers is None:
-            return None
-        ref = path_id(route, target.path)
-        try:
-            if route.name == "exec-start":
-                container = self.containers.exec_container(ref)
-                held = None if container is None else self.containers.lookup(container)
-            else:
-                held = self.containers.lookup(ref)
-        except LookupFailed as exc:
-            message = f"the gate could not check which devices container {ref} holds: {exc}; try again"
-            return Decision(
-                False, 503, message, log=(f"503 {where}: {message}",), endpoint=route.name, rules=("gate",)
-            )
-        if held is None:
-            return None  # no such container: the daemon says so
-        refusals = self._port_problems(held) if route.binds_ports else []
-        grants, error = self._read_grants() if held.cdi else (frozenset(), None)
-        missing = [name for name in held.cdi if error is not None or name not in grants]
-        refusals += self._health_problems(held.name, [name for name in held.cdi if name not in missing])
-        if not missing and not refusals:
-            return None
-        why = f" (its grants cannot be read: {error})" if error is not None else ""
-        refusals += [
-            self._suspended_start(held.name, name)
-            or Refusal(
-                message=(
-                    f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
-                    f"now{why}, so it may not run"
-                ),
-                replacement=self._held_instead(held.name, name),
-                rule="grant",
-            )
-            for name in missing
-        ]
-        return self._refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
-
-    def _held_instead(self, container: str, name: str) -> str:
-        """What a container holding `name` without a grant can do: ask for the grant, or, when
-        another repo's exclusive grant is in the way (a fork's copy of a GPU container), hand it over."""
-        remove = f"`docker rm {container}` and create it again without the device"
-        blocked = self.in_the_way(name)
-        if blocked is not None:
-            return f"{remove}; {name} cannot be granted to repo {self.repo.label} now: {blocked}"
-        return f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or {remove}"
-
-    def in_the_way(self, name: str) -> str | None:
-        """Why this repo could not be granted `name` now (another repo's exclusive grant: who holds
-        it, and the handover), or None; read only for a refusal's advice."""
-        from rediacc_core.grants import GrantStore
-
-        try:
-            return GrantStore(self.machine, self.plugins).in_the_way(self.repo, name)
-        except Exception:  # only the advice depends on it: the refusal stands either way
-            return None
-
-    def _health_problems(self, container: str, names: list[str]) -> list[Refusal]:
-        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`)."""
-        if not names or not refuses_unhealthy(self._read_settings()):
-            return []
-        inventory = self._inventory() or Inventory()
-        try:
-            cards = self._health()
-        except RdcError as exc:  # records that cannot be read must not let a faulty card through
-            return [
-                Refusal(
-                    message=f"container {container} may not start: the GPU health records cannot be read "
-                    f"({exc.what})",
-                    replacement=exc.todo or "fix the file, then start it again",
-                    rule="gpu-health",
-                )
-            ]
-        if not cards:
-            return []
-        return health_refusals(
-            container,
-            names,
-            cards,
-            inventory,
-            lambda name: self.plugins.hardware_units(name, inventory) or (),
-            self.repo.machine,  # as the repo's references name it (`alpha@m1`)
-        )
-
-    def _suspension(self, name: str) -> tuple[str, str] | None:
-        """Why the repo's grant of `name` reaches nothing (setup suspended it) and what resolves it;
-        None when it is not a suspended grant."""
-        from rediacc_core.grants import suspended_grant, suspension_advice, suspension_text
-
-        try:
-            grant = suspended_grant(self.machine, self.repo.id, name)
-        except Exception:  # only the words depend on it: the refusal stands either way
-            return None
-        if grant is None:
-            return None
-        return suspension_text(grant, self.repo.ref), suspension_advice(grant, self.repo.ref)
-
-    def _suspended_start(self, container: str, name: str) -> Refusal | None:
-        found = self._suspension(name)
-        if found is None:
-            return None
-        why, advice = found
-        return Refusal(
-            message=f"container {container} holds {name} and may not run: {why}",
-            replacement=f"an operator's {advice}",
-            rule="grant",
-        )
-
-    def _port_problems(self, held: Container) -> list[Refusal]:
-        """The publishing rules for a container about to run, under today's settings and keepers."""
-        if not held.ports:
-            return []
-        policy = self._current_allowances(self._read_settings()).publishing
-        findings = publish.check(
-            list(held.ports), self.published(policy), self.repo.machine, counted=not held.running
-        )
-        return [
-            dataclasses.replace(f.refusal, message=f"container {held.name}: {f.refusal.message}")
-            for f in findings
-        ]
+        return self.body.decide(method, target, endpoint, canonical)
 
     def _info(self, raw_target: str) -> Decision:
-        """`GET /info` as this repo may see it: asked of the daemon, its CDI devices cut to the grants."""
-        from rediacc_core.blocking import may_block
-        from rediacc_core.gate import views
+        # Unreadable grants: no device is shown.
+        return info_answer(self.upstream, raw_target, lambda: self.facts.read_grants()[0])
 
-        if self.upstream is None:
-            return Decision(True)  # no daemon behind this decider (unit tests of other routes)
-        may_block()
-        import http.client
-
-        from rediacc_core import unixhttp
-
-        try:
-            status, raw = unixhttp.request(self.upstream, "GET", raw_target, timeout=30)
-        except (OSError, http.client.HTTPException) as exc:
-            return Decision(False, 502, f"the repo's daemon did not answer GET /info: {exc}", endpoint="info")
-        if status != 200:
-            return Decision(True, endpoint="info")  # its error, as the daemon phrases it
-        granted, _ = self._read_grants()  # unreadable grants: no device is shown
-        try:
-            return Decision(False, 200, answer=views.info_body(raw, granted), endpoint="info")
-        except ValueError:
-            return Decision(False, 502, "the repo's daemon answered GET /info with no JSON", endpoint="info")
-
-    def _read_grants(self) -> tuple[frozenset[str], str | None]:
-        try:
-            if self._grants is None:
-                self._grants = _live_grants(self.machine)
-            return self._grants(self.repo.id), None
-        except Exception as exc:  # whatever went wrong, device requests fail closed and say why
-            why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
-            return frozenset(), why
-
-    def _read_settings(self) -> Mapping[str, str]:
-        """The machine's settings, read live (one `stat` when unchanged).
-
-        Unreadable settings mean the defaults, and every default is the safe choice (see
-        `rediacc_core.settings`): refusing what a setting would have admitted is failing closed. Said
-        in the log once per distinct problem, not for every request.
-        """
-        try:
-            if self._settings is None:
-                self._settings = _live_settings(self.machine)
-            settings = self._settings()
-        except Exception as exc:
-            why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
-            if why != self._settings_error:
-                self._settings_error = why
-                self.log(f"settings unreadable, deciding with the defaults: {why}")
-            return {}
-        if self._settings_error is not None:
-            self._settings_error = None
-            self.log("settings readable again")
-        return settings
-
-    def _rule_context(
-        self, target: Target, settings: Mapping[str, Any], *, pinning: bool
-    ) -> rules.RuleContext:
-        """What the core rules need for this request: the bind roots and allowances of `settings`."""
-        allowances = self._current_allowances(settings)
-        policy = allowances.binds
-        if pinning:
-            policy = dataclasses.replace(policy, pins=self.pins)
-        return rules.RuleContext(
-            self.repo.ref,
-            policy,
-            allowances.extra_capabilities,
-            target.query,
-            api_version=target.api_version,
-            pids_limit=allowances.pids_limit,
-            registries=allowances.registries,
-            published=self.published(allowances.publishing),
-            image_config=self.image_config,
-        )
+    def in_the_way(self, name: str) -> str | None:
+        """Why this repo could not be granted `name` now (another repo's exclusive grant), or None."""
+        return in_the_way(self.machine, self.plugins, self.repo, name)
 
     def published(self, policy: Policy) -> publish.Published:
         """What the publishing rules read: `policy`, and the keepers' state files of the machine."""
-        return publish.Published(policy, self.machine.run_dir, short_id(self.repo.id), self._repo_named)
-
-    def _repo_named(self, short: str) -> str:
-        """The reference of the machine's repo whose id starts `short` (read only for a refusal)."""
-        from rediacc_core.repos import RepoStore
-
-        try:
-            found = [r.label for r in RepoStore(self.machine).list() if short_id(r.id) == short]
-        except Exception:  # a refusal must still be made when the repos file cannot be read
-            found = []
-        return f"{found[0]}@{self.repo.machine}" if found else f"with id {short}…"
+        return self.allowances.published(policy)
 
     def build_policy(self) -> BuildPolicy:
         """What BuildKit's build steps may use, from the machine's settings (read live)."""
-        allowances = self._current_allowances(self._read_settings())
+        allowances = self.allowances.current(self.facts.read_settings())
         return BuildPolicy(allowances.extra_capabilities, registries=allowances.registries)
 
     def judge_grpc(self, path: str, message: bytes) -> Verdict:
@@ -569,232 +309,10 @@ class Decider:
     def restore_pins(self) -> list[str]:
         """Pin again the bind sources pinned before this gate started (a restart, a reboot), each
         checked against today's policy; returns the staging paths restored."""
-        policy = self._current_allowances(self._read_settings()).binds
+        policy = self.allowances.current(self.facts.read_settings()).binds
         return self.pins.restore(lambda source: mounts.admits(policy, source))
-
-    def _current_allowances(self, settings: Mapping[str, Any]) -> _Allowances:
-        """What `settings` (the machine's, read live) allow."""
-        cached = self._allowances
-        if cached is None or cached[0] is not settings:
-            # Rebuilt only when the settings file changed (LiveSettings keeps the same mapping).
-            cached = self._allowances = (settings, self._allowances_from(settings))
-        return cached[1]
-
-    def _allowances_from(self, settings: Mapping[str, Any]) -> _Allowances:
-        from rediacc_core.gate.policy import fetches, limits
-        from rediacc_core.repos import files_dir
-
-        roots = [mounts.Root(os.path.realpath(files_dir(self.machine, self.repo.id)), False)]
-        for item in split_list(str(settings.get("bind-roots", ""))):
-            path = item.removesuffix(":ro")
-            if mounts.check_root_setting(path) is None:
-                roots.append(mounts.Root(os.path.realpath(self.machine.path(path)), item.endswith(":ro")))
-        policy = mounts.BindPolicy(
-            files_dir=roots[0].path,
-            roots=tuple(roots),
-            never=mounts.never_paths(self.machine.path),
-            volume_drivers=frozenset(split_list(str(settings.get("volume-drivers", "")))),
-            pins=None,
-        )
-        extra = frozenset(
-            map(isolation.capability_name, split_list(str(settings.get("extra-capabilities", ""))))
-        )
-        pids = str(settings.get("pids-limit", ""))
-        return _Allowances(
-            binds=policy,
-            extra_capabilities=extra,
-            pids_limit=int(pids) if limits.check_pids_setting(pids) is None else limits.DEFAULT_PIDS_LIMIT,
-            registries=fetches.parse_allowed(str(settings.get("registries", ""))),
-            publishing=policy_from(settings),
-        )
-
-    def _grant_problems(
-        self, names: tuple[str, ...], grants: frozenset[str], error: str | None
-    ) -> list[Refusal]:
-        if not names:
-            return []
-        if error is not None:
-            message = (
-                f"device requests are refused because the grants of repo {self.repo.label} "
-                f"cannot be read ({error})"
-            )
-            return [Refusal(message=message, rule="grant")]
-        missing = [name for name in names if name not in grants]
-        return [Refusal(message=self._no_grant(name), rule="grant") for name in missing]
-
-    def _no_grant(self, name: str) -> str:
-        """Why `name` is refused, and advice that leads somewhere: a grant of a device the machine
-        has, or the names it does have when `name` is none of them (a grant of a typo is refused)."""
-        from rediacc_core.cdi.registry import Registry, suggest
-        from rediacc_core.grants import ended_lease
-
-        where = self.machine.name
-        try:
-            defined = Registry.for_machine(self.machine).names()
-        except Exception:  # only the advice depends on it: the refusal stands either way
-            defined = None
-        suspended = self._suspension(name)
-        if suspended is not None:
-            return f"{suspended[0]}; it reaches nothing until an operator resolves it ({suspended[1]})"
-        if defined is None or name in defined:
-            grant = f"rdc repo gpu grant {self.repo.ref} --device {name}"
-            try:
-                lease = ended_lease(self.machine, self.repo.id, name)
-            except Exception:  # only the advice depends on it
-                lease = None
-            blocked = self.in_the_way(name)
-            if blocked is not None:  # a grant would be refused: say who holds it, and the handover
-                return f"repo {self.repo.label} has no grant for {name}, and cannot have one now: {blocked}"
-            if lease is not None:  # an ended lease cannot be renewed: it is granted anew
-                ended = lease.expires_at
-                return f"the lease of {name} to repo {self.repo.label} ended at {ended} ({grant} --for 8h)"
-            return f"repo {self.repo.label} has no grant for {name} ({grant})"
-        close = suggest(name, defined)
-        if not close:
-            return f"{name} is not a device on machine {where} (its devices: rdc machine gpu list {where})"
-        return (
-            f"{name} is not a device on machine {where}; did you mean {' or '.join(close)}? "
-            f"(rdc repo gpu grant {self.repo.ref} --device {close[0]}; "
-            f"every device: rdc machine gpu list {where})"
-        )
-
-    def _decide_body(self, method: str, target: Target, route: Route, canonical: Any) -> Decision:
-        where = f"{method} {target.path}"
-        endpoint = route.name
-        version = target.api_version
-        log: list[str] = []
-        holder_key = route.devices_in
-        cdi: tuple[str, ...] = ()
-        if holder_key is not None and isinstance(canonical, dict):
-            folded = rules.fold_compose_devices(canonical, holder_key)
-            if folded:
-                log.append(f"folded Compose devices into the CDI request: {', '.join(folded)}")
-            cdi = rules.cdi_devices(canonical.get(holder_key) if holder_key else canonical)
-        grants, grants_error = self._read_grants()
-        if grants_error:
-            log.append(f"grants unreadable: {grants_error}")
-        refusals = self._grant_problems(cdi, grants, grants_error)
-        inventory = self._inventory()  # before the spec check, which compares what this read found
-        stale = self._stale_facts(cdi) if cdi else []
-        if stale:  # no rule decides on the old facts, so none is asked (its answer would mislead)
-            return self._refuse(where, refusals + stale, log, endpoint=endpoint, cdi=cdi)
-        settings = self._read_settings()  # once per decision: the rules and plugins see one state
-        findings = rules.check(endpoint, canonical, self._rule_context(target, settings, pinning=False))
-        # Plugins are shown a copy, so nothing a plugin does to the body it is shown is forwarded.
-        request = ApiRequest(
-            method=method,
-            path=target.path,
-            query=target.query,
-            body=copy.deepcopy(canonical),
-            api_version=None if version is None else f"{version[0]}.{version[1]}",
-            cdi_devices=cdi,
-        )
-        ctx = GateContext(
-            repo_name=self.repo.label,
-            repo_ref=self.repo.ref,
-            machine=self.machine,
-            grants=grants,
-            inventory=inventory,
-            settings=settings,
-            image_config=self.image_config,
-            log=self.log,
-            in_the_way=self.in_the_way,
-        )
-        try:
-            verdicts = self.plugins.request_rules(request, ctx)
-        except Exception as exc:  # a broken plugin must not let a request through unchecked
-            message = f"a gate rule failed, so the request is refused: {type(exc).__name__}: {exc}"
-            return Decision(False, 500, message, log=(*log, f"500 {where}: {message}"))
-        plugin_refusals = [v for v in verdicts if isinstance(v, Refusal)]
-        rewrites = [v for v in verdicts if isinstance(v, Rewrite)]
-        refusals += merge_refusals(findings, plugin_refusals)
-        if refusals:
-            return self._refuse(where, refusals, log, endpoint=endpoint, cdi=cdi)
-        asked = cdi  # what the request named; rewrites may add names
-        if rewrites:
-            if endpoint != "container-create":
-                log.extend(
-                    f"rewrite ignored (only container create is rewritten): {r.description}" for r in rewrites
-                )
-            else:
-                added = self._rewrite(canonical, rewrites, log)
-                new = tuple(n for n in added if n not in cdi)
-                problems = self._grant_problems(new, grants, grants_error)
-                if new and not cdi:
-                    problems += self._stale_facts(new)
-                if problems:
-                    return self._refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
-                cdi += new
-        if self.pinning and route.pins and rules.names_host_paths(endpoint, canonical):
-            # Only now, with the request admitted, are bind sources pinned and rewritten.
-            pinned = rules.pin(endpoint, canonical, self._rule_context(target, settings, pinning=True))
-            if pinned:
-                return self._refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
-        forwarded = encode(canonical)  # once: decoded once (canonicalise), changed in place, encoded once
-        log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
-        return Decision(
-            True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi
-        )
 
     def spec_age(self) -> str | None:
         """Why the inventory is older than the CDI specs (the gate logs it at start), or None."""
-        self._inventory()
-        return self._spec_age()
-
-    def _stale_facts(self, cdi: tuple[str, ...]) -> list[Refusal]:
-        """A device request is not decided on facts older than the specs it would be served from:
-        refused until the inventory is refreshed (the safe choice; the gate never runs discovery)."""
-        why = self._spec_age()
-        if why is None:
-            return []
-        return [
-            Refusal(
-                message=f"{', '.join(cdi)} cannot be decided now: {why}",
-                replacement=f"ask the machine's operator to run `rdc machine refresh {self.machine.name}`, "
-                "then try again",
-                rule="stale-facts",
-            )
-        ]
-
-    @staticmethod
-    def _rewrite(body: dict[str, Any], rewrites: list[Rewrite], log: list[str]) -> list[str]:
-        """Apply the plugins' rewrites to `body` in place; the CDI names they added."""
-        added: list[str] = []
-        for rewrite in rewrites:
-            log.append(f"rewrite: {rewrite.description}")
-            if rewrite.remove_env and isinstance(body.get("Env"), list):
-                drop = set(rewrite.remove_env)
-                body["Env"] = [
-                    e for e in body["Env"] if not (isinstance(e, str) and e.split("=", 1)[0] in drop)
-                ]
-            if rewrite.add_cdi_devices:
-                host = body.get("HostConfig")
-                if not isinstance(host, dict):
-                    host = body["HostConfig"] = {}
-                rules.add_cdi_devices(host, rewrite.add_cdi_devices)
-                added.extend(rewrite.add_cdi_devices)
-        return list(dict.fromkeys(added))
-
-    @staticmethod
-    def _refuse(
-        where: str,
-        refusals: list[Refusal],
-        log: list[str] | None = None,
-        *,
-        endpoint: str = "",
-        cdi: tuple[str, ...] = (),
-    ) -> Decision:
-        status = 403 if any(r.status == 403 for r in refusals) else 400
-        # One problem per line: the docker CLI prints the message as it is.
-        message = "\n".join(_describe(r) for r in refusals)
-        rule_ids = tuple(dict.fromkeys(r.rule for r in refusals if r.rule))
-        return Decision(
-            False,
-            status,
-            message,
-            log=(*(log or []), f"{status} {where}: {message}"),
-            endpoint=endpoint,
-            rules=rule_ids,
-            cdi_asked=cdi,
-            refusals=tuple(refusals),
-        )
+        self.facts.inventory()
+        return self.facts.spec_age()

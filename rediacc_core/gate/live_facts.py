@@ -1,0 +1,130 @@
+"""What a gate decides on, read live: the repo's grants, the machine's settings and inventory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from rediacc_core.errors import RdcError
+from rediacc_core.model import Inventory
+
+if TYPE_CHECKING:
+    from rediacc_core.machine import Machine
+    from rediacc_core.repos import Repo
+
+GrantsReader = Callable[[str], frozenset[str]]
+InventoryReader = Callable[[], Inventory | None]
+SettingsReader = Callable[[], Mapping[str, str]]
+SpecAgeReader = Callable[[], str | None]
+
+
+def _live_grants(machine: Machine) -> GrantsReader:
+    # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
+    # without devices (it fails closed only for device requests).
+    from rediacc_core.grants import LiveGrants
+
+    return LiveGrants(machine).for_repo
+
+
+def _live_settings(machine: Machine) -> SettingsReader:
+    from rediacc_core.settings import LiveSettings
+
+    return LiveSettings(machine).settings
+
+
+class _LiveInventoryReader:
+    """The machine inventory for the rules: `inventory.LiveInventory` (thread-safe, one `stat` when
+    unchanged), with an unreadable file logged once per distinct problem and seen as none."""
+
+    def __init__(self, machine: Machine, log: Callable[[str], None]) -> None:
+        from rediacc_core.inventory import LiveInventory
+        from rediacc_core.spec_facts import SpecAge
+
+        self._live = LiveInventory(machine)
+        self._log = log
+        self._error: str | None = None
+        # The specs the inventory was built from, as the last read found them: the spec check
+        # of a decision uses the read its rules use, at no further `stat`.
+        self._specs: list[dict[str, Any]] | None = None
+        self.spec_age = SpecAge(machine, lambda: self._specs)
+
+    def __call__(self) -> Inventory | None:
+        try:
+            value, self._specs = self._live.read()
+        except RdcError as exc:
+            self._specs = None
+            if exc.what != self._error:
+                self._error = exc.what
+                self._log(f"inventory unreadable, rules see none: {exc.what}")
+            return None
+        self._error = None
+        return value
+
+
+def _same_age() -> str | None:
+    return None
+
+
+class LiveFacts:
+    """The grants, settings and inventory of one repo's gate, each read live and failing closed.
+
+    A reader handed in (unit tests, the demo) is used as given; the others are the machine's files.
+    """
+
+    def __init__(
+        self,
+        machine: Machine,
+        repo: Repo,
+        log: Callable[[str], None],
+        *,
+        grants: GrantsReader | None = None,
+        inventory: InventoryReader | None = None,
+        spec_age: SpecAgeReader | None = None,
+        settings: SettingsReader | None = None,
+    ) -> None:
+        self.machine = machine
+        self.repo = repo
+        self.log = log
+        self.grants = grants
+        live = None
+        if inventory is None:
+            live = _LiveInventoryReader(machine, log)
+            inventory = live
+        self.inventory: InventoryReader = inventory
+        # Why the inventory's facts are older than the specs the daemon injects from, or None. A
+        # caller that hands the inventory in (unit tests, the demo) decides on it as given.
+        self.spec_age: SpecAgeReader = spec_age or (live.spec_age.check if live else _same_age)
+        self.settings = settings
+        self._settings_error: str | None = None
+
+    def read_grants(self) -> tuple[frozenset[str], str | None]:
+        """The repo's granted names, and why they could not be read (then none), or None."""
+        try:
+            if self.grants is None:
+                self.grants = _live_grants(self.machine)
+            return self.grants(self.repo.id), None
+        except Exception as exc:  # whatever went wrong, device requests fail closed and say why
+            why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
+            return frozenset(), why
+
+    def read_settings(self) -> Mapping[str, str]:
+        """The machine's settings, read live (one `stat` when unchanged).
+
+        Unreadable settings mean the defaults, and every default is the safe choice (see
+        `rediacc_core.settings`): refusing what a setting would have admitted is failing closed. Said
+        in the log once per distinct problem, not for every request.
+        """
+        try:
+            if self.settings is None:
+                self.settings = _live_settings(self.machine)
+            settings = self.settings()
+        except Exception as exc:
+            why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
+            if why != self._settings_error:
+                self._settings_error = why
+                self.log(f"settings unreadable, deciding with the defaults: {why}")
+            return {}
+        if self._settings_error is not None:
+            self._settings_error = None
+            self.log("settings readable again")
+        return settings

@@ -1,0 +1,174 @@
+"""The checks on a request that would make a container run: the CDI names it holds must still be
+granted (and not suspended), the GPUs they reach healthy, and its published ports still allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rediacc_core.errors import RdcError
+from rediacc_core.gate.allowances import AllowanceReader
+from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
+from rediacc_core.gate.decision import Decision, refuse
+from rediacc_core.gate.health_check import HealthReader, health_refusals
+from rediacc_core.gate.live_facts import LiveFacts
+from rediacc_core.gate.policy import publish
+from rediacc_core.gate.policy.endpoints import Route, path_id
+from rediacc_core.gate.wire.decode import Target
+from rediacc_core.health import refuses as refuses_unhealthy
+from rediacc_core.model import Inventory, Refusal
+
+if TYPE_CHECKING:
+    from rediacc_core.machine import Machine
+    from rediacc_core.plugins import Plugins
+    from rediacc_core.repos import Repo
+
+
+def in_the_way(machine: Machine, plugins: Plugins, repo: Repo, name: str) -> str | None:
+    """Why `repo` could not be granted `name` now (another repo's exclusive grant: who holds it,
+    and the handover), or None; read only for a refusal's advice."""
+    from rediacc_core.grants import GrantStore
+
+    try:
+        return GrantStore(machine, plugins).in_the_way(repo, name)
+    except Exception:  # only the advice depends on it: the refusal stands either way
+        return None
+
+
+class StartChecks:
+    """The start checks of one repo's gate, on the containers its daemon has."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        repo: Repo,
+        plugins: Plugins,
+        facts: LiveFacts,
+        allowances: AllowanceReader,
+        health: HealthReader,
+        containers: ContainerLookup | None,
+        in_the_way: Callable[[str], str | None],
+    ) -> None:
+        self.machine = machine
+        self.repo = repo
+        self.plugins = plugins
+        self.facts = facts
+        self.allowances = allowances
+        self.health = health
+        # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
+        self.containers = containers
+        self.in_the_way = in_the_way  # the decider's, so that what it is told reaches every refusal
+
+    def held_check(self, where: str, target: Target, route: Route) -> Decision | None:
+        """The refusal of a request that would run a container holding CDI names the repo lacks now,
+        or publishing host ports that today's policy or another repo's keeper leaves it no room for."""
+        if self.containers is None:
+            return None
+        ref = path_id(route, target.path)
+        try:
+            if route.name == "exec-start":
+                container = self.containers.exec_container(ref)
+                held = None if container is None else self.containers.lookup(container)
+            else:
+                held = self.containers.lookup(ref)
+        except LookupFailed as exc:
+            message = f"the gate could not check which devices container {ref} holds: {exc}; try again"
+            return Decision(
+                False, 503, message, log=(f"503 {where}: {message}",), endpoint=route.name, rules=("gate",)
+            )
+        if held is None:
+            return None  # no such container: the daemon says so
+        refusals = self._port_problems(held) if route.binds_ports else []
+        grants, error = self.facts.read_grants() if held.cdi else (frozenset(), None)
+        missing = [name for name in held.cdi if error is not None or name not in grants]
+        refusals += self._health_problems(held.name, [name for name in held.cdi if name not in missing])
+        if not missing and not refusals:
+            return None
+        why = f" (its grants cannot be read: {error})" if error is not None else ""
+        refusals += [
+            self._suspended_start(held.name, name)
+            or Refusal(
+                message=(
+                    f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
+                    f"now{why}, so it may not run"
+                ),
+                replacement=self._held_instead(held.name, name),
+                rule="grant",
+            )
+            for name in missing
+        ]
+        return refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+
+    def _held_instead(self, container: str, name: str) -> str:
+        """What a container holding `name` without a grant can do: ask for the grant, or, when
+        another repo's exclusive grant is in the way (a fork's copy of a GPU container), hand it over."""
+        remove = f"`docker rm {container}` and create it again without the device"
+        blocked = self.in_the_way(name)
+        if blocked is not None:
+            return f"{remove}; {name} cannot be granted to repo {self.repo.label} now: {blocked}"
+        return f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or {remove}"
+
+    def _health_problems(self, container: str, names: list[str]) -> list[Refusal]:
+        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`)."""
+        if not names or not refuses_unhealthy(self.facts.read_settings()):
+            return []
+        inventory = self.facts.inventory() or Inventory()
+        try:
+            cards = self.health()
+        except RdcError as exc:  # records that cannot be read must not let a faulty card through
+            return [
+                Refusal(
+                    message=f"container {container} may not start: the GPU health records cannot be read "
+                    f"({exc.what})",
+                    replacement=exc.todo or "fix the file, then start it again",
+                    rule="gpu-health",
+                )
+            ]
+        if not cards:
+            return []
+        return health_refusals(
+            container,
+            names,
+            cards,
+            inventory,
+            lambda name: self.plugins.hardware_units(name, inventory) or (),
+            self.repo.machine,  # as the repo's references name it (`alpha@m1`)
+        )
+
+    def suspension(self, name: str) -> tuple[str, str] | None:
+        """Why the repo's grant of `name` reaches nothing (setup suspended it) and what resolves it;
+        None when it is not a suspended grant."""
+        from rediacc_core.grants import suspended_grant, suspension_advice, suspension_text
+
+        try:
+            grant = suspended_grant(self.machine, self.repo.id, name)
+        except Exception:  # only the words depend on it: the refusal stands either way
+            return None
+        if grant is None:
+            return None
+        return suspension_text(grant, self.repo.ref), suspension_advice(grant, self.repo.ref)
+
+    def _suspended_start(self, container: str, name: str) -> Refusal | None:
+        found = self.suspension(name)
+        if found is None:
+            return None
+        why, advice = found
+        return Refusal(
+            message=f"container {container} holds {name} and may not run: {why}",
+            replacement=f"an operator's {advice}",
+            rule="grant",
+        )
+
+    def _port_problems(self, held: Container) -> list[Refusal]:
+        """The publishing rules for a container about to run, under today's settings and keepers."""
+        if not held.ports:
+            return []
+        policy = self.allowances.current(self.facts.read_settings()).publishing
+        findings = publish.check(
+            list(held.ports), self.allowances.published(policy), self.repo.machine, counted=not held.running
+        )
+        return [
+            dataclasses.replace(f.refusal, message=f"container {held.name}: {f.refusal.message}")
+            for f in findings
+        ]
