@@ -71,7 +71,7 @@ def prepare(workdir: Path, root: Path, docker_sock: str) -> tuple[dict[str, str]
     Returns the environment the gate runs with and the repo's id.
     """
     from rediacc_core.config import Config
-    from rediacc_core.grants import GrantStore
+    from rediacc_core.grants.store import GrantStore
     from rediacc_core.repos import RepoStore
 
     config_path = workdir / "rdc-config.yaml"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rediacc_core import unixhttp
 from rediacc_core.config import Config
-from rediacc_core.grants import GrantStore
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime import daemon, lifecycle
 from rediacc_core.testing.dockerenv import import_busybox

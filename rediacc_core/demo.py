@@ -18,7 +18,8 @@ from typing import Any
 
 from rediacc_core.errors import RdcError, StateError
 from rediacc_core.gate.decide import Decider
-from rediacc_core.grants import GrantStore, delete_repo
+from rediacc_core.grants.records import delete_repo
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.inventory import load_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins

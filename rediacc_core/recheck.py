@@ -26,7 +26,8 @@ from rediacc_core.bindings import MOVED, OVERLAP, VANISHED, Suspension, drift
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
 from rediacc_core.gate.audit.log import append_event
-from rediacc_core.grants import Grant, HardwareUnits, overlapping_units, read_grants, write_grants
+from rediacc_core.grants.records import Grant, read_grants, write_grants
+from rediacc_core.grants.units import HardwareUnits, overlapping_units
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore, audit_log_path, now_iso

@@ -204,8 +204,8 @@ class RepoStore:
         return self.create(repo.name, tag)
 
     def delete(self, repo: Repo, drop_grants: Callable[[Machine, str], int]) -> int:
-        """Delete the repo and, first, its grants through `drop_grants` (`grants.drop_repo_grants`,
-        called under the state lock; `grants.delete_repo` puts the two together); returns how many
+        """Delete the repo and, first, its grants through `drop_grants` (`grants.records.drop_repo_grants`,
+        called under the state lock; `grants.records.delete_repo` puts the two together); returns how many
         grants went with it."""
         with state_lock(self.machine, self.lock_timeout):
             repos = self._read()

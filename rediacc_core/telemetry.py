@@ -39,7 +39,7 @@ _MAPPING_NAME = re.compile(r"^\d+(\.\d+)?$")
 
 
 class GrantLike(Protocol):
-    """What telemetry reads of a grant (`grants.Grant`), so this module needs not import the grants."""
+    """What telemetry reads of a grant (`grants.records.Grant`), so this module needs not import grants."""
 
     @property
     def repo_id(self) -> str: ...

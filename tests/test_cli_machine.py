@@ -21,7 +21,7 @@ from rediacc_core.cli import cli, main
 from rediacc_core.cli.demo import runnable_rdc
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_STATE, EXIT_VALIDATION, RdcError
-from rediacc_core.grants import GrantStore
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.holdings import Holdings
@@ -379,7 +379,7 @@ def test_gpu_list_of_a_machine_without_gpus(vendor: FakeVendor, fm: FakeMachine)
 
 
 def test_gpu_list_shows_grants_in_force_read_live(vendor: FakeVendor, fm: FakeMachine) -> None:
-    grants = pytest.importorskip("rediacc_core.grants")
+    grants = pytest.importorskip("rediacc_core.grants.store")
     repos = pytest.importorskip("rediacc_core.repos")
     set_up_box(vendor, fm)
     machine = Config.load().machine("box")

@@ -27,7 +27,7 @@ from rediacc_core.errors import (
     EXIT_STATE,
     EXIT_VALIDATION,
 )
-from rediacc_core.grants import read_grants
+from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.lifecycle import runtime_for

@@ -14,7 +14,9 @@ from grants_kit import BUS_A, BUS_B, GPU, build_machine, fake_plugins, set_uuids
 from rediacc_core.bindings import MOVED, OVERLAP, VANISHED, UnitIdentity
 from rediacc_core.errors import RefusedError
 from rediacc_core.gate.audit.read import read_entries
-from rediacc_core.grants import GrantStore, LiveGrants, read_grants, write_grants
+from rediacc_core.grants.live import LiveGrants
+from rediacc_core.grants.records import read_grants, write_grants
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.recheck import BOUND, CONFIRMED, RESUMED, SUSPENDED, confirm_grants, recheck_grants

@@ -24,7 +24,10 @@ from rediacc_core.errors import (
     ValidationError,
 )
 from rediacc_core.files import schema_errors
-from rediacc_core.grants import GrantStore, LiveGrants, delete_repo, prune_orphans, read_grants, units_overlap
+from rediacc_core.grants.live import LiveGrants
+from rediacc_core.grants.records import delete_repo, prune_orphans, read_grants
+from rediacc_core.grants.store import GrantStore
+from rediacc_core.grants.units import units_overlap
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore
@@ -628,7 +631,7 @@ def test_granting_a_held_name_again_keeps_its_end_and_says_how_to_move_it(
 def test_a_lease_is_absent_for_the_gate_from_its_end_on_without_a_write(
     store: GrantStore, alpha: Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rediacc_core.grants as grants_module
+    import rediacc_core.grants.records as grants_module
 
     store.grant(alpha, [f"{GPU}=0"], expires_at="2030-01-01T00:00:00Z")
     live = LiveGrants(store.machine)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rediacc_core.errors import RefusedError
-from rediacc_core.grants import GrantStore
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import LOAD_ENV, Plugins, load_plugins
 from rediacc_core.repos import Repo, RepoStore

@@ -21,7 +21,7 @@ from rediacc_core.errors import (
     ValidationError,
 )
 from rediacc_core.files import schema_errors
-from rediacc_core.grants import delete_repo
+from rediacc_core.grants.records import delete_repo
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoRef, RepoStore, files_dir, make_state_dirs, repo_state_dir, resolve_ref
 from rediacc_core.testing import FakeMachine

@@ -147,7 +147,7 @@ def complete_granted(ctx: click.Context, param: click.Parameter, incomplete: str
         if on is not None and config.machine(on, present=False).remote is not None:
             return []  # its grants are on the SSH machine: not fetched for a completion
         machine, repo = resolve_ref(ref, config)
-        from rediacc_core.grants import read_grants
+        from rediacc_core.grants.records import read_grants
 
         return _items((g.device for g in read_grants(machine) if g.repo_id == repo.id), incomplete)
     except RdcError:

@@ -13,7 +13,7 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import TerminalProgress, emit, fitted, fitted_width, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
-from rediacc_core.grants import prune_orphans, read_grants
+from rediacc_core.grants.records import prune_orphans, read_grants
 from rediacc_core.inventory import age, load_inventory, read_inventory_text
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
@@ -389,7 +389,7 @@ def print_result(report: SetupReport, dry_run: bool) -> None:
 
 def _report_grant_changes(report: SetupReport) -> None:
     """What the re-check of the grants did: every suspension with its drift and the way out."""
-    from rediacc_core.grants import suspension_advice
+    from rediacc_core.grants.records import suspension_advice
     from rediacc_core.recheck import SUSPENDED, change_text
 
     for change in report.grant_changes:
@@ -519,7 +519,7 @@ def gpu_clear(name: str, device: str | None, fmt: str) -> None:
 
 def suspended_lines(target: Machine) -> list[str]:
     """One line per suspended grant of the machine: the drift, and the commands that resolve it."""
-    from rediacc_core.grants import suspension_advice, suspension_text
+    from rediacc_core.grants.records import suspension_advice, suspension_text
 
     suspended = [g for g in read_grants(target) if g.suspended is not None]
     refs = {repo.id: repo.ref for repo in RepoStore(target).list()} if suspended else {}

@@ -12,7 +12,7 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
-from rediacc_core.grants import Grant, delete_repo, read_grants
+from rediacc_core.grants.records import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
 
 # The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
@@ -324,7 +324,7 @@ def grant(
       rdc repo gpu grant gpu-b --device vendor.example/gpu=0 --exclusive --take-over
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
-    from rediacc_core.grants import GrantStore
+    from rediacc_core.grants.store import GrantStore
     from rediacc_core.leases import expiry
     from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.holdings import Holdings
@@ -388,7 +388,7 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 --stop
       rdc repo gpu revoke gpu-a --device vendor.example/gpu=0 -o json | jq .holders
     """
-    from rediacc_core.grants import GrantStore
+    from rediacc_core.grants.store import GrantStore
     from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.holdings import (
         Holder,
@@ -483,7 +483,7 @@ def renew(
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --for 8h
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --forever
     """
-    from rediacc_core.grants import GrantStore
+    from rediacc_core.grants.store import GrantStore
     from rediacc_core.leases import expiry
     from rediacc_core.plugins import get_plugins
 
@@ -561,7 +561,7 @@ def list_grants(ref: str, fmt: str) -> None:
 
     emit(data, fmt, render)
     if fmt == "table":
-        from rediacc_core.grants import suspension_advice, suspension_text
+        from rediacc_core.grants.records import suspension_advice, suspension_text
 
         for grant_ in sorted(grants, key=lambda g: g.device):
             if grant_.suspended is not None:

@@ -41,7 +41,7 @@ class GrantRefusals:
         """Why `name` is refused, and advice that leads somewhere: a grant of a device the machine
         has, or the names it does have when `name` is none of them (a grant of a typo is refused)."""
         from rediacc_core.cdi.registry import Registry, suggest
-        from rediacc_core.grants import ended_lease
+        from rediacc_core.grants.records import ended_lease
 
         where = self.machine.name
         try:

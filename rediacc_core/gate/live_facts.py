@@ -21,7 +21,7 @@ SpecAgeReader = Callable[[], str | None]
 def _live_grants(machine: Machine) -> GrantsReader:
     # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
     # without devices (it fails closed only for device requests).
-    from rediacc_core.grants import LiveGrants
+    from rediacc_core.grants.live import LiveGrants
 
     return LiveGrants(machine).for_repo
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def in_the_way(machine: Machine, plugins: Plugins, repo: Repo, name: str) -> str | None:
     """Why `repo` could not be granted `name` now (another repo's exclusive grant: who holds it,
     and the handover), or None; read only for a refusal's advice."""
-    from rediacc_core.grants import GrantStore
+    from rediacc_core.grants.store import GrantStore
 
     try:
         return GrantStore(machine, plugins).in_the_way(repo, name)
@@ -139,7 +139,7 @@ class StartChecks:
     def suspension(self, name: str) -> tuple[str, str] | None:
         """Why the repo's grant of `name` reaches nothing (setup suspended it) and what resolves it;
         None when it is not a suspended grant."""
-        from rediacc_core.grants import suspended_grant, suspension_advice, suspension_text
+        from rediacc_core.grants.records import suspended_grant, suspension_advice, suspension_text
 
         try:
             grant = suspended_grant(self.machine, self.repo.id, name)

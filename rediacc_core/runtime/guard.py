@@ -16,7 +16,7 @@ the standard library, and `exec`s runc at once for a container without device no
 `linux.devices` then). Only a container with devices pays for reading the grants and the CDI specs
 (PyYAML, from the directory the wrapper passes in `--yaml-path`).
 
-Its reading is deliberately narrower than the core's (`grants.py`, `cdi/`): any shape it does not
+Its reading is deliberately narrower than the core's (`grants/`, `cdi/`): any shape it does not
 expect is a refusal. A refusal is written to runc's `--log` in runc's own JSON form, which the
 daemon hands back to the client as the error ("OCI runtime create failed: rdc: ..."), and to the
 repo's guard log.

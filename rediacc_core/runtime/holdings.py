@@ -15,7 +15,7 @@ containers they are in.
 The daemon is asked over its own socket (root only), never through the gate, with the gate's own
 client for a container's record (`gate.containers`). This module also stops holders, writes the
 handover's audit lines, and gathers all of it as `Holdings`: what an exclusive grant is handed
-(`grants.RunningParts`), so the grant records themselves never reach a daemon or /proc.
+(`grants.handover.RunningParts`), so the grant records themselves never reach a daemon or /proc.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def record_handover(
 
 
 class Holdings:
-    """The machine's running parts as granting asks about them (`grants.RunningParts`): the
+    """The machine's running parts as granting asks about them (`grants.handover.RunningParts`): the
     containers and processes of each repo that hold a device, stopping them, and the handover's
     audit lines. Handed to `GrantStore` by its caller: the grant records never reach a daemon.
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 
 from rediacc_core.cdi.registry import Registry
 from rediacc_core.errors import RdcError
-from rediacc_core.grants import reachable, read_grants
+from rediacc_core.grants.records import reachable, read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime.holdings import Holder, clear_openers, nodes_of, repo_holders, stop_holder

@@ -21,7 +21,7 @@ import pytest
 from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, refused, wait_for
 
 from rediacc_core import pids
-from rediacc_core.grants import Grant, delete_repo, read_grants
+from rediacc_core.grants.records import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.holdings import device_openers

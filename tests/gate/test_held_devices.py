@@ -11,7 +11,7 @@ import pytest
 from rediacc_core.bindings import MOVED, Suspension
 from rediacc_core.gate.containers import Container, LookupFailed
 from rediacc_core.gate.decide import Decider
-from rediacc_core.grants import Grant, write_grants
+from rediacc_core.grants.records import Grant, write_grants
 
 Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
 REF = "alpha@m1"

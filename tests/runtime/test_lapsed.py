@@ -10,7 +10,8 @@ import pytest
 from grants_kit import GPU, build_machine, fake_plugins
 
 from rediacc_core.bindings import MOVED, Suspension
-from rediacc_core.grants import GrantStore, read_grants, write_grants
+from rediacc_core.grants.records import read_grants, write_grants
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.holdings import Holder, Holdings

@@ -14,7 +14,7 @@ from pathlib import Path
 from ssh_kit import BIN, Client, Fleet
 
 from rediacc_core.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_STATE, EXIT_TOOL
-from rediacc_core.grants import read_grants
+from rediacc_core.grants.records import read_grants
 from rediacc_core.repos import RepoStore
 from rediacc_core.statelock import lock_path, state_lock
 

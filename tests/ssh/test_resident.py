@@ -20,7 +20,7 @@ import pytest
 from ssh_kit import BIN, Fleet, install_agent
 
 from rediacc_core.errors import EXIT_STATE, EXIT_TOOL
-from rediacc_core.grants import read_grants
+from rediacc_core.grants.records import read_grants
 from rediacc_core.remote import resident
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.remote.link import local_socket

@@ -15,7 +15,7 @@ from rediacc_nvidia import testing
 from rediacc_core import ApiRequest, Refusal
 from rediacc_core.cli import cli
 from rediacc_core.errors import RefusedError, ToolError
-from rediacc_core.grants import GrantStore
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins, load_plugins

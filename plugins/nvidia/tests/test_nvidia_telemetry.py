@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rediacc_core import telemetry
-from rediacc_core.grants import GrantStore
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.holdings import Holdings
@@ -78,7 +78,7 @@ def test_mapping_files_follow_grant_revoke_lease_end_and_handover(
     assert mapping(a100) == {"0": "gamma\n", "0.2": "beta\n"}
 
     # A lease ends without a write: the gate's housekeeping round brings the files up to date.
-    monkeypatch.setattr("rediacc_core.grants.now_iso", lambda: "3000-01-01T00:00:00Z")
+    monkeypatch.setattr("rediacc_core.grants.records.now_iso", lambda: "3000-01-01T00:00:00Z")
     problems: list[str] = []
     refresh_telemetry(a100.machine, problems.append)
     assert problems == [] and mapping(a100) == {"0": "gamma\n"}

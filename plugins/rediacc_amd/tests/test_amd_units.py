@@ -11,7 +11,7 @@ from rediacc_amd.testing import install_kfd_capture, two_amd_gpus
 from rediacc_amd.units import hardware_units
 
 from rediacc_core import Gpu, Inventory
-from rediacc_core.grants import overlapping_units
+from rediacc_core.grants.units import overlapping_units
 from rediacc_core.inventory import load_inventory, read_inventory
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.setup import run_setup

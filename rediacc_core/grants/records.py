@@ -1,0 +1,211 @@
+"""The grant records: the `Grant`, the grants file, and what reading it means at a moment.
+
+The grants live in `<root>/etc/rediacc/gpu/grants.json`, replaced atomically and checked against
+`schema/grants.schema.json` on every read. Writes happen under the machine's state lock (the
+callers here take it, or say that their caller holds it).
+
+A grant may be a lease (`expires_at`): from its end on it is absent for every reader (the gate, the
+runtime guard, the checks) with no process needed to remove it; the next write drops it. A suspended
+grant (`suspended`, set by setup's re-check) stays in the file but reaches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rediacc_core import telemetry
+from rediacc_core.bindings import Binding, Suspension, binding_from_json, suspension_from_json
+from rediacc_core.errors import ValidationError
+from rediacc_core.files import (
+    StatKey,
+    parse_json_checked,
+    read_text_keyed,
+    replace_watched_json,
+    restore_hint,
+)
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo, RepoStore, now_iso
+from rediacc_core.statelock import state_lock
+
+# Every `rdc` read, the gate and the runtime guard read grants: this module imports only what
+# reading needs; granting's checks (the CDI registry, plugins) live in the modules beside it.
+
+SCHEMA = "grants.schema.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One CDI device name granted to one repo identity."""
+
+    repo_id: str
+    device: str
+    exclusive: bool
+    granted_at: str
+    expires_at: str | None = None  # a lease's end (UTC, `...Z`); None: until revoked
+    bound_to: Binding | None = None  # what the name reached when granted; None: an older file's grant
+    suspended: Suspension | None = None
+
+    def in_force(self, now: str) -> bool:
+        """False once a lease has ended by `now` (an rdc UTC stamp: text order is time order)."""
+        return self.expires_at is None or self.expires_at > now
+
+
+# --- the file ------------------------------------------------------------------------------------
+
+
+def parse_grants(text: str, path: Path) -> list[Grant]:
+    """The grants in a grants file's text; any problem is a ValidationError naming the file."""
+    document = parse_json_checked(text, path, SCHEMA, "grants file")
+    grants = [
+        Grant(
+            entry["repoId"],
+            entry["device"],
+            entry["exclusive"],
+            entry["grantedAt"],
+            entry.get("expiresAt"),
+            binding_from_json(entry["boundTo"]) if "boundTo" in entry else None,
+            suspension_from_json(entry["suspended"]) if "suspended" in entry else None,
+        )
+        for entry in document["grants"]
+    ]
+    seen: set[tuple[str, str]] = set()
+    for grant in grants:
+        key = (grant.repo_id, grant.device)
+        if key in seen:
+            raise ValidationError(
+                f"grants file {path} grants {grant.device} to repo {grant.repo_id} more than once",
+                restore_hint(path),
+            )
+        seen.add(key)
+    exclusive = {g.device: g.repo_id for g in grants if g.exclusive}
+    for grant in grants:
+        holder = exclusive.get(grant.device)
+        if holder is not None and holder != grant.repo_id:
+            # `rdc repo gpu grant` never writes this; a hand edit did, and the gate must not guess who wins.
+            raise ValidationError(
+                f"grants file {path} grants {grant.device} to repo {grant.repo_id} although repo {holder} "
+                "holds it exclusively",
+                restore_hint(path),
+            )
+    return grants
+
+
+def read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
+    """The file's identity and grants, both taken from the same open file; None when there is none."""
+    found = read_text_keyed(path, "grants file")
+    return None if found is None else (found[0], parse_grants(found[1], path))
+
+
+def in_force(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` in force at `now` (default this moment): the one place a lease that
+    has ended stops counting, for every reader (rdc, the gate, housekeeping)."""
+    stamp = now or now_iso()
+    return [g for g in grants if g.in_force(stamp)]
+
+
+def reachable(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
+    """The grants of `grants` a container may reach at `now`: in force, and not suspended by
+    setup's re-check (the gate, the lease-end housekeeping; the runtime guard reads the same)."""
+    return [g for g in in_force(grants, now) if g.suspended is None]
+
+
+def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:
+    """Every grant in force on the machine (at `now`, default this moment); [] when none."""
+    found = read_file(machine.grants_path)
+    return [] if found is None else in_force(found[1], now)
+
+
+def suspended_grant(machine: Machine, repo_id: str, device: str) -> Grant | None:
+    """The repo's grant of `device` when it is in force but suspended; None otherwise."""
+    return next(
+        (g for g in read_grants(machine) if g.repo_id == repo_id and g.device == device and g.suspended),
+        None,
+    )
+
+
+def confirm_command(repo_ref: str, device: str) -> str:
+    return f"rdc repo gpu confirm {repo_ref} --device {device}"
+
+
+def suspension_text(grant: Grant, repo_ref: str) -> str:
+    """`the grant of vendor.example/gpu=0 to repo R is suspended since T: <drift>` (refusals, lists)."""
+    held = grant.suspended
+    if held is None:
+        return ""
+    return f"the grant of {grant.device} to repo {repo_ref} is suspended since {held.since}: {held.drift}"
+
+
+def suspension_advice(grant: Grant, repo_ref: str) -> str:
+    """The commands that resolve a suspension, runnable as printed."""
+    revoke = f"rdc repo gpu revoke {repo_ref} --device {grant.device}"
+    if grant.suspended is not None and grant.suspended.reason == "vanished":
+        return f"no spec defines it any more: `{revoke}`, or run setup so a spec defines it again"
+    confirm = confirm_command(repo_ref, grant.device)
+    return f"to accept the hardware it reaches now: `{confirm}`; or `{revoke}`"
+
+
+def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> Grant | None:
+    """The repo's lease of `device` that has ended, while the grants file still records it (the
+    next change to the file drops it); None when there is none."""
+    found = read_file(machine.grants_path)
+    stamp = now or now_iso()
+    ended = [
+        g
+        for g in (found[1] if found else ())
+        if g.repo_id == repo_id and g.device == device and not g.in_force(stamp)
+    ]
+    return max(ended, key=lambda g: g.expires_at or "", default=None)
+
+
+def write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
+    """Replace the grants file; caller holds the state lock."""
+    document = {
+        "schemaVersion": SCHEMA_VERSION,
+        "grants": [
+            {
+                "repoId": g.repo_id,
+                "device": g.device,
+                "exclusive": g.exclusive,
+                "grantedAt": g.granted_at,
+                **({"expiresAt": g.expires_at} if g.expires_at is not None else {}),
+                **({"boundTo": [u.to_json() for u in g.bound_to]} if g.bound_to is not None else {}),
+                **({"suspended": g.suspended.to_json()} if g.suspended is not None else {}),
+            }
+            for g in grants
+        ],
+    }
+    replace_watched_json(machine.grants_path, document)  # LiveGrants must see every write as a change
+    stamp = now_iso()
+    telemetry.export(machine, [g for g in grants if g.in_force(stamp)])  # best effort, see telemetry
+
+
+def drop_repo_grants(machine: Machine, repo_id: str) -> int:
+    """Remove every grant of `repo_id`; the caller holds the state lock. Returns how many went."""
+    grants = read_grants(machine)
+    kept = [g for g in grants if g.repo_id != repo_id]
+    if len(kept) != len(grants):
+        write_grants(machine, kept)
+    return len(grants) - len(kept)
+
+
+def delete_repo(machine: Machine, repo: Repo, *, lock_timeout: float | None = None) -> int:
+    """Delete the repo and its grants (all under one lock); returns how many grants went with it."""
+    return RepoStore(machine, lock_timeout=lock_timeout).delete(repo, drop_repo_grants)
+
+
+def prune_orphans(machine: Machine, *, lock_timeout: float | None = None) -> list[Grant]:
+    """Remove the grants of repos that no longer exist on the machine; returns what went.
+
+    A repo deleted by hand from repos.json (or by an older rdc) leaves them behind, still reserving
+    hardware when exclusive.
+    """
+    with state_lock(machine, lock_timeout):
+        known = {repo.id for repo in RepoStore(machine).list()}
+        grants = read_grants(machine)
+        orphans = [g for g in grants if g.repo_id not in known]
+        if orphans:
+            write_grants(machine, [g for g in grants if g.repo_id in known])
+    return orphans
