@@ -193,34 +193,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    settings = scenarios.QUICK if args.quick else scenarios.FULL
-    if args.rounds:
-        if args.rounds < 1:
-            print("error: --rounds must be at least 1", file=sys.stderr)
-            return 2
-        settings = dataclasses.replace(settings, rounds=args.rounds)
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    unknown = only - {"rate", "create", "bulk", "memory"}
-    if unknown:
-        print(
-            f"error: unknown scenario(s) {', '.join(sorted(unknown))}; pick from rate,create,bulk,memory",
-            file=sys.stderr,
-        )
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    chosen = choose(args)
+    if chosen is None:
         return 2
-    problems = missing_tools()
-    if problems:
-        for problem in problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
+    settings, only = chosen
     out_dir = args.out or (BENCH / "results" / "quick" if args.quick else BENCH / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    # Everything stops by itself: a hard limit on the whole run, then the finally block cleans up.
-    limit_s = int(180 + settings.cycles * 45 + args.profile) if not args.quick else 150
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.alarm(limit_s)
+    arm_time_limit(settings, args)
     stack.raise_fd_limit()
 
     started = time.monotonic()
@@ -230,96 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {}
     try:
         log(f"bench: work directory {workdir}")
-        docker_sock = st.start_dockerd(data_in_memory=not args.data_on_disk)
-        st.import_image()
-        haproxy_sock = st.start_haproxy(docker_sock)
-        gate_launch.write_machine(st.machine_root)
-        socks = {"direct": docker_sock, "haproxy": haproxy_sock}
-        pids = {"haproxy": st.haproxy_proc.pid} if st.haproxy_proc else {}
-        gate_missing = gate_launch.gate_available()
-        if gate_missing is None:
-            launch = gate_launch.launch(workdir, st.machine_root, docker_sock)
-            socks["gate"] = st.start_gate(launch.argv, launch.sock, launch.env)
-        else:
-            log(f"bench: the gate is not measured: {gate_missing}")
-        # The rate scenarios also measure the gate in two worker processes, in the same cycles as the
-        # default gate: what worker processes buy, free of the noise between separate runs.
-        rate_socks = dict(socks)
-        workers_missing: str | None = None
-        if "rate" in only and gate_missing is None:
-            started_w = start_with_workers(st, launch, workdir, args.no_workers)
-            if isinstance(started_w, str):
-                workers_missing = started_w
-                log(f"bench: {gate_launch.WORKERS} (the gate with workers) not measured: {started_w}")
-            else:
-                rate_socks[gate_launch.WORKERS], pids[gate_launch.WORKERS] = started_w
-        binary = loadgen.build(workdir)
-        api = "v" + api_version(docker_sock)
-        body, body_source = cli_capture.capture_create_body(workdir, api[1:], stack.IMAGE, gate_launch.DEVICE)
-        body_file = workdir / "create-body.json"
-        body_file.write_bytes(body)
-        meta = {
-            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit_measured(),
-            "machine": machine_text(),
-            "software": software_text(docker_sock)
-            + (
-                f"; the gate on Python's {gate_launch.event_loop()} event loop"
-                if gate_missing is None
-                else ""
-            ),
-            "settings": settings_text(settings) + f"; dockerd's data-root on {st.data_on}",
-            "create_body": f"{len(body)} bytes, {body_source}",
-            "command": "python bench/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "rate_conns": settings.rate_conns,
-            "rate_seconds": settings.rate_seconds,
-            "bulk_mib": settings.bulk_mib,
-            "gate_missing": gate_missing,
-            "gate_override": os.environ.get(gate_launch.OVERRIDE_ENV),
-            "workers_missing": workers_missing,
-            "loadavg_before": loadavg(),
-        }
-        direct_create = uds.call(docker_sock, "POST", "/containers/create?name=bench-taken", json.loads(body))
-        bulk_create = uds.call(
-            docker_sock,
-            "POST",
-            "/containers/create?name=bench-bulk",
-            {"Image": stack.IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": "none"}},
-        )
-        if direct_create.status != 201 or bulk_create.status != 201:
-            raise RuntimeError(
-                f"could not create the helper containers: {direct_create.body!r} {bulk_create.body!r}"
-            )
-        tar_path = workdir / "bulk.tar"
-        if "bulk" in only:
-            scenarios.write_bulk_tar(tar_path, settings.bulk_mib)
-
-        if st.gate_proc is not None:
-            pids["gate"] = st.gate_proc.pid
-        repo_id = launch.repo_id if gate_missing is None else ""
-        ctx = Context(
-            binary, socks, rate_socks, pids, body_file, api, docker_sock, tar_path, settings,
-            st.machine_root, repo_id,
-        )  # fmt: skip
-        for round_no in range(settings.rounds):
-            log(f"bench: round {round_no + 1} of {settings.rounds}")
-            measure_round(ctx, round_no, only, records)
-        if "create" in only and ctx.repo_id:
-            with timed("decision engine in-process"):
-                try:
-                    records.append(
-                        decide_cost.measure(
-                            st.machine_root, ctx.repo_id, docker_sock, DECISION_TARGET.format(api=api), body,
-                            max(200, settings.decisions * settings.cycles),
-                        )
-                    )  # fmt: skip
-                except Exception as exc:  # an aside: the gate's own numbers stand without it
-                    log(f"bench: the decision engine was not measured alone: {type(exc).__name__}: {exc}")
-        if "memory" in only:
-            records += measure_memory(ctx, st)
-
-        if args.profile and st.gate_proc is not None:
-            profile_gate(ctx, st.gate_proc.pid, args.profile, out_dir, meta)
+        run_all(st, workdir, args, argv, settings, only, out_dir, records, meta)
     except BaseException as exc:
         log(f"bench: stopped early: {type(exc).__name__}: {exc}")
         for proc in st.procs:
@@ -339,6 +231,182 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stack.remove_tree(workdir)
     return 0
+
+
+def choose(args: argparse.Namespace) -> tuple[scenarios.Settings, set[str]] | None:
+    """The settings and the scenarios asked for; None, having said why, when the run cannot go on."""
+    settings = scenarios.QUICK if args.quick else scenarios.FULL
+    if args.rounds:
+        if args.rounds < 1:
+            print("error: --rounds must be at least 1", file=sys.stderr)
+            return None
+        settings = dataclasses.replace(settings, rounds=args.rounds)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - {"rate", "create", "bulk", "memory"}
+    if unknown:
+        print(
+            f"error: unknown scenario(s) {', '.join(sorted(unknown))}; pick from rate,create,bulk,memory",
+            file=sys.stderr,
+        )
+        return None
+    problems = missing_tools()
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return None
+    return settings, only
+
+
+def arm_time_limit(settings: scenarios.Settings, args: argparse.Namespace) -> None:
+    """Everything stops by itself: a hard limit on the whole run, then `main`'s finally block cleans up."""
+    limit_s = int(180 + settings.cycles * 45 + args.profile) if not args.quick else 150
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.alarm(limit_s)
+
+
+@dataclass
+class Paths:
+    """The paths under measurement: each one's socket and first process, and why a gate is missing."""
+
+    socks: dict[str, str]
+    rate_socks: dict[str, str]  # `socks` and, when started, the gate with workers
+    pids: dict[str, int]
+    launch: gate_launch.GateLaunch | None  # None when the gate is not measured
+    gate_missing: str | None
+    workers_missing: str | None
+
+
+def start_paths(st: stack.Stack, workdir: Path, args: argparse.Namespace, only: set[str]) -> Paths:
+    """dockerd, HAProxy before it, the gate and (for the rate scenarios) the gate with workers."""
+    docker_sock = st.start_dockerd(data_in_memory=not args.data_on_disk)
+    st.import_image()
+    haproxy_sock = st.start_haproxy(docker_sock)
+    gate_launch.write_machine(st.machine_root)
+    socks = {"direct": docker_sock, "haproxy": haproxy_sock}
+    pids = {"haproxy": st.haproxy_proc.pid} if st.haproxy_proc else {}
+    launch: gate_launch.GateLaunch | None = None
+    gate_missing = gate_launch.gate_available()
+    if gate_missing is None:
+        launch = gate_launch.launch(workdir, st.machine_root, docker_sock)
+        socks["gate"] = st.start_gate(launch.argv, launch.sock, launch.env)
+    else:
+        log(f"bench: the gate is not measured: {gate_missing}")
+    # The rate scenarios also measure the gate in two worker processes, in the same cycles as the
+    # default gate: what worker processes buy, free of the noise between separate runs.
+    rate_socks = dict(socks)
+    workers_missing: str | None = None
+    if "rate" in only and launch is not None:
+        started_w = start_with_workers(st, launch, workdir, args.no_workers)
+        if isinstance(started_w, str):
+            workers_missing = started_w
+            log(f"bench: {gate_launch.WORKERS} (the gate with workers) not measured: {started_w}")
+        else:
+            rate_socks[gate_launch.WORKERS], pids[gate_launch.WORKERS] = started_w
+    return Paths(socks, rate_socks, pids, launch, gate_missing, workers_missing)
+
+
+def run_all(
+    st: stack.Stack,
+    workdir: Path,
+    args: argparse.Namespace,
+    argv: list[str],
+    settings: scenarios.Settings,
+    only: set[str],
+    out_dir: Path,
+    records: list[dict[str, Any]],
+    meta: dict[str, Any],
+) -> None:
+    """Starts every path, then measures the rounds and the asides; fills `records` and `meta` as it goes."""
+    paths = start_paths(st, workdir, args, only)
+    docker_sock = paths.socks["direct"]
+    binary = loadgen.build(workdir)
+    api = "v" + api_version(docker_sock)
+    body, body_source = cli_capture.capture_create_body(workdir, api[1:], stack.IMAGE, gate_launch.DEVICE)
+    body_file = workdir / "create-body.json"
+    body_file.write_bytes(body)
+    meta.update(describe_run(st, paths, settings, argv, f"{len(body)} bytes, {body_source}"))
+    create_helper_containers(docker_sock, body)
+    tar_path = workdir / "bulk.tar"
+    if "bulk" in only:
+        scenarios.write_bulk_tar(tar_path, settings.bulk_mib)
+
+    if st.gate_proc is not None:
+        paths.pids["gate"] = st.gate_proc.pid
+    repo_id = paths.launch.repo_id if paths.launch is not None else ""
+    ctx = Context(
+        binary, paths.socks, paths.rate_socks, paths.pids, body_file, api, docker_sock, tar_path, settings,
+        st.machine_root, repo_id,
+    )  # fmt: skip
+    for round_no in range(settings.rounds):
+        log(f"bench: round {round_no + 1} of {settings.rounds}")
+        measure_round(ctx, round_no, only, records)
+    if "create" in only and ctx.repo_id:
+        records += measure_decisions(ctx, body)
+    if "memory" in only:
+        records += measure_memory(ctx, st)
+
+    if args.profile and st.gate_proc is not None:
+        profile_gate(ctx, st.gate_proc.pid, args.profile, out_dir, meta)
+
+
+def describe_run(
+    st: stack.Stack, paths: Paths, settings: scenarios.Settings, argv: list[str], create_body: str
+) -> dict[str, Any]:
+    """What the results say about the run: when, which commit, on what, with which settings."""
+    docker_sock = paths.socks["direct"]
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit_measured(),
+        "machine": machine_text(),
+        "software": software_text(docker_sock)
+        + (
+            f"; the gate on Python's {gate_launch.event_loop()} event loop"
+            if paths.gate_missing is None
+            else ""
+        ),
+        "settings": settings_text(settings) + f"; dockerd's data-root on {st.data_on}",
+        "create_body": create_body,
+        "command": "python bench/run.py " + " ".join(argv),
+        "rate_conns": settings.rate_conns,
+        "rate_seconds": settings.rate_seconds,
+        "bulk_mib": settings.bulk_mib,
+        "gate_missing": paths.gate_missing,
+        "gate_override": os.environ.get(gate_launch.OVERRIDE_ENV),
+        "workers_missing": paths.workers_missing,
+        "loadavg_before": loadavg(),
+    }
+
+
+def create_helper_containers(docker_sock: str, body: bytes) -> None:
+    """The two containers the scenarios name and keep (`KEEP`)."""
+    direct_create = uds.call(docker_sock, "POST", "/containers/create?name=bench-taken", json.loads(body))
+    bulk_create = uds.call(
+        docker_sock,
+        "POST",
+        "/containers/create?name=bench-bulk",
+        {"Image": stack.IMAGE, "Cmd": ["true"], "HostConfig": {"NetworkMode": "none"}},
+    )
+    if direct_create.status != 201 or bulk_create.status != 201:
+        raise RuntimeError(
+            f"could not create the helper containers: {direct_create.body!r} {bulk_create.body!r}"
+        )
+
+
+def measure_decisions(ctx: Context, body: bytes) -> list[dict[str, Any]]:
+    """The decision engine alone, in this process: an aside, so a failure only says so."""
+    s = ctx.settings
+    with timed("decision engine in-process"):
+        try:
+            return [
+                decide_cost.measure(
+                    ctx.machine_root, ctx.repo_id, ctx.docker_sock, DECISION_TARGET.format(api=ctx.api), body,
+                    max(200, s.decisions * s.cycles),
+                )
+            ]  # fmt: skip
+        except Exception as exc:  # an aside: the gate's own numbers stand without it
+            log(f"bench: the decision engine was not measured alone: {type(exc).__name__}: {exc}")
+            return []
 
 
 def start_with_workers(
