@@ -128,42 +128,6 @@ class Decider:
         refusals = GrantRefusals(machine, repo, self.facts, self.start_checks)
         self.body = BodyDecider(machine, repo, plugins, log, self.facts, self.allowances, refusals, pinning)
 
-    # --- the parts' seams, as callers and tests set them -------------------------------------------
-    @property
-    def containers(self) -> ContainerLookup | None:
-        """The daemon's containers, for the start checks; None where no daemon is behind the decider."""
-        return self.start_checks.containers
-
-    @containers.setter
-    def containers(self, value: ContainerLookup | None) -> None:
-        self.start_checks.containers = value
-
-    @property
-    def image_config(self) -> Callable[[str], Mapping[str, Any] | None]:
-        """An image's configuration as the daemon has it, for the rules that read it."""
-        return self.allowances.image_config
-
-    @image_config.setter
-    def image_config(self, value: Callable[[str], Mapping[str, Any] | None]) -> None:
-        self.allowances.image_config = value
-
-    @property
-    def pinning(self) -> bool:
-        """False only for a decision that is never forwarded (`rdc repo check`): nothing is mounted."""
-        return self.body.pinning
-
-    @pinning.setter
-    def pinning(self, value: bool) -> None:
-        self.body.pinning = value
-
-    @property
-    def _grants(self) -> GrantsReader | None:
-        return self.facts.grants
-
-    @_grants.setter
-    def _grants(self, value: GrantsReader | None) -> None:
-        self.facts.grants = value
-
     # --- what to read ---------------------------------------------------------------------------
     def inspects(self, method: str, raw_target: str) -> bool:
         """Must the body be read and decided? True for bad targets too, so they get their 400."""

@@ -49,6 +49,12 @@ class Gate:
     grants: dict[str, set[str]]
     fm: FakeMachine
     logs: list[str]
+    build: Callable[..., Decider]
+
+    def rebuild(self, **parts: Any) -> None:
+        """A new decider over the same machine, plugins, grants and log, handed `parts` by the
+        Decider's keywords (a fake `containers` lookup, an `image_config`, a `grants` reader)."""
+        self.decider = self.build(**parts)
 
     def post(
         self,
@@ -96,16 +102,18 @@ def gate(fake_machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> Iterator
             f"/etc/cdi/{file}.yaml",  # JSON is YAML too; a test may replace the file with its own
             json.dumps({"cdiVersion": "0.5.0", "kind": kind, "devices": devices}),
         )
-    decider = Decider(
-        fm.machine,
-        REPO,
-        plugins,
-        image_config=lambda image: None,
-        log=logs.append,
-        grants=lambda repo_id: frozenset(grants.get(repo_id, set())),
-    )
-    yield Gate(decider, plugin, grants, fm, logs)
-    release_all(decider.pins.directory)  # admitted binds were pinned with real mounts
+
+    def build(**parts: Any) -> Decider:
+        given: dict[str, Any] = {
+            "image_config": lambda image: None,
+            "grants": lambda repo_id: frozenset(grants.get(repo_id, set())),
+            **parts,
+        }
+        return Decider(fm.machine, REPO, plugins, log=logs.append, **given)
+
+    made = Gate(build(), plugin, grants, fm, logs, build)
+    yield made
+    release_all(made.decider.pins.directory)  # admitted binds were pinned with real mounts
 
 
 def refuse_with(*verdicts: Verdict) -> Callable[[ApiRequest, GateContext], list[Verdict]]:

@@ -473,7 +473,7 @@ class TestGrantsUnreadable:
         def unreadable(repo_id: str) -> frozenset[str]:
             raise ValidationError("grants.json is not valid JSON (line 1)")
 
-        gate.decider._grants = unreadable
+        gate.rebuild(grants=unreadable)
         return gate
 
     def test_device_requests_are_refused_saying_why(self, broken: Any) -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from rediacc_core.bindings import MOVED, Suspension
 from rediacc_core.gate.containers import Container, LookupFailed
-from rediacc_core.gate.decide import Decider
 from rediacc_core.grants.records import Grant, write_grants
 
 Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
@@ -46,7 +45,7 @@ class FakeContainers:
 @pytest.fixture
 def containers(gate: Gate) -> FakeContainers:
     fake = FakeContainers()
-    gate.decider.containers = fake
+    gate.rebuild(containers=fake)
     fake.add("c1" * 32, "trainer", GPU0)
     fake.add("c2" * 32, "plain")
     fake.execs["e1"] = "c1" * 32
@@ -141,7 +140,7 @@ def test_unreadable_grants_refuse_every_holder(gate: Gate, containers: FakeConta
     def broken(repo_id: str) -> frozenset[str]:
         raise OSError("grants.json: input/output error")
 
-    gate.decider._grants = broken
+    gate.rebuild(containers=containers, grants=broken)
     decision = decide(gate, "POST", "/v1.45/containers/trainer/start", b"")
     assert not decision.forward and "its grants cannot be read" in decision.message
 
@@ -160,7 +159,6 @@ def test_the_lookup_waits_so_it_never_runs_on_the_event_loop(gate: Gate) -> None
 
 
 def test_a_decider_without_a_lookup_leaves_it_to_the_runtime_guard(gate: Gate) -> None:
-    assert isinstance(gate.decider, Decider) and gate.decider.containers is None
     assert decide(gate, "POST", "/v1.45/containers/trainer/start", b"").forward
 
 

@@ -189,7 +189,7 @@ def test_a_state_file_whose_keeper_is_gone_counts_for_nothing(gate: Gate) -> Non
 
 def test_publish_all_counts_the_images_exposed_ports(gate: Gate) -> None:
     exposed: dict[str, Any] = {f"{7000 + i}/tcp": {} for i in range(70)}
-    gate.decider.image_config = lambda ref: {"ExposedPorts": exposed} if ref == "many" else None
+    gate.rebuild(image_config=lambda ref: {"ExposedPorts": exposed} if ref == "many" else None)
     message = refused(create(gate, all_ports=True, image="many"))
     assert "70 more host port(s) are refused" in message
     assert create(gate, all_ports=True, image="bb").forward
@@ -227,7 +227,7 @@ class _Containers:
 
 
 def start(gate: Gate, held: Container, action: str = "start") -> Any:
-    gate.decider.containers = _Containers(held)
+    gate.rebuild(containers=_Containers(held))
     return gate.post(f"/v1.45/containers/{held.name}/{action}", raw=b"", content_type=None)
 
 
