@@ -2,15 +2,18 @@
 
 - **host**: a daemon in the host's network namespace, as repo daemons ran before (no iptables,
   its containers on a user-defined bridge in the host's routing table);
-- **netns**: a daemon in a namespace of its own behind a slirp4netns uplink, as `rdc repo up`
-  starts it now (`rediacc_core/runtime/netns.py`).
+- **own**: a daemon in a namespace of its own behind its slirp4netns uplink, as `rdc repo up`
+  starts it (`rediacc_core/runtime/netns.py`), its networks at the uplink's MTU (65520);
+- **own, MTU 1500**: the same daemon, on a network created at Docker's usual MTU, as its
+  networks were before (the download only).
 
 Measured, in interleaved rounds whose order rotates (medians; ratios taken seconds apart):
 daemon start (the namespace and uplink included), `docker run --rm` (create, start, wait, remove)
 of a container on a network, and a download by a container from an HTTP server on the host
-(busybox httpd; the uplink's rule against the host's own address is lifted for this one
-namespace, since that server stands for a registry outside), with the CPU seconds the uplink
-process spent per GiB. Needs root, Docker Engine >= 25, slirp4netns and busybox-static; ~3 minutes.
+(busybox httpd; the uplink's rule against the host's own address is lifted for this namespace,
+since that server stands for a registry outside), whole or failed, with the CPU seconds the
+uplink process spent per GiB. Needs root, Docker Engine >= 25, slirp4netns and busybox-static;
+~3 minutes.
 
     python bench/netns_cost.py [--rounds 7] [--mib 256] [--out bench/results/netns-cost.md]
 """
@@ -18,7 +21,6 @@ process spent per GiB. Needs root, Docker Engine >= 25, slirp4netns and busybox-
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import shutil
@@ -26,7 +28,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rediacc_core import unixhttp
@@ -35,6 +37,13 @@ from rediacc_core.testing.dockerenv import import_busybox
 
 IMAGE = "bb:latest"
 NETWORK = "benchnet"
+PORT = 18765
+SMALL_MTU = 1500
+# The issue's targets, own namespace against the host's (time ratios: a rate of 0.8x is 1.25x the time).
+TARGETS = {"start": 1.1, "fetch": 1 / 0.8, "cpu": 1.0}
+PATHS = ("host", "own", f"own, MTU {SMALL_MTU}")
+
+Times = dict[str, list[float]]
 
 
 def call(sock: Path, method: str, target: str, body: dict[str, object] | None = None) -> tuple[int, bytes]:
@@ -43,12 +52,12 @@ def call(sock: Path, method: str, target: str, body: dict[str, object] | None = 
     return unixhttp.request(sock, method, target, body=data, headers=headers, timeout=300)
 
 
-def run_rm(sock: Path, cmd: list[str]) -> float:
-    """`docker run --rm` over the API, on NETWORK; its wall time in seconds."""
+def run_rm(sock: Path, cmd: list[str], network: str = NETWORK) -> float:
+    """`docker run --rm` over the API, on `network`; its wall time in seconds."""
     began = time.perf_counter()
     status, body = call(
         sock, "POST", "/v1.45/containers/create",
-        {"Image": IMAGE, "Cmd": cmd, "HostConfig": {"NetworkMode": NETWORK}},
+        {"Image": IMAGE, "Cmd": cmd, "HostConfig": {"NetworkMode": network}},
     )  # fmt: skip
     assert status == 201, body
     ident = json.loads(body)["Id"]
@@ -56,7 +65,9 @@ def run_rm(sock: Path, cmd: list[str]) -> float:
     assert status == 204, body
     status, body = call(sock, "POST", f"/v1.45/containers/{ident}/wait")
     took = time.perf_counter() - began
-    assert status == 200 and json.loads(body)["StatusCode"] == 0, body
+    if status != 200 or json.loads(body)["StatusCode"] != 0:
+        _, logs = call(sock, "GET", f"/v1.45/containers/{ident}/logs?stdout=1&stderr=1")
+        raise AssertionError(f"{cmd} ended {body!r}: {logs!r}")
     call(sock, "DELETE", f"/v1.45/containers/{ident}")
     return took
 
@@ -69,11 +80,13 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 def host_address() -> str:
-    for cidr in netns.host_destinations():
-        network = ipaddress.ip_network(cidr)
-        if network.prefixlen == 32 and not network.is_link_local:
-            return str(network.network_address)
-    raise SystemExit("the host has no non-loopback IPv4 address to serve from")
+    """The host's address on its way out (its default route's source): a bridge's address, such as
+    a system Docker's docker0, would be the namespace's own bridge's inside."""
+    said = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.255"], capture_output=True, text=True)
+    words = said.stdout.split()
+    if "src" not in words:
+        raise SystemExit(f"the host has no IPv4 route out to serve from: {said.stderr.strip()}")
+    return words[words.index("src") + 1]
 
 
 def gateway_of(sock: Path) -> str:
@@ -91,9 +104,114 @@ def start_pair(
     host_took = time.perf_counter() - began
     began = time.perf_counter()
     netns.bring_up(net, root, base / "n" / "docker.sock")
-    inside = daemon.start_dockerd(root, base / "n", network=net)
-    inside_took = time.perf_counter() - began
-    return host, inside, host_took, inside_took
+    own = daemon.start_dockerd(root, base / "n", network=net)
+    own_took = time.perf_counter() - began
+    return host, own, host_took, own_took
+
+
+def measure_starts(root: Path, base: Path, net: netns.RepoNetwork, times: int = 3) -> Times:
+    """Daemon start: the whole pair again each time."""
+    starts: Times = {"host": [], "own": []}
+    for _ in range(times):
+        host, own, host_took, own_took = start_pair(root, base, net)
+        starts["host"].append(host_took)
+        starts["own"].append(own_took)
+        host.stop()
+        own.stop()
+        netns.tear_down(net, "bench")
+    return starts
+
+
+# The whole body must arrive (nc's own status says nothing of a connection cut short).
+FETCH = (
+    f"n=$(printf 'GET /blob HTTP/1.0\\r\\n\\r\\n' | nc {{}} {PORT} | wc -c); "
+    '[ "$n" -gt {} ] || {{ echo "got $n bytes"; exit 1; }}'
+)
+
+
+def measure_work(
+    routes: dict[str, tuple[Path, str, str]], uplink: int | None, rounds: int, mib: int
+) -> tuple[Times, Times, Times]:
+    """`docker run --rm` and the download on each route (daemon socket, network, server address);
+    the uplink's CPU seconds per GiB on the routes through it."""
+    runs: Times = {path: [] for path in routes}
+    fetches: Times = {path: [] for path in routes}
+    cpu: Times = {path: [] for path in routes if path != "host"}
+    order = list(routes)
+    for round_ in range(rounds + 1):  # one warm-up round, not counted
+        order = order[1:] + order[:1]
+        for path in order:
+            sock, network, server = routes[path]
+            took_run = run_rm(sock, ["true"], network)
+            cpu_before = cpu_seconds(uplink)
+            try:
+                took_fetch = run_rm(sock, ["sh", "-c", FETCH.format(server, mib << 20)], network)
+            except AssertionError as exc:
+                raise SystemExit(f"the download on the route {path!r} failed: {exc}") from exc
+            if round_ == 0:
+                continue
+            runs[path].append(took_run)
+            fetches[path].append(took_fetch - took_run)
+            if path in cpu:
+                cpu[path].append((cpu_seconds(uplink) - cpu_before) * 1024 / mib)
+    return runs, fetches, cpu
+
+
+def ratio(host_s: Sequence[float], own_s: Sequence[float]) -> float:
+    return statistics.median(n / h for h, n in zip(host_s, own_s, strict=True))
+
+
+def report(starts: Times, runs: Times, fetches: Times, cpu: Times, mib: int, rounds: int) -> str:
+    owns = PATHS[1:]
+    ms: Callable[[float], str] = lambda s: f"{s * 1e3:.0f} ms"  # noqa: E731
+
+    def met(value: float, target: float | None) -> str:
+        return "" if target is None else (" ✓" if value <= target else " ✗")
+
+    def row(what: str, times: Times, fmt: Callable[[float], str], target: float | None = None) -> str:
+        cells = [fmt(statistics.median(times[p])) if p in times else "—" for p in PATHS]
+        ratios = [f"{ratio(times['host'], times[p]):.2f}x{met(ratio(times['host'], times[p]), target)}"
+                  if p in times else "—" for p in owns]  # fmt: skip
+        return f"| {what} | {' | '.join(cells)} | {' | '.join(ratios)} |"
+
+    rates = [f"{mib / statistics.median(fetches[p]):.0f} MiB/s" for p in PATHS]
+    rate_ratios = [f"{1 / ratio(fetches['host'], fetches[p]):.2f}x" for p in owns]
+    cpu_cells = [
+        f"{statistics.median(cpu[p]):.2f} s{met(statistics.median(cpu[p]), TARGETS['cpu'])}" for p in owns
+    ]
+    lines = [
+        "| measure | " + " | ".join(PATHS) + " | " + " | ".join(f"{p} / host" for p in owns) + " |",
+        "|---|" + "---|" * (len(PATHS) + len(owns)),
+        row("daemon start (namespace and uplink included)", starts, ms, TARGETS["start"]),
+        row("`docker run --rm … true` on a network", {p: runs[p] for p in PATHS[:2]}, ms),
+        row(f"download of {mib} MiB from the host (time)", fetches, ms, TARGETS["fetch"]),
+        f"| the same download (rate) | {' | '.join(rates)} | {' | '.join(rate_ratios)} |",
+        f"| uplink CPU per GiB downloaded | — | {' | '.join(cpu_cells)} | | |",
+    ]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    targets = (
+        f"Targets (issue 32), own namespace against the host's: daemon start ≤ {TARGETS['start']}x, "
+        f"download rate ≥ 0.8x (time ≤ {TARGETS['fetch']:.2f}x), uplink CPU ≤ {TARGETS['cpu']:.0f} s per GiB."
+    )
+    return (
+        f"# Network namespace cost ({time.strftime('%Y-%m-%d')}, commit {commit}, {rounds} rounds, "
+        f"medians; {os.cpu_count()} CPUs)\n\n" + "\n".join(lines) + "\n\n" + targets + "\n"
+    )
+
+
+def create_networks(host: Path, own: Path) -> None:
+    """NETWORK on both daemons (the own daemon's at its default, the uplink's MTU), and the own
+    daemon's network at the usual MTU."""
+    small: dict[str, object] = {
+        "Name": f"{NETWORK}{SMALL_MTU}",
+        "Options": {"com.docker.network.driver.mtu": str(SMALL_MTU)},
+    }
+    plain: dict[str, object] = {"Name": NETWORK}
+    for sock, body in ((host, plain), (own, plain), (own, small)):
+        status, answer = call(sock, "POST", "/v1.45/networks/create", body)
+        assert status == 201, answer
 
 
 def main() -> int:
@@ -111,85 +229,36 @@ def main() -> int:
         blob.truncate(args.mib << 20)
     net = netns.network_for("benchnetns00", base / "run")
     address = host_address()
-    server = subprocess.Popen(["busybox", "httpd", "-f", "-p", "0.0.0.0:18765", "-h", str(www)])
-    host = inside = None
-    starts: dict[str, list[float]] = {"host": [], "netns": []}
+    server = subprocess.Popen(["busybox", "httpd", "-f", "-p", f"0.0.0.0:{PORT}", "-h", str(www)])
+    host = own = None
     try:
-        for _ in range(3):  # daemon start: the whole pair again each time
-            host, inside, host_took, inside_took = start_pair(root, base, net)
-            starts["host"].append(host_took)
-            starts["netns"].append(inside_took)
-            host.stop()
-            inside.stop()
-            netns.tear_down(net, "benchnetns00")
-        host, inside, _, _ = start_pair(root, base, net)
-        netns.apply_rules(net, [])  # the bench's server stands for the outside
-        socks = {"host": host.socket, "netns": inside.socket}
-        for sock in socks.values():
+        starts = measure_starts(root, base, net)
+        host, own, _, _ = start_pair(root, base, net)
+        # The bench's server stands for the outside: its rule lifted, and the keeper, whose watcher
+        # would write it again at the host bridge's creation, stopped (no port is published).
+        net.keeper.stop(netns.PROCESS_STOP_TIMEOUT)
+        netns.apply_rules(net, [])
+        for sock in (host.socket, own.socket):
             import_busybox(sock, IMAGE)
-            status, body = call(sock, "POST", "/v1.45/networks/create", {"Name": NETWORK})
-            assert status == 201, body
+        create_networks(host.socket, own.socket)
         # Where each daemon's containers reach the server: the host's bridge address for the daemon
         # in the host's namespace, the host's own address through the uplink for the other.
-        targets = {"host": gateway_of(host.socket), "netns": address}
-        fetch = "printf 'GET /blob HTTP/1.0\\r\\n\\r\\n' | nc {} 18765 > /dev/null"
-        times: dict[str, dict[str, list[float]]] = {
-            "run": {"host": [], "netns": []},
-            "fetch": {"host": [], "netns": []},
+        routes = {
+            "host": (host.socket, NETWORK, gateway_of(host.socket)),
+            "own": (own.socket, NETWORK, address),
+            PATHS[2]: (own.socket, f"{NETWORK}{SMALL_MTU}", address),
         }
-        uplink_cpu: list[float] = []
-        order = list(socks)
-        for round_ in range(args.rounds + 1):  # one warm-up round, not counted
-            order = order[1:] + order[:1]
-            for path in order:
-                took_run = run_rm(socks[path], ["true"])
-                cpu_before = cpu_seconds(netns.uplink_pid(net))
-                took_fetch = run_rm(socks[path], ["sh", "-c", fetch.format(targets[path])])
-                if round_ == 0:
-                    continue
-                times["run"][path].append(took_run)
-                times["fetch"][path].append(took_fetch - took_run)
-                if path == "netns":
-                    uplink_cpu.append((cpu_seconds(netns.uplink_pid(net)) - cpu_before) * 1024 / args.mib)
-
-        def row(what: str, host_s: list[float], netns_s: list[float], fmt: Callable[[float], str]) -> str:
-            ratio = statistics.median(n / h for h, n in zip(host_s, netns_s, strict=True))
-            medians = f"{fmt(statistics.median(host_s))} | {fmt(statistics.median(netns_s))}"
-            return f"| {what} | {medians} | {ratio:.2f}x |"
-
-        ms: Callable[[float], str] = lambda s: f"{s * 1e3:.0f} ms"  # noqa: E731
-        rate: Callable[[float], str] = lambda s: f"{args.mib / s:.0f} MiB/s"  # noqa: E731
-        lines = [
-            "| measure | host namespace | own namespace | own / host |",
-            "|---|---|---|---|",
-            row("daemon start (namespace and uplink included)", starts["host"], starts["netns"], ms),
-            row("`docker run --rm … true` on a network", times["run"]["host"], times["run"]["netns"], ms),
-            row(
-                f"download of {args.mib} MiB from the host (time)",
-                times["fetch"]["host"],
-                times["fetch"]["netns"],
-                ms,
-            ),
-            f"| the same download (rate) | {rate(statistics.median(times['fetch']['host']))} "
-            f"| {rate(statistics.median(times['fetch']['netns']))} | |",
-            f"| uplink CPU per GiB downloaded | — | {statistics.median(uplink_cpu):.2f} s | |",
-        ]
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        text = (
-            f"# Network namespace cost ({time.strftime('%Y-%m-%d')}, commit {commit}, {args.rounds} rounds, "
-            f"medians; {os.cpu_count()} CPUs)\n\n" + "\n".join(lines) + "\n"
-        )
+        runs, fetches, cpu = measure_work(routes, netns.uplink_pid(net), args.rounds, args.mib)
+        text = report(starts, runs, fetches, cpu, args.mib, args.rounds)
         print(text)
         if args.out is not None:
             args.out.write_text(text)
     finally:
         server.terminate()
-        for running in (host, inside):
+        for running in (host, own):
             if running is not None:
                 running.stop()
-        netns.tear_down(net, "benchnetns00")
+        netns.tear_down(net, "bench")
         shutil.rmtree(base, ignore_errors=True)
     return 0
 

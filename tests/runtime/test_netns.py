@@ -113,6 +113,9 @@ def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() ->
     inside = daemon.daemon_config(Path("/m"), paths, network=network)
     assert inside["iptables"] is True and inside["ip-forward"] is True
     assert inside["dns"] == [netns.UPLINK_DNS]
+    # Every bridge, the default one and each network created later, at the uplink's MTU.
+    assert inside["mtu"] == netns.UPLINK_MTU == 65520
+    assert inside["default-network-opts"] == {"bridge": {"com.docker.network.driver.mtu": "65520"}}
     outside = daemon.daemon_config(Path("/m"), paths)
     assert outside["iptables"] is False and outside["ip-forward"] is False  # the host's are left alone
     assert outside["bridge"] == "none" and "bridge" not in inside  # docker0 only inside the namespace
