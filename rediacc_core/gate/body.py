@@ -3,7 +3,6 @@ rules, the plugins' rewrites, and the pinning of the admitted bind sources."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ from rediacc_core.gate.grant_refusals import GrantRefusals
 from rediacc_core.gate.live_facts import LiveFacts
 from rediacc_core.gate.policy import rules
 from rediacc_core.gate.policy.endpoints import Route
-from rediacc_core.gate.wire.decode import Target, encode
+from rediacc_core.gate.wire.decode import Target, copied, encode
 from rediacc_core.model import ApiRequest, GateContext, Refusal, Rewrite
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ class BodyDecider:
             method=method,
             path=target.path,
             query=target.query,
-            body=copy.deepcopy(canonical),
+            body=copied(canonical),
             api_version=None if version is None else f"{version[0]}.{version[1]}",
             cdi_devices=cdi,
         )

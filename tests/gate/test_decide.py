@@ -451,11 +451,13 @@ class TestPlugins:
     def test_a_plugin_cannot_change_the_forwarded_body_behind_the_gate(self, gate: Any) -> None:
         def sneaky(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
             request.body["HostConfig"] = {"Privileged": True}
+            request.body["Env"].append("SNEAKY=1")
             return []
 
         gate.plugin.answer = sneaky
-        decision = gate.create({"Image": "bb"})
-        assert decision.forward and decision.body == b'{"Image":"bb","HostConfig":{"PidsLimit":4096}}'
+        decision = gate.create({"Image": "bb", "Env": ["A=1"]})
+        forwarded = b'{"Image":"bb","Env":["A=1"],"HostConfig":{"PidsLimit":4096}}'
+        assert decision.forward and decision.body == forwarded
 
     def test_a_failing_plugin_refuses(self, gate: Any) -> None:
         def broken(request: ApiRequest, ctx: GateContext) -> list[Verdict]:

@@ -13,6 +13,7 @@ from rediacc_core.gate.wire.decode import (
     BadRequest,
     canonicalise,
     check_content_type,
+    copied,
     encode,
     fold,
     parse_json,
@@ -288,6 +289,25 @@ def test_the_fast_encoding_reads_back_as_the_standard_librarys(value: Any) -> No
     """orjson writes the canonical body; Go must read from it what the standard library would have written
     (integers of any size included: those orjson refuses go to the standard library)."""
     assert json.loads(encode(value)) == json.loads(json.dumps(value, ensure_ascii=False))
+
+
+def _containers(value: Any) -> list[int]:
+    """The ids of every dict and list in a tree."""
+    if isinstance(value, dict):
+        return [id(value), *(i for v in value.values() for i in _containers(v))]
+    if isinstance(value, list):
+        return [id(value), *(i for v in value for i in _containers(v))]
+    return []
+
+
+@given(JSON_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_a_copy_for_the_plugins_is_equal_and_shares_nothing_that_can_change(value: Any) -> None:
+    """Plugins are shown `copied(body)`: whatever they do to it never reaches the body forwarded
+    (integers beyond 64 bits, which orjson refuses, included)."""
+    copy = copied(value)
+    assert copy == value and json.dumps(copy) == json.dumps(value)
+    assert not set(_containers(copy)) & set(_containers(value))
 
 
 # --- properties ------------------------------------------------------------------------------

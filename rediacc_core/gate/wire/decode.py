@@ -12,6 +12,7 @@ its own canonical re-encoding, so the daemon reads exactly what was checked.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -553,6 +554,16 @@ def encode(value: Any) -> bytes:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
         return _ENCODER.encode(value).encode("utf-8")
+
+
+def copied(value: Any) -> Any:
+    """A deep copy of a canonical tree, made by orjson: `copy.deepcopy` took 40% of a create's
+    decision (its memo and type dispatch, for dicts, lists and immutable leaves only). A tree orjson
+    refuses (an integer beyond 64 bits) is copied by `copy.deepcopy`."""
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except orjson.JSONEncodeError:
+        return copy.deepcopy(value)
 
 
 def field_path(body: Mapping[str, Any] | None, *keys: str) -> Any:
