@@ -170,8 +170,8 @@ def report(starts: Times, runs: Times, fetches: Times, cpu: Times, mib: int, rou
 
     def row(what: str, times: Times, fmt: Callable[[float], str], target: float | None = None) -> str:
         cells = [fmt(statistics.median(times[p])) if p in times else "—" for p in PATHS]
-        ratios = [f"{ratio(times['host'], times[p]):.2f}x{met(ratio(times['host'], times[p]), target)}"
-                  if p in times else "—" for p in owns]  # fmt: skip
+        found = {p: ratio(times["host"], times[p]) for p in owns if p in times}
+        ratios = [f"{found[p]:.2f}x{met(found[p], target)}" if p in found else "—" for p in owns]
         return f"| {what} | {' | '.join(cells)} | {' | '.join(ratios)} |"
 
     rates = [f"{mib / statistics.median(fetches[p]):.0f} MiB/s" for p in PATHS]
