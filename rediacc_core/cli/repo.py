@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,10 @@ from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants.records import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
+
+if TYPE_CHECKING:
+    from rediacc_core.grants.store import GrantStore
+    from rediacc_core.machine import Machine
 
 # The reads here (list, gpu list) import only the above; what a change needs (plugins, the CDI
 # registry, the daemons) is imported by the command that makes it.
@@ -295,6 +299,7 @@ _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several
     is_flag=True,
     help="With --exclusive: a handover in one step (revoke other repos' grants in the way, stop holders).",
 )
+@click.option("--yes", is_flag=True, help="With --take-over: do not ask before revoking the grants it lists.")
 @click.option("--for", "duration", metavar="DURATION", help=_FOR_HELP)
 @click.option("--until", metavar="TIME", help=_UNTIL_HELP)
 @output_option("table", "json", "yaml")
@@ -304,16 +309,20 @@ def grant(
     exclusive: bool,
     stop_holders: bool,
     take_over: bool,
+    yes: bool,
     duration: str | None,
     until: str | None,
     fmt: str,
 ) -> None:
     """Grant REPO the named devices (all of them or none); takes effect at its next Docker request.
 
-    An exclusive grant is refused (exit 4) while a container of another repo runs with the same
-    hardware; --stop-holders stops those containers first, under the machine's lock. It is refused
-    too while another repo holds a grant of that hardware; --take-over revokes that grant and stops
-    its holders, in the same step (audited in both repos). With --for or
+    An exclusive grant is refused (exit 4) while another repo holds or may hold the same hardware:
+    a container of it runs with it, a process of it has a node open, or its grant of it ended
+    (revoked, a lease's end) while it still runs anything (a descriptor in flight shows in no
+    scan). --stop-holders empties those repos first, under the machine's lock: every running
+    container of them is stopped. It is refused too while another repo holds a grant of that
+    hardware; --take-over lists every such grant, asks (or takes --yes), revokes them and empties
+    their repos, in that order, before the grant is written (audited in both repos). With --for or
     --until the grant is a lease: from its end on it is gone (renew it with `rdc repo gpu renew`).
 
     \b
@@ -321,7 +330,7 @@ def grant(
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --for 8h
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --exclusive --stop-holders
-      rdc repo gpu grant gpu-b --device vendor.example/gpu=0 --exclusive --take-over
+      rdc repo gpu grant gpu-b --device vendor.example/gpu=0 --exclusive --take-over --yes
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0 --device other.example/gpu=1
     """
     from rediacc_core.grants.store import GrantStore
@@ -332,10 +341,20 @@ def grant(
     for flag, given in (("--stop-holders", stop_holders), ("--take-over", take_over)):
         if given and not exclusive:
             raise ValidationError(f"{flag} goes with --exclusive", f"add --exclusive, or leave {flag} out")
+    if yes and not take_over:
+        raise ValidationError("--yes goes with --take-over", "add --take-over, or leave --yes out")
     expires_at = expiry(duration, until)
     machine, found = resolve_ref(ref, Config.load())
-    outcomes = GrantStore(machine, get_plugins(), running=Holdings(machine)).grant(
-        found, devices, exclusive, stop_holders=stop_holders, take_over=take_over, expires_at=expires_at
+    store = GrantStore(machine, get_plugins(), running=Holdings(machine))
+    listed = _confirm_take_over(store, found, devices, yes) if take_over else None
+    outcomes = store.grant(
+        found,
+        devices,
+        exclusive,
+        stop_holders=stop_holders,
+        take_over=take_over,
+        expires_at=expires_at,
+        listed=listed,
     )
     stopped = list({h.id: h for o in outcomes for h in o.stopped}.values())
     emit(
@@ -367,20 +386,56 @@ def grant(
             note(f"{found.ref}: {outcome.grant.device} {outcome.note}.")
 
 
+def confirm_take_over(listing: str) -> bool:
+    """Ask on this terminal before a take-over revokes the grants in `listing`."""
+    return click.confirm(f"Revoke {listing}, and stop every container of those repos?", err=True)
+
+
+def _confirm_take_over(
+    store: GrantStore, found: Repo, devices: tuple[str, ...], yes: bool
+) -> set[tuple[str, str]]:
+    """List every grant a take-over would revoke, and ask (or need --yes); returns those listed, which
+    are all the take-over may revoke."""
+    plan = store.take_over_plan(found, devices)
+    if not plan:
+        return set()
+    listing = "; ".join(f"{g.device}{' (exclusive)' if g.exclusive else ''} of repo {who}" for who, g in plan)
+    note(f"Taking {', '.join(dict.fromkeys(devices))} over for {found.ref} revokes: {listing}.")
+    if not yes:
+        if not sys.stdin.isatty():
+            names = " ".join(f"--device {d}" for d in dict.fromkeys(devices))
+            raise RefusedError(
+                f"not revoking {listing} without confirmation; nothing was granted or revoked",
+                f"pass --yes: rdc repo gpu grant {found.ref} {names} --exclusive --take-over --yes",
+            )
+        if not confirm_take_over(listing):
+            raise click.Abort()
+    return {(g.repo_id, g.device) for _, g in plan}
+
+
 @gpu.command("revoke")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
-@click.option("--stop", is_flag=True, help="Stop the repo's running containers that hold a revoked device.")
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Empty the repo: stop every running container of it (not only those that hold the device).",
+)
 @output_option("table", "json", "yaml")
 def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
     """Revoke REPO's grants of the named devices (all of them or none).
 
     No container of REPO can start, restart, unpause or exec with a revoked device again, whoever
     starts it. Containers already running keep the device open until stopped: they are listed,
-    --stop stops them, and without it the exit code is 12 while any still runs. So are containers
-    whose processes hold the device's node by any path (a descriptor handed over, a hard link);
-    a process outside any container is named, for `rdc repo down`. With --stop, a device REPO no
-    longer holds is no error: its holders are stopped all the same.
+    and so are those whose processes hold the device's node by any path (a descriptor handed over,
+    a hard link); without --stop the exit code is 12 while any still runs. A descriptor in flight
+    (sent over a socket, not yet received) shows in no scan: until REPO runs nothing, an exclusive
+    grant of the same hardware to another repo waits for it.
+
+    --stop empties REPO: the revocation is written first, then no container of it may start while
+    every running one is stopped, so nothing of it holds the device afterwards, in flight or not.
+    A process outside any container refuses (exit 4) with `rdc repo down`. With --stop, a device
+    REPO no longer holds is no error: REPO is emptied all the same.
 
     \b
     Examples:
@@ -390,46 +445,67 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
     """
     from rediacc_core.grants.store import GrantStore
     from rediacc_core.plugins import get_plugins
+    from rediacc_core.runtime.holdings import Holdings
+
+    machine, found = resolve_ref(ref, Config.load())
+    names = list(dict.fromkeys(devices))
+    if stop:
+        store = GrantStore(machine, get_plugins(), running=Holdings(machine))
+        removed, emptied = store.revoke_emptying(found, devices)
+        emit(
+            {
+                "repo": found.ref,
+                "repoId": found.id,
+                "revoked": [_grant_json(g) for g in removed],
+                "holders": [{**h.to_json(), "stopped": True} for h in emptied.stopped],
+                "openers": [],
+            },
+            fmt,
+            lambda _: "",
+        )
+        for gone in removed:
+            note(f"Revoked {gone.device} from {found.ref}.")
+        for holder in emptied.stopped:
+            held = holder.holds_any(names)
+            which = f", which held {', '.join(held)}; it cannot start again without the grant" if held else ""
+            note(f"Stopped container {holder.name}{which}.")
+        note(
+            f"Emptied {found.ref}: no container of it ran any more, so nothing of it holds "
+            f"{', '.join(names)}, not even a descriptor in flight."
+        )
+        return
+    _revoke_and_report(machine, found, devices, names, fmt)
+
+
+def _revoke_and_report(
+    machine: Machine, found: Repo, devices: tuple[str, ...], names: list[str], fmt: str
+) -> None:
+    """A revoke without --stop: the grants go, and whoever still holds the devices is named."""
+    from rediacc_core.grants.store import GrantStore
+    from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.holdings import (
-        Holder,
-        clear_openers,
         device_openers,
         nodes_of,
         openers_report,
         repo_holders,
         stop_command,
-        stop_holder,
     )
 
-    machine, found = resolve_ref(ref, Config.load())
     store = GrantStore(machine, get_plugins())
-    # With --stop, a name already revoked is no error: the rerun the advice below leads to.
-    removed = store.revoke(found, devices, absent_ok=stop)
-    names = list(dict.fromkeys(devices))
+    removed = store.revoke(found, devices)
     holders = [h for h in repo_holders(machine, found) or () if h.holds_any(names)]
-    stopped = set()
-    if stop:
-        for holder in holders:
-            if holder.running:
-                stop_holder(machine, holder)
-                stopped.add(holder.id)
     # Whatever its container named, any process of the repo holding a node of the devices keeps them
     # (a descriptor passed over a socket, a hard link); nodes of names still granted do not count.
     nodes = nodes_of(machine, names, [g.device for g in store.for_repo(found.id)])  # in force now
-    opened: list[Holder] = []
-    if stop:
-        opened, left = clear_openers(machine, found, nodes)
-    else:
-        left = device_openers(machine, found, nodes)
-    still = [h for h in holders if h.running and h.id not in stopped]
+    left = device_openers(machine, found, nodes)
+    still = [h for h in holders if h.running]
     lines, commands = openers_report(machine, found, left)
     emit(
         {
             "repo": found.ref,
             "repoId": found.id,
             "revoked": [_grant_json(g) for g in removed],
-            "holders": [{**h.to_json(), "stopped": h.id in stopped} for h in holders]
-            + [{**h.to_json(), "stopped": True} for h in opened],
+            "holders": [{**h.to_json(), "stopped": False} for h in holders],
             "openers": [{"pid": o.pid, "container": o.container, "holds": o.describe()} for o in left],
         },
         fmt,
@@ -439,12 +515,7 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
         note(f"Revoked {gone.device} from {found.ref}.")
     for holder in holders:
         held = ", ".join(holder.holds_any(names))
-        if holder.id in stopped:
-            note(
-                f"Stopped container {holder.name}, which held {held}; "
-                "it cannot start again without the grant."
-            )
-        elif holder.running:
+        if holder.running:
             note(
                 f"Container {holder.name} is {holder.state} with {held} and keeps it open until stopped: "
                 f"{stop_command(holder)} (or rerun with --stop)."
@@ -454,14 +525,10 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
                 f"Container {holder.name} ({holder.state}) holds {held}: "
                 "it cannot start again without the grant."
             )
-    for holder in opened:
-        what = "; ".join(holder.opened)
-        note(f"Stopped container {holder.name}, whose processes held a node of {', '.join(names)}: {what}.")
     for line in lines:
         note(f"Still held: {line}.")
     if left:
-        rerun = "" if stop else " (or rerun with --stop)"
-        note("To end them: " + " and ".join(commands) + rerun + ".")
+        note("To end them: " + " and ".join(commands) + " (or rerun with --stop).")
     if still or left:
         click.get_current_context().exit(EXIT_STATE)
 

@@ -51,6 +51,9 @@ from rediacc_core.gate.wire.decode import (
 from rediacc_core.model import Refusal
 from rediacc_core.publishing import Policy
 
+# BuildKit runs build steps itself, unseen by the container routes: its session and control API.
+_BUILDS = frozenset({"/grpc", "/session"})
+
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
     from rediacc_core.plugins import Plugins
@@ -170,6 +173,10 @@ class Decider:
         if route.action == "refuse":
             refusal = Refusal(message=f"{where}: {route.why}", replacement=route.instead, rule="endpoint")
             return refuse(where, [refusal], endpoint=route.pattern)
+        if route.runs or route.name == "build" or route.pattern in _BUILDS:
+            drained = self._drained(where)
+            if drained is not None:
+                return refuse(where, [drained], endpoint=route.name or route.pattern)
         if route.action == "query":
             context = self.allowances.rule_context(target, self.facts.read_settings(), pinning=False)
             context = dataclasses.replace(context, name=path_id(route, target.path, "{name}"))
@@ -177,6 +184,19 @@ class Decider:
             if findings:
                 return refuse(where, [f.refusal for f in findings], endpoint=route.name)
         return None
+
+    def _drained(self, where: str) -> Refusal | None:
+        """While hardware is being handed over from this repo (`grants.release`), no container of it
+        may start, whatever it holds: one running could take over a descriptor in flight."""
+        why = self.facts.read_drain()
+        if why is None:
+            return None
+        return Refusal(
+            message=f"{where}: repo {self.repo.label} is being emptied: {why}; no container of it may "
+            "start, restart, unpause or exec, and no build may run, until that is done",
+            replacement="try again once the handover is done (`rdc repo gpu list` shows the grants then)",
+            rule="grant",
+        )
 
     # --- the decision -------------------------------------------------------------------------
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:

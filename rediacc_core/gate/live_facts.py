@@ -18,12 +18,21 @@ SettingsReader = Callable[[], Mapping[str, str]]
 SpecAgeReader = Callable[[], str | None]
 
 
-def _live_grants(machine: Machine) -> GrantsReader:
+DrainReader = Callable[[str], str | None]
+
+
+def _live_grants(machine: Machine) -> tuple[GrantsReader, DrainReader]:
     # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
     # without devices (it fails closed only for device requests).
     from rediacc_core.grants.live import LiveGrants
 
-    return LiveGrants(machine).for_repo
+    live = LiveGrants(machine)
+
+    def drain(repo_id: str) -> str | None:
+        mark = live.draining(repo_id)
+        return None if mark is None else f"{mark.why} (since {mark.since}, at most until {mark.until})"
+
+    return live.for_repo, drain
 
 
 def _live_settings(machine: Machine) -> SettingsReader:
@@ -81,11 +90,13 @@ class LiveFacts:
         inventory: InventoryReader | None = None,
         spec_age: SpecAgeReader | None = None,
         settings: SettingsReader | None = None,
+        drain: DrainReader | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
         self.log = log
         self.grants = grants
+        self.drain = drain
         live = None
         if inventory is None:
             live = _LiveInventoryReader(machine, log)
@@ -101,11 +112,23 @@ class LiveFacts:
         """The repo's granted names, and why they could not be read (then none), or None."""
         try:
             if self.grants is None:
-                self.grants = _live_grants(self.machine)
+                self.grants = _live_grants(self.machine)[0]
             return self.grants(self.repo.id), None
         except Exception as exc:  # whatever went wrong, device requests fail closed and say why
             why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
             return frozenset(), why
+
+    def read_drain(self) -> str | None:
+        """Why the repo is being emptied (a handover of hardware in progress), or None.
+
+        An unreadable grants file counts as no drain: rdc cannot complete a handover while it cannot
+        read the file either, and requests without devices must still be served."""
+        try:
+            if self.drain is None:
+                self.drain = _live_grants(self.machine)[1]
+            return self.drain(self.repo.id)
+        except Exception:
+            return None
 
     def read_settings(self) -> Mapping[str, str]:
         """The machine's settings, read live (one `stat` when unchanged).

@@ -155,9 +155,14 @@ class GrantChecks:
         ]
         if revokes:
             names = " ".join(f"--device {d}" for d in devices)
+            taken = "; ".join(
+                f"{g.device} of repo {owners[g.repo_id].ref}"
+                for g in dict.fromkeys(g for g, _ in conflicts)
+                if g.repo_id in owners
+            )
             todo += (
                 f"; to move it in one step: `rdc repo gpu grant {repo.ref} {names} --exclusive --take-over`"
-                f" (revokes it there and stops its holders), or first run "
+                f" (revokes {taken} and stops every container of those repos first), or first run "
                 + " and ".join(dict.fromkeys(revokes))
             )
         return RefusedError(
@@ -165,6 +170,18 @@ class GrantChecks:
             + "; ".join(why for _, why in conflicts)
             + "; nothing was granted",
             todo,
+        )
+
+    def unlisted(
+        self, repo: Repo, devices: Sequence[str], unlisted: Sequence[Grant], owners: Mapping[str, Repo]
+    ) -> RefusedError:
+        """A take-over that found a grant in the way it had not listed (granted meanwhile)."""
+        names = " ".join(f"--device {d}" for d in devices)
+        return RefusedError(
+            f"cannot take {', '.join(devices)} over for {repo.ref}: "
+            + "; ".join(f"repo {owner_ref(owners, g.repo_id)} holds {g.device}" for g in unlisted)
+            + ", which the take-over did not list; nothing was granted or revoked",
+            f"run `rdc repo gpu grant {repo.ref} {names} --exclusive --take-over` again to see the list",
         )
 
 

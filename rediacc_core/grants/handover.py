@@ -1,5 +1,6 @@
-"""An exclusive grant against the running parts of other repos: their containers and processes that
-hold hardware it would reserve are refused, or (with --stop-holders, --take-over) stopped."""
+"""An exclusive grant against the running parts of other repos: the repos whose containers or
+processes hold hardware it would reserve, or that may (residue), are refused, or (with
+--stop-holders, --take-over) emptied first (`grants.release`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rediacc_core.errors import RefusedError
 from rediacc_core.grants.records import Grant
+from rediacc_core.grants.release import Emptier, residue_in_the_way, residue_text
 from rediacc_core.grants.units import HardwareUnits, overlapping_units
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
@@ -18,22 +20,18 @@ if TYPE_CHECKING:
     from rediacc_core.runtime.openers import Node, Opener
 
 
-class RunningParts(Protocol):
+class RunningParts(Emptier, Protocol):
     """What an exclusive grant asks of the machine's running parts: who holds the hardware now,
-    stopping them, and the handover's audit lines. The records never reach a daemon or /proc
-    themselves: the caller hands this in (`runtime.holdings.Holdings`)."""
+    emptying a repo (`grants.release.Emptier`), and the handover's audit lines. The records never
+    reach a daemon or /proc themselves: the caller hands this in (`runtime.holdings.Holdings`)."""
 
     def holders(self, repo: Repo) -> list[Holder] | None:
         """The repo's CDI-holding containers; None when its daemon is not running."""
-
-    def stop(self, holder: Holder) -> None: ...
 
     def openers(self, repo: Repo, nodes: Collection[Node]) -> list[Opener]:
         """The repo's processes holding one of `nodes`, by device number."""
 
     def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]: ...
-
-    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]: ...
 
     def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]: ...
 
@@ -78,72 +76,92 @@ class Handover:
                         break
         return found
 
-    def clear_holders(
-        self, repo: Repo, devices: Sequence[str], owners: Mapping[str, Repo], stop: bool
-    ) -> tuple[Holder, ...]:
-        """Refuse an exclusive grant while another repo's container runs with the same hardware, or
-        (with `stop`) stop those containers; returns the ones stopped."""
-        in_the_way = self.running_holders(repo, devices, owners)
-        if not in_the_way:
-            return ()
-        if not stop:
-            listing = "; ".join(
-                f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in in_the_way
-            )
-            stop_command = self.running.stop_command
-            commands = " and ".join(dict.fromkeys(f"`{stop_command(h)}`" for h, _ in in_the_way))
-            what = ", ".join(devices)
-            raise RefusedError(
-                f"cannot grant {what} exclusively to {repo.ref}: {listing}; nothing was granted",
-                f"stop it first ({commands}), or pass --stop-holders to stop it now",
-            )
-        for holder, _ in in_the_way:
-            self.running.stop(holder)
-        return tuple(h for h, _ in in_the_way)
-
-    def clear_openers(
+    def must_empty(
         self,
         repo: Repo,
         devices: Sequence[str],
         owners: Mapping[str, Repo],
         current: Sequence[Grant],
         stop: bool,
-    ) -> tuple[Holder, ...]:
-        """Refuse an exclusive grant while a process of another repo holds a node of `devices`, or
-        (with `stop`) stop the containers of such processes; returns the ones stopped.
+    ) -> tuple[list[Repo], set[str]]:
+        """The other repos to empty before `devices` are reserved for `repo`: those with a running
+        container that holds the same hardware, with a process holding one of its nodes (by device
+        number), or with residue of it while they run anything (`grants.release`). Without `stop`,
+        any of them refuses the grant. Also the ids of the repos whose residue can go: they run nothing.
 
-        The node is found by its device number, so a descriptor handed to a container that never
-        named the device, or opened through a hard link, counts, and so does a process that left its
-        container (`docker stop` does not reach it: then only `rdc repo down` does). Nodes the other
-        repo may hold through a grant of its own in force (a shared control node) do not count."""
-        running = self.running
-        stopped: list[Holder] = []
+        Nodes the other repo may hold through a grant of its own in force (a shared control node) do
+        not count; the scans are the visible layer, the residue the rule that needs no scan."""
+        empty: dict[str, Repo] = {}
+        holders = self.running_holders(repo, devices, owners)
+        for holder, _ in holders:
+            empty[holder.repo.id] = holder.repo
+        if holders and not stop:
+            listing = "; ".join(
+                f"container {h.name} of repo {h.repo.ref} is running with {held}" for h, held in holders
+            )
+            stops = " and ".join(dict.fromkeys(f"`{self.running.stop_command(h)}`" for h, _ in holders))
+            what = ", ".join(devices)
+            raise RefusedError(
+                f"cannot grant {what} exclusively to {repo.ref}: {listing}; nothing was granted",
+                f"stop it first ({stops}), or pass --stop-holders to stop it now",
+            )
         problems: list[str] = []
         commands: list[str] = []
         for other in owners.values():
             if other.id == repo.id:
                 continue
             besides = [g.device for g in current if g.repo_id == other.id]  # read in force
-            nodes = running.nodes_of(devices, besides)
-            if stop:
-                more, left = running.clear_openers(other, nodes)
-                stopped += more
-            else:
-                left = running.openers(other, nodes)
+            left = self.running.openers(other, self.running.nodes_of(devices, besides))
             if left:
-                lines, ends = running.openers_report(other, left)
+                empty[other.id] = other
+                lines, ends = self.running.openers_report(other, left)
                 problems += lines
                 commands += ends
-        if problems:
+        if problems and not stop:
             run = " and ".join(f"`{c}`" for c in dict.fromkeys(commands))
-            if stop:  # what is left survived its container's stop, or is in none
-                todo = f"`docker stop` cannot reach a process outside a container: run {run}, then retry"
-            else:
-                todo = f"stop them first ({run}), or pass --stop-holders to stop their containers now"
             raise RefusedError(
                 f"cannot grant {', '.join(devices)} exclusively to {repo.ref}: "
                 + "; ".join(problems)
                 + "; nothing was granted",
-                todo,
+                f"stop them first ({run}), or pass --stop-holders to stop their containers now",
             )
-        return tuple(stopped)
+        units = HardwareUnits(self.machine, self.plugins)
+
+        def reaches(name: str) -> bool:
+            return any(name == d or overlapping_units(units(name), units(d)) for d in devices)
+
+        busy, idle = residue_in_the_way(self.machine, self.running, repo, reaches, owners)
+        if busy and not stop:
+            downs = " or ".join(f"`rdc repo down {other.ref}`" for other, _, _ in busy.values())
+            raise RefusedError(
+                f"cannot grant {', '.join(devices)} exclusively to {repo.ref}: "
+                + "; ".join(residue_text(*found) for found in busy.values())
+                + "; nothing was granted",
+                f"pass --stop-holders to empty it now (every container of it is stopped), or {downs}",
+            )
+        for other, _, _ in busy.values():
+            empty[other.id] = other
+        return list(empty.values()), idle
+
+    def nothing_left(
+        self, repo: Repo, devices: Sequence[str], emptied: Sequence[Repo], current: Sequence[Grant]
+    ) -> None:
+        """After emptying: refuse when a process of an emptied repo still holds a node of `devices`
+        (one that survived its container's stop, or is in none), by the visible scan."""
+        problems: list[str] = []
+        commands: list[str] = []
+        for other in emptied:
+            besides = [g.device for g in current if g.repo_id == other.id]
+            left = self.running.openers(other, self.running.nodes_of(devices, besides))
+            if left:
+                lines, _ = self.running.openers_report(other, left)
+                problems += lines
+                commands.append(f"rdc repo down {other.ref}")
+        if problems:
+            run = " and ".join(f"`{c}`" for c in dict.fromkeys(commands))
+            raise RefusedError(
+                f"cannot grant {', '.join(devices)} exclusively to {repo.ref}: "
+                + "; ".join(problems)
+                + "; nothing was granted",
+                f"`docker stop` cannot reach a process outside a container: run {run}, then retry",
+            )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from rediacc_core.files import LiveFile, StatKey
-from rediacc_core.grants.records import Grant, reachable, read_file
+from rediacc_core.grants.records import Drain, Grant, GrantsFile, reachable, read_document
 from rediacc_core.machine import Machine
+from rediacc_core.repos import now_iso
 
 
 class LiveGrants:
@@ -18,11 +19,10 @@ class LiveGrants:
         self.path = machine.grants_path
         path = self.path
 
-        def load() -> tuple[StatKey, tuple[Grant, ...]] | None:
-            found = read_file(path)
-            return None if found is None else (found[0], tuple(found[1]))
+        def load() -> tuple[StatKey, GrantsFile] | None:
+            return read_document(path)
 
-        self._file: LiveFile[tuple[Grant, ...]] = LiveFile(path, load, (), "grants file")
+        self._file: LiveFile[GrantsFile] = LiveFile(path, load, GrantsFile(), "grants file")
 
     @property
     def cache_key(self) -> StatKey | None:
@@ -34,7 +34,14 @@ class LiveGrants:
         return self._file.reads
 
     def grants(self) -> tuple[Grant, ...]:
-        return self._file.get()
+        return self._file.get().grants
+
+    def draining(self, repo_id: str) -> Drain | None:
+        """The drain mark of `repo_id` in force now: while it holds, no container of the repo may start."""
+        stamp = now_iso()
+        return next(
+            (d for d in self._file.get().draining if d.repo_id == repo_id and d.in_force(stamp)), None
+        )
 
     def for_repo(self, repo_id: str) -> frozenset[str]:
         """The names granted to `repo_id` that a container may reach now: a lease that has ended, or

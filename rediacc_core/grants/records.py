@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rediacc_core import telemetry
@@ -53,11 +54,56 @@ class Grant:
         return self.expires_at is None or self.expires_at > now
 
 
+@dataclass(frozen=True)
+class Drain:
+    """A repo being emptied: no container of it may start until `until` (or until the mark is lifted)."""
+
+    repo_id: str
+    since: str
+    until: str
+    why: str  # what is being handed over, for the refusals' words
+
+    def in_force(self, now: str) -> bool:
+        return self.until > now
+
+
+@dataclass(frozen=True)
+class Residue:
+    """Hardware `device` reached for `repo_id` until `ended`, which a process of it may still hold."""
+
+    repo_id: str
+    device: str
+    ended: str
+    how: str  # "revoked" or "lease-end"
+
+
+@dataclass(frozen=True)
+class GrantsFile:
+    """Everything the grants file holds, as read."""
+
+    grants: tuple[Grant, ...] = ()
+    draining: tuple[Drain, ...] = ()
+    residue: tuple[Residue, ...] = ()
+
+
+DRAIN_BOUND = timedelta(minutes=10)  # the longest a drain mark is honoured (see `grants.release`)
+
+
+def later_iso(delta: timedelta) -> str:
+    """The rdc UTC stamp `delta` from this moment."""
+    return (datetime.now(UTC) + delta).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 # --- the file ------------------------------------------------------------------------------------
 
 
 def parse_grants(text: str, path: Path) -> list[Grant]:
     """The grants in a grants file's text; any problem is a ValidationError naming the file."""
+    return list(parse_file(text, path).grants)
+
+
+def parse_file(text: str, path: Path) -> GrantsFile:
+    """A grants file's text, grants, drain marks and residue; any problem is a ValidationError."""
     document = parse_json_checked(text, path, SCHEMA, "grants file")
     grants = [
         Grant(
@@ -90,13 +136,49 @@ def parse_grants(text: str, path: Path) -> list[Grant]:
                 "holds it exclusively",
                 restore_hint(path),
             )
-    return grants
+    draining = tuple(
+        Drain(d["repoId"], d["since"], d["until"], d["why"]) for d in document.get("draining", ())
+    )
+    residue = tuple(
+        Residue(r["repoId"], r["device"], r["ended"], r["how"]) for r in document.get("residue", ())
+    )
+    return GrantsFile(tuple(grants), draining, residue)
 
 
 def read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
     """The file's identity and grants, both taken from the same open file; None when there is none."""
+    found = read_document(path)
+    return None if found is None else (found[0], list(found[1].grants))
+
+
+def read_document(path: Path) -> tuple[StatKey, GrantsFile] | None:
+    """The file's identity and all it holds, taken from the same open file; None when there is none."""
     found = read_text_keyed(path, "grants file")
-    return None if found is None else (found[0], parse_grants(found[1], path))
+    return None if found is None else (found[0], parse_file(found[1], path))
+
+
+def read_all(machine: Machine) -> GrantsFile:
+    """All the grants file holds, ended leases included; empty when there is none."""
+    found = read_document(machine.grants_path)
+    return GrantsFile() if found is None else found[1]
+
+
+def draining(machine: Machine, repo_id: str, *, now: str | None = None) -> Drain | None:
+    """The drain mark of `repo_id` in force at `now`, or None."""
+    stamp = now or now_iso()
+    return next((d for d in read_all(machine).draining if d.repo_id == repo_id and d.in_force(stamp)), None)
+
+
+def residue(found: GrantsFile, now: str | None = None) -> list[Residue]:
+    """What the repos of `found` may still hold of hardware their grants no longer reach: the residue
+    recorded, and the leases that have ended but are still in the file (the next write records them)."""
+    stamp = now or now_iso()
+    ended = [
+        Residue(g.repo_id, g.device, g.expires_at or stamp, "lease-end")
+        for g in found.grants
+        if not g.in_force(stamp)
+    ]
+    return list(found.residue) + ended
 
 
 def in_force(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
@@ -160,10 +242,57 @@ def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None 
     return max(ended, key=lambda g: g.expires_at or "", default=None)
 
 
-def write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
-    """Replace the grants file; caller holds the state lock."""
+def write_grants(
+    machine: Machine,
+    grants: Sequence[Grant],
+    *,
+    drains: Sequence[Drain] | None = None,
+    emptied: Iterable[str] = (),
+) -> None:
+    """Replace the grants file; caller holds the state lock.
+
+    Every grant of the file as it was that `grants` lacks (revoked, dropped, a lease that ended)
+    becomes residue of its repo, unless its repo is among `emptied` (repo ids that run nothing now:
+    their residue goes). `drains` replaces the drain marks (None: those in force are kept)."""
+    stamp = now_iso()
+    old = read_all(machine)
+    gone = set(emptied)
+    kept = {(g.repo_id, g.device) for g in grants}
+    left = [r for r in old.residue if r.repo_id not in gone]
+    for g in old.grants:
+        if (g.repo_id, g.device) in kept or g.repo_id in gone:
+            continue
+        ended = not g.in_force(stamp)
+        left.append(
+            Residue(
+                g.repo_id,
+                g.device,
+                (g.expires_at or stamp) if ended else stamp,
+                "lease-end" if ended else "revoked",
+            )
+        )
+    unique = list({(r.repo_id, r.device): r for r in left}.values())
+    marks = [d for d in (old.draining if drains is None else drains) if d.in_force(stamp)]
     document = {
         "schemaVersion": SCHEMA_VERSION,
+        **(
+            {
+                "draining": [
+                    {"repoId": d.repo_id, "since": d.since, "until": d.until, "why": d.why} for d in marks
+                ]
+            }
+            if marks
+            else {}
+        ),
+        **(
+            {
+                "residue": [
+                    {"repoId": r.repo_id, "device": r.device, "ended": r.ended, "how": r.how} for r in unique
+                ]
+            }
+            if unique
+            else {}
+        ),
         "grants": [
             {
                 "repoId": g.repo_id,
@@ -178,7 +307,6 @@ def write_grants(machine: Machine, grants: Sequence[Grant]) -> None:
         ],
     }
     replace_watched_json(machine.grants_path, document)  # LiveGrants must see every write as a change
-    stamp = now_iso()
     telemetry.export(machine, [g for g in grants if g.in_force(stamp)])  # best effort, see telemetry
 
 
@@ -186,8 +314,9 @@ def drop_repo_grants(machine: Machine, repo_id: str) -> int:
     """Remove every grant of `repo_id`; the caller holds the state lock. Returns how many went."""
     grants = read_grants(machine)
     kept = [g for g in grants if g.repo_id != repo_id]
-    if len(kept) != len(grants):
-        write_grants(machine, kept)
+    if len(kept) != len(grants) or any(r.repo_id == repo_id for r in read_all(machine).residue):
+        # A repo is deleted only when nothing of it runs (`rdc repo delete`): it leaves no residue.
+        write_grants(machine, kept, emptied=[repo_id])
     return len(grants) - len(kept)
 
 
@@ -207,5 +336,7 @@ def prune_orphans(machine: Machine, *, lock_timeout: float | None = None) -> lis
         grants = read_grants(machine)
         orphans = [g for g in grants if g.repo_id not in known]
         if orphans:
-            write_grants(machine, [g for g in grants if g.repo_id in known])
+            # Nothing can ask a repo that is gone what it runs: its residue goes with its grants.
+            gone = {g.repo_id for g in orphans}
+            write_grants(machine, [g for g in grants if g.repo_id in known], emptied=gone)
     return orphans

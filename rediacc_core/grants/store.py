@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rediacc_core.errors import NotFoundError, ValidationError
+from rediacc_core.grants import release
 from rediacc_core.grants.checks import NAME_ONE, GrantChecks, nearest, owner_ref
 from rediacc_core.grants.handover import Handover, RunningParts
 from rediacc_core.grants.records import Grant, read_grants, suspension_advice, write_grants
@@ -78,19 +79,22 @@ class GrantStore:
         stop_holders: bool = False,
         take_over: bool = False,
         expires_at: str | None = None,
+        listed: Collection[tuple[str, str]] | None = None,
     ) -> list[GrantOutcome]:
         """Grant every name in `devices` to `repo`, or none of them.
 
         ValidationError (exit 2) for a malformed or undefined name, RefusedError (exit 4) when an
-        exclusive grant is in the way, or when an exclusive grant would reserve hardware that a
-        running container of another repo holds (unless `stop_holders`: then those containers are
-        stopped first, under the same lock), BusyError (exit 15) when the lock cannot be had.
+        exclusive grant is in the way, or when an exclusive grant would reserve hardware that
+        another repo holds or may hold: a running container with it, a process with one of its
+        nodes open, or residue (its grant ended while it runs anything). With `stop_holders` those
+        repos are emptied first (`grants.release`: every container of them stopped, under the same
+        lock). BusyError (exit 15) when the lock cannot be had.
         With `take_over` (a handover in one step) the other repos' grants in the way are revoked
-        and their holders stopped, under the same lock, instead of refusing.
+        and those repos emptied, in that order, under the same lock, instead of refusing; with
+        `listed` ((repo id, device) pairs the user was shown), a grant in the way it does not
+        list refuses the grant: a take-over never revokes what it did not name.
         """
         wanted = _unique(devices)
-        stopped: tuple[Holder, ...] = ()
-        taken: list[Grant] = []
         with state_lock(self.machine, self.lock_timeout):
             owners = self.checks.owners(repo)
             self.checks.names(wanted)
@@ -99,55 +103,98 @@ class GrantStore:
             if conflicts and not take_over:
                 raise self.checks.refusal(repo, wanted, exclusive, conflicts, owners)
             taken = list(dict.fromkeys(other for other, _ in conflicts))
-            current = [g for g in current if g not in taken]
+            unlisted = [g for g in taken if listed is not None and (g.repo_id, g.device) not in listed]
+            if unlisted:
+                raise self.checks.unlisted(repo, wanted, unlisted, owners)
+            empty: list[Repo] = []
+            idle: set[str] = set()
             if exclusive:
-                stop = stop_holders or take_over
-                stopped = self.handover.clear_holders(repo, wanted, owners, stop)
-                stopped += self.handover.clear_openers(repo, wanted, owners, current, stop)
+                rest = [g for g in current if g not in taken]
+                empty, idle = self.handover.must_empty(repo, wanted, owners, rest, stop_holders or take_over)
+                empty += [owners[g.repo_id] for g in taken if g.repo_id in owners]
+                empty = list({r.id: r for r in empty}.values())
             outcomes: list[GrantOutcome] = []
-            result = list(current)
-            stamp = now_iso()
-            units = HardwareUnits(self.machine, self.plugins)
-            for device in wanted:
-                held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
-                if held is None:
-                    new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device))
-                    result.append(new)
-                    outcomes.append(GrantOutcome(new, True, stopped=stopped))
-                elif exclusive and not held.exclusive:
-                    new = dataclasses.replace(held, exclusive=True, granted_at=stamp)
-                    result[result.index(held)] = new
-                    outcomes.append(GrantOutcome(new, True, "was shared, now exclusive", stopped))
-                elif held.exclusive and not exclusive:
-                    # Never loosen a reservation as a side effect of a plain grant.
-                    outcomes.append(
-                        GrantOutcome(
-                            held, False, "already granted exclusively; revoke and grant again to share"
-                        )
-                    )
-                else:
-                    outcomes.append(GrantOutcome(held, False, _granted_again(repo, held, expires_at)))
-            if taken:
-                refs = tuple((owner_ref(owners, g.repo_id), g.device) for g in taken)
-                outcomes = [dataclasses.replace(o, taken=refs) for o in outcomes]
-            if taken or any(outcome.changed for outcome in outcomes):
-                write_grants(self.machine, result)
+
+            def apply(now_current: list[Grant]) -> list[Grant]:
+                result, made = self._apply(repo, wanted, exclusive, now_current, expires_at)
+                outcomes.extend(made)
+                return result
+
+            stopped: tuple[Holder, ...] = ()
+            if empty:
+                what = ", ".join(wanted)
+                why = f"{what} is being handed over to repo {repo.ref}"
+
+                def check() -> None:
+                    self.handover.nothing_left(repo, wanted, empty, read_grants(self.machine))
+
+                stopped = release.empty_repos(
+                    self.machine, self.running, empty, revoke=taken, why=why, then=apply, check=check
+                ).stopped
+            else:
+                result = apply([g for g in current if g not in taken])
+                if taken or idle or any(outcome.changed for outcome in outcomes):
+                    write_grants(self.machine, result, emptied=idle)
+        refs = tuple((owner_ref(owners, g.repo_id), g.device) for g in taken)
+        outcomes = [dataclasses.replace(o, taken=refs, stopped=stopped) for o in outcomes]
         handed = {h.repo.id: h.repo for h in stopped}
-        handed.update({g.repo_id: owners[g.repo_id] for g in taken if g.repo_id in owners})
+        handed.update({r.id: r for r in empty})
         for old in handed.values():
             with contextlib.suppress(OSError):  # the grant stands; its audit line is best effort
                 self.running.record_handover(old, repo, wanted, stopped)
         return outcomes
+
+    def _apply(
+        self,
+        repo: Repo,
+        wanted: Sequence[str],
+        exclusive: bool,
+        current: list[Grant],
+        expires_at: str | None,
+    ) -> tuple[list[Grant], list[GrantOutcome]]:
+        """The grants after granting `wanted` to `repo` over `current`, and what changed for each."""
+        outcomes: list[GrantOutcome] = []
+        result = list(current)
+        stamp = now_iso()
+        units = HardwareUnits(self.machine, self.plugins)
+        for device in wanted:
+            held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
+            if held is None:
+                new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device))
+                result.append(new)
+                outcomes.append(GrantOutcome(new, True))
+            elif exclusive and not held.exclusive:
+                new = dataclasses.replace(held, exclusive=True, granted_at=stamp)
+                result[result.index(held)] = new
+                outcomes.append(GrantOutcome(new, True, "was shared, now exclusive"))
+            elif held.exclusive and not exclusive:
+                # Never loosen a reservation as a side effect of a plain grant.
+                note = "already granted exclusively; revoke and grant again to share"
+                outcomes.append(GrantOutcome(held, False, note))
+            else:
+                outcomes.append(GrantOutcome(held, False, _granted_again(repo, held, expires_at)))
+        return result, outcomes
+
+    def take_over_plan(self, repo: Repo, devices: Sequence[str]) -> list[tuple[str, Grant]]:
+        """What `grant(..., exclusive=True, take_over=True)` would revoke now: every other repo's
+        grant in the way, with its repo's reference. Read without the lock: the grant checks again."""
+        owners = {r.id: r for r in RepoStore(self.machine).list()}
+        conflicts = self.checks.conflicts(repo, _unique(devices), True, self.all(), owners)
+        return [(owner_ref(owners, g.repo_id), g) for g in dict.fromkeys(g for g, _ in conflicts)]
 
     def in_the_way(self, repo: Repo, device: str) -> str | None:
         """Why `repo` could not be granted `device` now, or None when it could: the other repos'
         exclusive grants in the way, who holds them and the handover that moves them. Read without
         the state lock: it is advice for a refusal, and `grant` checks again under the lock."""
         owners = {r.id: r for r in RepoStore(self.machine).list()}
-        conflicts = self.checks.conflicts(repo, [device], False, self.all(), owners)
+        current = self.all()
+        conflicts = self.checks.conflicts(repo, [device], False, current, owners)
         if not conflicts:
             return None
-        handover = self.checks.refusal(repo, [device], True, conflicts, owners).todo
+        # The handover advised is an exclusive grant: it takes every grant in the way of that too
+        # (a third repo's shared grant of the same hardware), and names each one.
+        every = self.checks.conflicts(repo, [device], True, current, owners)
+        handover = self.checks.refusal(repo, [device], True, every, owners).todo
         return "; ".join(why for _, why in conflicts) + f" ({handover})"
 
     def running_holders(
@@ -193,22 +240,37 @@ class GrantStore:
     def revoke(self, repo: Repo, devices: Sequence[str], *, absent_ok: bool = False) -> list[Grant]:
         """Remove the repo's grants of `devices`, all or none; NotFoundError when one is not held
         (with `absent_ok`, only when it is not even a name a CDI spec defines)."""
+        with state_lock(self.machine, self.lock_timeout):
+            removed = self._revoked(repo, devices, absent_ok)
+            write_grants(self.machine, [g for g in read_grants(self.machine) if g not in removed])
+        return removed
+
+    def revoke_emptying(self, repo: Repo, devices: Sequence[str]) -> tuple[list[Grant], release.Emptied]:
+        """Revoke the repo's grants of `devices` and empty the repo (`grants.release`): the revocation
+        is written first, with the drain mark, then every container of the repo is stopped. A name the
+        repo no longer holds is no error (the rerun of a revoke without --stop): it is emptied all the
+        same. StateError or RefusedError when it cannot be emptied; the revocation stands."""
+        with state_lock(self.machine, self.lock_timeout):
+            removed = self._revoked(repo, devices, True)
+            why = f"{', '.join(_unique(devices))} is being revoked from repo {repo.ref}"
+            emptied = release.empty_repos(self.machine, self.running, [repo], revoke=removed, why=why)
+        return removed, emptied
+
+    def _revoked(self, repo: Repo, devices: Sequence[str], absent_ok: bool) -> list[Grant]:
+        """The repo's grants of `devices` that a revoke removes; the caller holds the state lock."""
         wanted = _unique(devices)
         if not wanted:
             raise ValidationError("no device given", NAME_ONE)
-        with state_lock(self.machine, self.lock_timeout):
-            current = read_grants(self.machine)
-            if absent_ok:
-                from rediacc_core.cdi.registry import Registry
+        current = read_grants(self.machine)
+        if absent_ok:
+            from rediacc_core.cdi.registry import Registry
 
-                defined = Registry.for_machine(self.machine).names()
-                mine = {g.device for g in current if g.repo_id == repo.id}
-                self._granted(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
-                wanted = [d for d in wanted if d in mine]
-            granted = self._granted(repo, wanted, current, "revoked")
-            removed = [granted[device] for device in wanted]
-            write_grants(self.machine, [g for g in current if g not in removed])
-        return removed
+            defined = Registry.for_machine(self.machine).names()
+            mine = {g.device for g in current if g.repo_id == repo.id}
+            self._granted(repo, [d for d in wanted if d in mine or d not in defined], current, "revoked")
+            wanted = [d for d in wanted if d in mine]
+        granted = self._granted(repo, wanted, current, "revoked")
+        return [granted[device] for device in wanted]
 
 
 def _unique(devices: Iterable[str]) -> list[str]:

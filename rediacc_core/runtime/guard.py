@@ -12,9 +12,10 @@ the refusal is zero.
 
 It runs for every `runc create` on the machine, so it is written for start-up time: it is started
 as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 ms), imports only
-the standard library, and `exec`s runc at once for a container without device nodes (moby omits
-`linux.devices` then). Only a container with devices pays for reading the grants and the CDI specs
-(PyYAML, from the directory the wrapper passes in `--yaml-path`).
+the standard library, and `exec`s runc once it has read the grants file (one small JSON file: a
+repo being emptied for a handover, `grants.release`, may start no container at all) for a container
+without device nodes (moby omits `linux.devices` then). Only a container with devices pays for
+reading the CDI specs (PyYAML, from the directory the wrapper passes in `--yaml-path`).
 
 Its reading is deliberately narrower than the core's (`grants/`, `cdi/`): any shape it does not
 expect is a refusal. A refusal is written to runc's `--log` in runc's own JSON form, which the
@@ -45,12 +46,19 @@ class Refused(Exception):
     `unhealthy`, the names reach a GPU held back for its health: clearing it, not a grant, helps."""
 
     def __init__(
-        self, why: str, names: Sequence[str] = (), *, unhealthy: bool = False, suspended: bool = False
+        self,
+        why: str,
+        names: Sequence[str] = (),
+        *,
+        unhealthy: bool = False,
+        suspended: bool = False,
+        drained: bool = False,
     ) -> None:
         super().__init__(why)
         self.names = tuple(names)
         self.unhealthy = unhealthy
         self.suspended = suspended  # the names are granted but suspended: confirm, not grant
+        self.drained = drained  # the repo is being emptied for a handover: wait for it
 
 
 # --- the command line runc gets ------------------------------------------------------------------
@@ -151,6 +159,18 @@ def suspended_names(grants_document: Any, repo_id: str) -> dict[str, str]:
                 drift = mark.get("drift") if isinstance(mark, dict) else None
                 found[entry["device"]] = drift if isinstance(drift, str) else "suspended"
     return found
+
+
+def drain_of(grants_document: Any, repo_id: str, now: float) -> str | None:
+    """Why the repo is being emptied (`grants.release`: its drain mark, until its bound), or None."""
+    marks = grants_document.get("draining") if isinstance(grants_document, dict) else None
+    for mark in marks if isinstance(marks, list) else ():
+        if not isinstance(mark, dict) or mark.get("repoId") != repo_id:
+            continue
+        until = mark.get("until")
+        if isinstance(until, str) and _epoch(until) > now:
+            return f"{mark.get('why', 'hardware is being handed over')} (at most until {until})"
+    return None
 
 
 def _epoch(stamp: str) -> float:
@@ -307,10 +327,24 @@ def load_specs(cdi_dir: str) -> list[Mapping[str, Any]]:
 
 
 def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
-    """Refused when the container runc is about to run holds a device node the repo lacks now."""
+    """Refused while the repo is being emptied (any container), or when the container runc is about
+    to run holds a device node the repo lacks now."""
     options, command, rest = split_runc_args(runc_args)
     if command not in GATED:
         return
+    # Every gated start reads the grants file (one small JSON file): a drain mark refuses containers
+    # without devices too, since one may take over a descriptor in flight (`grants.release`).
+    try:
+        with open(opts["grants"], "rb") as f:
+            document = json.load(f)
+        unreadable = None
+    except FileNotFoundError:
+        document, unreadable = {"grants": []}, None
+    except (OSError, ValueError) as exc:
+        document, unreadable = {"grants": []}, exc
+    drained = drain_of(document, opts["repo_id"], time.time())
+    if drained is not None:
+        raise Refused(f"the repo is being emptied: {drained}", drained=True)
     bundle = bundle_of(command, rest, options.get("--root", ""), cwd)
     try:
         with open(os.path.join(bundle, "config.json"), "rb") as f:
@@ -320,15 +354,10 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
     nodes = container_nodes(config if isinstance(config, dict) else {})
     if not nodes:
         return
+    if unreadable is not None:
+        raise Refused(f"the machine's grants file cannot be read ({unreadable})") from unreadable
     if opts.get("yaml_path"):
         sys.path.append(opts["yaml_path"])
-    try:
-        with open(opts["grants"], "rb") as f:
-            document = json.load(f)
-    except FileNotFoundError:
-        document = {"grants": []}
-    except (OSError, ValueError) as exc:
-        raise Refused(f"the machine's grants file cannot be read ({exc})") from exc
     specs = load_specs(opts["cdi_dir"])
     try:
         check(nodes, granted_names(document, opts["repo_id"], time.time()), specs)
@@ -384,7 +413,9 @@ def main(argv: Sequence[str]) -> int:
     except Refused as exc:
         repo = opts.get("repo_ref", "this repo")
         name = exc.names[0] if exc.names else "<name>"
-        if exc.suspended:
+        if exc.drained:
+            advice = "start it again once the handover is done"
+        elif exc.suspended:
             advice = (
                 f"an operator can accept the hardware it reaches now (rdc repo gpu confirm {repo} --device "
                 f"{name}) or revoke it (rdc repo gpu revoke {repo} --device {name})"

@@ -103,6 +103,44 @@ def repo_holders(machine: Machine, repo: Repo) -> list[Holder] | None:
     return sorted(holders, key=lambda h: h.name)
 
 
+def running_containers(machine: Machine, repo: Repo) -> list[Holder]:
+    """Every running, paused or restarting container of `repo`, whatever it holds ([] when its
+    daemon is not running): what emptying the repo stops (`grants.release`)."""
+    daemon = _daemon(machine, repo)
+    try:
+        ids = daemon.ids()
+    except LookupFailed:
+        return []
+    found: list[Holder] = []
+    for ident in ids:
+        try:
+            record = daemon.lookup(ident)
+        except LookupFailed:
+            record = None  # unreadable now: it counts as running, so the emptying looks again
+            found.append(Holder(repo, ident, ident[:12], "unknown", ()))
+        if record is not None and record.state in _RUNS:
+            found.append(Holder(repo, ident, record.name or ident[:12], record.state, record.cdi))
+    return sorted(found, key=lambda h: h.name)
+
+
+def outside_processes(machine: Machine, repo: Repo) -> list[str]:
+    """The processes of `repo` that run outside its running containers: not its daemon's runtime
+    (dockerd, containerd, shims, docker-proxy), not in the cgroup of a container that runs. One
+    that left its container's cgroup survives `docker stop`; only `rdc repo down` ends it."""
+    from rediacc_core.runtime import lifecycle, teardown
+
+    runtime = lifecycle.runtime_for(machine, repo)
+    if not runtime.owns_daemon:
+        return []
+    running = {c.id for c in running_containers(machine, repo)}
+    fp = teardown.footprint(runtime.daemon_paths)
+    return [
+        what
+        for pid, what in sorted(teardown.processes(fp).items())
+        if teardown.RUNTIME_WHY not in what and openers.container_of(pid, running) is None
+    ]
+
+
 def stop_holder(machine: Machine, holder: Holder, timeout: int = STOP_TIMEOUT) -> None:
     """Stop a running holder through its repo's daemon (SIGTERM, then SIGKILL after `timeout` s)."""
     sock = _socket(machine, holder.repo)
@@ -255,7 +293,11 @@ class Holdings:
     containers and processes of each repo that hold a device, stopping them, and the handover's
     audit lines. Handed to `GrantStore` by its caller: the grant records never reach a daemon.
 
-    `holders`, `stop` and `openers` replace the daemon and /proc lookups (tests, simulations)."""
+    It is also what emptying a repo asks (`grants.release.Emptier`): its running containers,
+    stopping them, its processes outside any container.
+
+    `holders`, `stop`, `openers`, `containers` and `outside` replace the daemon and /proc lookups
+    (tests, simulations); with `holders` alone, the running ones among them are the containers."""
 
     def __init__(
         self,
@@ -264,11 +306,23 @@ class Holdings:
         holders: Callable[[Repo], list[Holder] | None] | None = None,
         stop: Callable[[Holder], None] | None = None,
         openers: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
+        containers: Callable[[Repo], list[Holder]] | None = None,
+        outside: Callable[[Repo], list[str]] | None = None,
     ) -> None:
         self.machine = machine
         self._holders = holders or (lambda repo: repo_holders(machine, repo))
         self._stop = stop or (lambda holder: stop_holder(machine, holder))
         self._openers = openers or (lambda repo, nodes: device_openers(machine, repo, nodes))
+        if containers is None and holders is not None:
+            containers = lambda repo: [h for h in holders(repo) or () if h.running]  # noqa: E731
+        self._containers = containers or (lambda repo: running_containers(machine, repo))
+        self._outside = outside or (lambda repo: outside_processes(machine, repo))
+
+    def running(self, repo: Repo) -> list[Holder]:
+        return self._containers(repo)
+
+    def outside(self, repo: Repo) -> list[str]:
+        return self._outside(repo)
 
     def holders(self, repo: Repo) -> list[Holder] | None:
         return self._holders(repo)

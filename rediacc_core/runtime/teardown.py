@@ -36,6 +36,7 @@ _RUNTIME_PROGRAMS = frozenset(
 )
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 _TASKS = "containerd/daemon/io.containerd.runtime.v2.task/moby"
+RUNTIME_WHY = "the repo daemon's runtime"  # how `processes` describes dockerd, containerd, shims
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def processes(fp: Footprint) -> dict[int, str]:
         program = os.path.basename(argv[0]).decode(errors="replace") if argv and argv[0] else ""
         why = ""
         if program in _RUNTIME_PROGRAMS and any(a.startswith(markers) for a in argv[1:]):
-            why = "the repo daemon's runtime"
+            why = RUNTIME_WHY
         elif ids and any(i in _read(f"/proc/{pid}/cgroup") for i in ids):
             why = "in a container's cgroup"
         elif fp.mount_namespaces:
