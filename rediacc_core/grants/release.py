@@ -58,6 +58,7 @@ from rediacc_core.repos import Repo, now_iso
 if TYPE_CHECKING:
     from rediacc_core.runtime.holdings import Holder
 
+ROUND_PAUSE = 0.5
 EMPTY_TIMEOUT = 120.0  # seconds to empty the repos of one handover (stops run side by side)
 
 
@@ -145,6 +146,8 @@ def _stop_all(
                 stopped[container.id] = container
             else:
                 problems.append(problem)
+        if problems:
+            time.sleep(ROUND_PAUSE)  # a stop that failed: give the daemon a moment before the next round
 
 
 def _try_stop(emptier: Emptier, container: Holder) -> str | None:

@@ -1,5 +1,6 @@
 """At a grant's end a running holder keeps its device unless the machine says `lease-end=stop`;
-then the repo's gate stops it at its next housekeeping round."""
+then the repo's gate empties the repo at its next housekeeping round: every running container of
+it is stopped, since one that names no device may hold it through a descriptor in flight."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from grants_kit import GPU, build_machine, fake_plugins
 
 from rediacc_core.bindings import MOVED, Suspension
-from rediacc_core.grants.records import read_grants, write_grants
+from rediacc_core.grants.records import Grant, read_all, read_grants, residue, write_grants
 from rediacc_core.grants.store import GrantStore
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
@@ -36,17 +37,35 @@ def holders_of(repo: Repo) -> list[Holder]:
     ]
 
 
-def run(box: Machine, repo: Repo, held: list[Opener] | None = None) -> tuple[list[str], list[str]]:
+def run(
+    box: Machine,
+    repo: Repo,
+    held: list[Opener] | None = None,
+    *,
+    more: tuple[Holder, ...] = (),
+    holders: bool = True,
+) -> tuple[list[str], list[str]]:
+    """One housekeeping round on `repo`'s containers (holders_of unless not `holders`, and `more`):
+    what it stopped, and what it logged."""
     stopped: list[str] = []
     log: list[str] = []
     holding = list(held or [])
+    containers = (holders_of(repo) if holders else []) + list(more)
 
     def stop(holder: Holder) -> None:
         stopped.append(holder.name)
         holding[:] = [o for o in holding if o.container != holder.id]
+        containers[:] = [replace(c, state="exited") if c.id == holder.id else c for c in containers]
 
     stop_lapsed_holders(
-        box, repo, log.append, holders=lambda: holders_of(repo), stop=stop, openers=lambda r, n: list(holding)
+        box,
+        repo,
+        log.append,
+        holders=lambda: [c for c in containers if c.cdi],
+        stop=stop,
+        openers=lambda r, n: list(holding),
+        containers=lambda: [c for c in containers if c.running],
+        outside=lambda: [f"{o.process}" for o in holding if o.container is None],
     )
     return stopped, log
 
@@ -56,13 +75,32 @@ def test_by_default_running_holders_keep_their_device(box: Machine) -> None:
     assert run(box, repo) == ([], [])
 
 
-def test_with_stop_the_running_holders_of_ended_grants_are_stopped(box: Machine) -> None:
+def test_with_stop_a_running_holder_of_an_ended_grant_empties_the_repo(box: Machine) -> None:
     repo = RepoStore(box).create("alpha")
     GrantStore(box, fake_plugins(), running=Holdings(box)).grant(repo, [f"{GPU}=1"])
     set_setting(box, "lease-end", "stop")
-    stopped, log = run(box, repo)
-    assert stopped == ["ended"]  # not the one still granted, not the one already exited
-    assert log == [f"lease-end: stopped container ended, whose grant of {GPU}=0 ended"]
+    stopped, log = run(box, repo, more=(Holder(repo, "e" * 64, "plain", "running", ()),))
+    assert sorted(stopped) == ["ended", "granted", "plain"]  # every running one; not the exited one
+    assert f"lease-end: stopped container ended, whose grant of {GPU}=0 ended" in log
+    assert (
+        "lease-end: stopped container plain, emptying the repo (a descriptor in flight shows in no scan)"
+        in log
+    )
+    assert read_all(box).draining == ()  # the drain is lifted once it is empty
+
+
+def test_with_stop_an_ended_lease_empties_the_repo_and_clears_its_residue(box: Machine) -> None:
+    """No scan sees a descriptor in flight: the lease's end alone is reason enough."""
+    repo = RepoStore(box).create("alpha")
+    set_setting(box, "lease-end", "stop")
+    with state_lock(box):
+        write_grants(box, [Grant(repo.id, f"{GPU}=0", False, "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z")])
+    assert [r.how for r in residue(read_all(box))] == ["lease-end"]
+    stopped, _ = run(box, repo, more=(Holder(repo, "e" * 64, "plain", "running", ()),))
+    assert sorted(stopped) == ["ended", "granted", "plain"]
+    assert residue(read_all(box)) == []
+    plain = Holder(repo, "f" * 64, "later", "running", ())
+    assert run(box, repo, more=(plain,), holders=False) == ([], [])  # its next containers are left alone
 
 
 def test_with_stop_the_running_holders_of_suspended_grants_are_stopped(box: Machine) -> None:
@@ -76,26 +114,32 @@ def test_with_stop_the_running_holders_of_suspended_grants_are_stopped(box: Mach
         )
     set_setting(box, "lease-end", "stop")
     stopped, _ = run(box, repo)
-    assert stopped == ["ended"]  # its grant of gpu=0 is suspended; gpu=1 is in force
+    assert "ended" in stopped  # its grant of gpu=0 is suspended
 
 
 def test_with_stop_a_container_whose_process_holds_a_node_it_is_not_granted_is_stopped(box: Machine) -> None:
     """Whatever its container named: a descriptor passed to it over a socket, a hard link of the node."""
     repo = RepoStore(box).create("alpha")
-    GrantStore(box, fake_plugins(), running=Holdings(box)).grant(repo, [f"{GPU}=1"])
+    GrantStore(box, fake_plugins(), running=Holdings(box)).grant(repo, [f"{GPU}=0", f"{GPU}=1"])
     set_setting(box, "lease-end", "stop")
     passed = Opener(42, "sleep (pid 42)", ("c", 1, 7), "fd 3 (/gpu0)", "d" * 64)
-    escaped = Opener(43, "sleep (pid 43)", ("c", 1, 7), "fd 4 (/gpu0)", None)
-    stopped, log = run(box, repo, [passed, escaped])
-    assert stopped == ["ended", "d" * 12]  # named by the daemon when it answers, by id here
-    assert log[1] == (
-        f"lease-end: stopped container {'d' * 12}, whose processes held a device not granted: "
+    stopped, log = run(box, repo, [passed], more=(Holder(repo, "d" * 64, "keeper", "running", ()),))
+    assert sorted(stopped) == ["ended", "granted", "keeper"]
+    assert (
+        "lease-end: stopped container keeper, whose processes held a device not granted: "
         "sleep (pid 42) holds device c 1:7 as fd 3 (/gpu0)"
-    )
-    assert log[2] == (
-        "lease-end: sleep (pid 43) holds device c 1:7 as fd 4 (/gpu0), not granted, outside a container "
-        "it can stop: `rdc repo down alpha@box` ends it"
-    )
+    ) in log
+
+
+def test_with_stop_a_process_outside_any_container_is_named_for_repo_down(box: Machine) -> None:
+    repo = RepoStore(box).create("alpha")
+    GrantStore(box, fake_plugins(), running=Holdings(box)).grant(repo, [f"{GPU}=1"])
+    set_setting(box, "lease-end", "stop")
+    escaped = Opener(43, "sleep (pid 43)", ("c", 1, 7), "fd 4 (/gpu0)", None)
+    _, log = run(box, repo, [escaped])
+    assert len(log) == 1 and "sleep (pid 43), outside any container of alpha@box" in log[0]
+    assert "`rdc repo down alpha@box`" in log[0]
+    assert read_all(box).draining == ()  # lifted: the revocation and the residue stay
 
 
 def test_unreadable_grants_stop_nothing_and_say_why(box: Machine) -> None:
