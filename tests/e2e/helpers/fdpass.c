@@ -3,6 +3,10 @@
  *
  *   fdpass hold SOCKET PROGRAM [ARG...]   listen on SOCKET, take one descriptor, exec PROGRAM with it
  *   fdpass send SOCKET FD                 send descriptor FD to whoever holds SOCKET
+ *   fdpass inflight SOCKET TRIGGER        take one descriptor on SOCKET, send it into a socketpair of
+ *                                         its own and close it (in flight: no fd table, no memory map
+ *                                         holds the file); once TRIGGER exists, take it back and read
+ *                                         one byte of the device, then sleep
  *
  * Built static (cc -static) so it runs in a busybox image. */
 #include <stdio.h>
@@ -22,6 +26,83 @@ static int unix_socket(const char *path, struct sockaddr_un *addr) {
     addr->sun_family = AF_UNIX;
     strcpy(addr->sun_path, path);
     return sock;
+}
+
+static int receive_fd(int sock);
+static int send_on(int sock, int fd);
+
+static int take(const char *path) {
+    struct sockaddr_un addr;
+    int sock = unix_socket(path, &addr);
+    unlink(path);
+    if (bind(sock, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(sock, 1) < 0) {
+        perror("bind");
+        exit(2);
+    }
+    int peer = accept(sock, NULL, NULL);
+    int fd = peer < 0 ? -1 : receive_fd(peer);
+    close(peer);
+    close(sock);
+    return fd;
+}
+
+static int inflight(const char *path, const char *trigger) {
+    int fd = take(path);
+    int pair[2];
+    if (fd < 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, pair) < 0 || send_on(pair[0], fd) != 0) {
+        fputs("could not put the descriptor in flight\n", stderr);
+        return 2;
+    }
+    close(fd);
+    printf("in flight\n");
+    fflush(stdout);
+    while (access(trigger, F_OK) != 0)
+        usleep(100000);
+    int back = receive_fd(pair[1]);
+    char byte;
+    if (back >= 0 && read(back, &byte, 1) == 1)
+        printf("read 1 byte from the device\n");
+    else
+        printf("the descriptor did not come back\n");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+
+static int receive_fd(int sock) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    if (recvmsg(sock, &msg, 0) <= 0)
+        return -1;
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    if (cmsg == NULL || cmsg->cmsg_type != SCM_RIGHTS)
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(cmsg), sizeof(fd));
+    return fd;
+}
+
+static int send_on(int sock, int fd) {
+    char byte = 0;
+    struct iovec iov = {&byte, 1};
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof(fd));
+    return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
 }
 
 static int hold(const char *path, char **program) {
@@ -93,6 +174,9 @@ int main(int argc, char **argv) {
         return hold(argv[2], argv + 3);
     if (argc == 4 && strcmp(argv[1], "send") == 0)
         return send_fd(argv[2], atoi(argv[3]));
-    fputs("usage: fdpass hold SOCKET PROGRAM [ARG...] | fdpass send SOCKET FD\n", stderr);
+    if (argc == 4 && strcmp(argv[1], "inflight") == 0)
+        return inflight(argv[2], argv[3]);
+    fputs("usage: fdpass hold SOCKET PROGRAM [ARG...] | fdpass send SOCKET FD | fdpass inflight SOCKET TRIGGER\n",
+          stderr);
     return 64;
 }
