@@ -305,3 +305,32 @@ def test_the_guard_refuses_a_granted_device_on_an_unhealthy_card_until_cleared(
     write_health(machine_root, [])  # cleared
     (machine_root / "etc/rediacc/settings.json").unlink()
     assert run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "command", [["create", "cid"], ["exec", "--process", "/p", "cid"], ["resume", "cid"]]
+)
+def test_a_repo_being_emptied_runs_no_container_even_one_without_devices(
+    machine_root: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """One that names no device may take over a descriptor in flight (`grants.release`)."""
+    why = "v.example/gpu=0 is being handed over to repo beta@m1"
+    mark = {"repoId": REPO_ID, "since": "2026-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z", "why": why}
+    grants = {**grants_doc(), "draining": [mark]}
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(json.dumps(grants))
+    done = run_guard(machine_root, tmp_path, command, [])
+    assert done.returncode == 1 and not (tmp_path / "ran").exists()
+    message = json.loads((tmp_path / "log.json").read_text().splitlines()[-1])["msg"]
+    assert f"the repo is being emptied: {why} (at most until 2999-01-01T00:00:00Z)" in message
+    assert "once the handover is done" in message
+    # Past its bound (an rdc that died mid-way), the mark no longer holds.
+    mark["until"] = "2001-01-01T00:00:00Z"
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(
+        json.dumps({**grants_doc(), "draining": [mark]})
+    )
+    assert run_guard(machine_root, tmp_path, command, []).returncode == 0
+
+
+def test_another_repo_being_emptied_is_none_of_this_ones_business() -> None:
+    mark = {"repoId": "other", "since": "x", "until": "2999-01-01T00:00:00Z", "why": "w"}
+    assert guard.drain_of({"grants": [], "draining": [mark]}, REPO_ID, 0.0) is None

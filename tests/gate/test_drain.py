@@ -1,0 +1,61 @@
+"""While a repo is being emptied for a handover (`grants.release`: its drain mark in the grants file),
+its gate refuses every request that would make a process run: start, restart, unpause, exec, builds
+(classic and BuildKit's), whatever the container names. Reads and stops pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rediacc_core.grants.records import Drain, write_grants
+from rediacc_core.statelock import state_lock
+
+Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
+
+WHY = "vendor.example/gpu=0 is being handed over to repo beta@m1"
+
+
+def drain(gate: Gate, until: str) -> None:
+    machine = gate.fm.machine
+    with state_lock(machine):
+        write_grants(machine, [], drains=[Drain(gate.decider.repo.id, "2026-01-01T00:00:00Z", until, WHY)])
+
+
+@pytest.mark.parametrize(
+    ("method", "target"),
+    [
+        ("POST", "/v1.45/containers/c1/start"),
+        ("POST", "/v1.45/containers/c1/restart"),
+        ("POST", "/v1.45/containers/c1/unpause"),
+        ("POST", "/v1.45/containers/c1/exec"),
+        ("POST", "/v1.45/exec/e1/start"),
+        ("POST", "/v1.45/build"),
+        ("POST", "/v1.45/grpc"),
+        ("POST", "/session"),
+    ],
+)
+def test_nothing_of_the_repo_may_run_while_it_is_emptied(gate: Gate, method: str, target: str) -> None:
+    drain(gate, "2999-01-01T00:00:00Z")
+    refused = gate.decider.head(method, target) or gate.post(target, method=method)
+    assert not refused.forward and refused.status == 403
+    assert f"repo alpha is being emptied: {WHY}" in refused.message
+    assert "until that is done" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("method", "target"),
+    [
+        ("GET", "/v1.45/containers/json"),
+        ("POST", "/v1.45/containers/c1/stop"),
+        ("POST", "/v1.45/containers/c1/kill"),
+    ],
+)
+def test_reads_and_stops_pass(gate: Gate, method: str, target: str) -> None:
+    drain(gate, "2999-01-01T00:00:00Z")
+    assert gate.decider.head(method, target) is None
+
+
+def test_a_drain_past_its_bound_holds_nothing(gate: Gate) -> None:
+    drain(gate, "2001-01-01T00:00:00Z")
+    assert gate.decider.head("POST", "/v1.45/containers/c1/start") is None
