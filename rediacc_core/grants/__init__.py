@@ -16,10 +16,12 @@ reaches nothing: the gate and the runtime guard refuse it until `rdc repo gpu co
 The modules, each imported from where it holds its names (this package's face exports none, so a
 reader of grants loads only `records`):
 
-- `records`: the `Grant`, the grants file read and written, leases and suspensions as read at a moment;
+- `records`: the `Grant`, the grants file read and written (with its drain marks and residue), leases
+  and suspensions as read at a moment;
 - `live`: `LiveGrants`, the grants as the gate reads them, re-read only when the file changed;
 - `units`: the hardware units a name reaches, and when two overlap;
 - `checks`: what a grant is checked against (names, grantability, other repos' grants in the way);
+- `release`: emptying a repo, the one place hardware leaves it (revoke, drain, stop, then grant);
 - `handover`: an exclusive grant against the running parts of other repos (`RunningParts`);
 - `store`: `GrantStore`, grant, renew and revoke under the state lock.
 """

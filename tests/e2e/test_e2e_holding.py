@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,52 +19,14 @@ from pathlib import Path
 
 import pytest
 from e2e_kit import E2E, FAKEGPU0, GPU0, IMAGE, RepoEnv, wait_for
+from holding_kit import build_fdpass, holding, running, start_with_helper
 
 from rediacc_core.runtime.holdings import device_openers
-
-HELPER = Path(__file__).parent / "helpers" / "fdpass.c"
 
 
 @pytest.fixture(scope="module")
 def fdpass(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler for tests/e2e/helpers/fdpass.c (.ci/install-bench-tools.sh installs one)")
-    out = tmp_path_factory.mktemp("fdpass") / "fdpass"
-    subprocess.run([compiler, "-static", "-Os", "-o", str(out), str(HELPER)], check=True, timeout=120)
-    return out
-
-
-def holding(env: RepoEnv) -> dict[int, str]:
-    """From the host: pid -> container id of every process of `env`'s containers with a descriptor
-    of FAKEGPU0's node, read from /proc by device number."""
-    ids = {c["Id"] for c in env.containers()}
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cgroup = Path(f"/proc/{entry}/cgroup").read_text()
-            fds = os.listdir(f"/proc/{entry}/fd")
-        except OSError:
-            continue
-        owner = next((i for i in ids if i in cgroup), None)
-        if owner is None:
-            continue
-        for fd in fds:
-            try:
-                st = os.stat(f"/proc/{entry}/fd/{fd}")
-            except OSError:
-                continue
-            if stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == FAKEGPU0:
-                found[int(entry)] = owner
-    return found
-
-
-def running(env: RepoEnv, name: str) -> bool:
-    status, inspected = env.daemon_api("GET", f"/containers/{name}/json")
-    assert status == 200, inspected
-    return bool(inspected["State"]["Running"])
+    return build_fdpass(tmp_path_factory)
 
 
 @dataclass
@@ -76,15 +35,6 @@ class Passed:
     keeper: str  # Y: names no device, holds the descriptor
     keeper_id: str
     keeper_pid: int
-
-
-def start_with_helper(env: RepoEnv, fdpass: Path, name: str, *args: str) -> None:
-    created = env.docker("create", "--name", name, *args)
-    assert created.returncode == 0, created.stderr
-    copied = env.docker("cp", str(fdpass), f"{name}:/fdpass")
-    assert copied.returncode == 0, copied.stderr
-    started = env.docker("start", name)
-    assert started.returncode == 0, started.stderr
 
 
 SEND = "exec 3</dev/fakegpu0; until [ -S /s/sock ]; do sleep 0.1; done; /fdpass send /s/sock 3; sleep 300"

@@ -21,11 +21,16 @@ from pathlib import Path
 
 import pytest
 from e2e_kit import E2E, GPU0, IMAGE, RepoEnv, wait_for
-from test_e2e_holding import fdpass, holding, running, start_with_helper  # noqa: F401 (a fixture)
+from holding_kit import build_fdpass, holding, running, start_with_helper
 
 from rediacc_core.runtime.holdings import device_openers
 
 SEND = "exec 3</dev/fakegpu0; until [ -S /s/sock ]; do sleep 0.1; done; /fdpass send /s/sock 3; sleep 300"
+
+
+@pytest.fixture(scope="module")
+def fdpass(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fdpass(tmp_path_factory)
 
 
 @dataclass
@@ -36,7 +41,7 @@ class InFlight:
 
 
 @pytest.fixture
-def in_flight(e2e: E2E, fdpass: Path) -> Iterator[InFlight]:  # noqa: F811
+def in_flight(e2e: E2E, fdpass: Path) -> Iterator[InFlight]:
     env, tag = e2e.alpha, f"{os.getpid()}-{time.monotonic_ns() % 10**6}"
     found = InFlight(f"fy-{tag}", f"ffds-{tag}", f"fx-{tag}")
     assert env.docker("volume", "create", found.volume).returncode == 0
@@ -50,7 +55,7 @@ def in_flight(e2e: E2E, fdpass: Path) -> Iterator[InFlight]:  # noqa: F811
         e2e.rdc("machine", "config", "m1", "--unset", "lease-end")
 
 
-def put_in_flight(e2e: E2E, fdpass: Path, found: InFlight) -> None:  # noqa: F811
+def put_in_flight(e2e: E2E, fdpass: Path, found: InFlight) -> None:
     """X (granted GPU0) sends its descriptor to Y, Y puts it in flight, the tenant stops X."""
     env = e2e.alpha
     mount = ("-v", f"{found.volume}:/s")
@@ -78,7 +83,7 @@ def dead(e2e: E2E, found: InFlight) -> None:
 
 def test_the_control_a_descriptor_in_flight_is_seen_by_no_scan_and_still_reads_the_device(
     e2e: E2E,
-    fdpass: Path,  # noqa: F811
+    fdpass: Path,
     in_flight: InFlight,
 ) -> None:
     e2e.grant(e2e.alpha, GPU0)
@@ -88,7 +93,7 @@ def test_the_control_a_descriptor_in_flight_is_seen_by_no_scan_and_still_reads_t
 
 def test_take_over_empties_the_old_repo_so_the_descriptor_in_flight_dies(
     e2e: E2E,
-    fdpass: Path,  # noqa: F811
+    fdpass: Path,
     in_flight: InFlight,
 ) -> None:
     e2e.grant(e2e.alpha, GPU0)
@@ -114,7 +119,7 @@ def test_take_over_without_yes_off_a_terminal_lists_and_revokes_nothing(
 
 def test_an_exclusive_grant_after_a_revoke_without_stop_waits_until_the_old_repo_runs_nothing(
     e2e: E2E,
-    fdpass: Path,  # noqa: F811
+    fdpass: Path,
     in_flight: InFlight,
 ) -> None:
     e2e.grant(e2e.alpha, GPU0)
@@ -134,7 +139,7 @@ def test_an_exclusive_grant_after_a_revoke_without_stop_waits_until_the_old_repo
 
 def test_revoke_stop_empties_the_repo_then_an_exclusive_grant_elsewhere_is_safe(
     e2e: E2E,
-    fdpass: Path,  # noqa: F811
+    fdpass: Path,
     in_flight: InFlight,
 ) -> None:
     e2e.grant(e2e.alpha, GPU0)
@@ -149,7 +154,7 @@ def test_revoke_stop_empties_the_repo_then_an_exclusive_grant_elsewhere_is_safe(
 
 def test_a_lease_end_with_stop_empties_the_repo(
     e2e: E2E,
-    fdpass: Path,  # noqa: F811
+    fdpass: Path,
     in_flight: InFlight,
 ) -> None:
     assert e2e.rdc("machine", "config", "m1", "--set", "lease-end=stop").returncode == 0
