@@ -333,7 +333,8 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
     if command not in GATED:
         return
     # Every gated start reads the grants file (one small JSON file): a drain mark refuses containers
-    # without devices too, since one may take over a descriptor in flight (`grants.release`).
+    # without devices too, since one may take over a descriptor in flight (`grants.release`). Not a
+    # resume: a paused container's processes exist already, and the daemon resumes it to stop it.
     try:
         with open(opts["grants"], "rb") as f:
             document = json.load(f)
@@ -342,7 +343,7 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
         document, unreadable = {"grants": []}, None
     except (OSError, ValueError) as exc:
         document, unreadable = {"grants": []}, exc
-    drained = drain_of(document, opts["repo_id"], time.time())
+    drained = drain_of(document, opts["repo_id"], time.time()) if command != "resume" else None
     if drained is not None:
         raise Refused(f"the repo is being emptied: {drained}", drained=True)
     bundle = bundle_of(command, rest, options.get("--root", ""), cwd)

@@ -308,7 +308,7 @@ def test_the_guard_refuses_a_granted_device_on_an_unhealthy_card_until_cleared(
 
 
 @pytest.mark.parametrize(
-    "command", [["create", "cid"], ["exec", "--process", "/p", "cid"], ["resume", "cid"]]
+    "command", [["create", "cid"], ["exec", "--process", "/p", "cid"], ["run", "cid"]]
 )
 def test_a_repo_being_emptied_runs_no_container_even_one_without_devices(
     machine_root: Path, tmp_path: Path, command: list[str]
@@ -329,6 +329,17 @@ def test_a_repo_being_emptied_runs_no_container_even_one_without_devices(
         json.dumps({**grants_doc(), "draining": [mark]})
     )
     assert run_guard(machine_root, tmp_path, command, []).returncode == 0
+
+
+def test_a_paused_container_of_a_repo_being_emptied_may_resume_to_be_stopped(
+    machine_root: Path, tmp_path: Path
+) -> None:
+    """The daemon resumes a paused container to deliver its stop; its processes ran before the drain."""
+    mark = {"repoId": REPO_ID, "since": "x", "until": "2999-01-01T00:00:00Z", "why": "w"}
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(
+        json.dumps({**grants_doc(), "draining": [mark]})
+    )
+    assert run_guard(machine_root, tmp_path, ["resume", "cid"], []).returncode == 0
 
 
 def test_another_repo_being_emptied_is_none_of_this_ones_business() -> None:
