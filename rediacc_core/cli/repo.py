@@ -375,7 +375,8 @@ def grant(
         note(f"Took {device} over from {who}: its grant there is revoked.")
     for holder in stopped:
         held = f"it held {', '.join(holder.cdi)}" if holder.cdi else "; ".join(holder.opened)
-        note(f"Stopped container {holder.name} of repo {holder.repo.ref} ({held}).")
+        why = held or "emptying the repo: a descriptor in flight shows in no scan"
+        note(f"Stopped container {holder.name} of repo {holder.repo.ref} ({why}).")
     for outcome in outcomes:
         how = " exclusively" if outcome.grant.exclusive else ""
         if outcome.changed:

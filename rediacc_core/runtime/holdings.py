@@ -275,7 +275,7 @@ def record_handover(
     containers = [h.name for h in stopped if h.repo.id == old.id]
     message = (
         f"{', '.join(devices)} granted exclusively to {new.ref}, handed over from {old.ref}: "
-        f"stopped {', '.join(containers) or 'nothing'}; no process of {old.ref} had the device nodes open"
+        f"stopped {', '.join(containers) or 'nothing'}; nothing of {old.ref} runs that could hold them"
     )
     for repo in (old, new):
         append_event(
