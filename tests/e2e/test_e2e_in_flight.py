@@ -195,7 +195,7 @@ def test_holders_started_during_a_take_over_never_run_after_it(e2e: E2E, in_flig
         done.set()
         starter.join()
         assert moved.returncode == 0, moved.stderr
-        assert len(names) >= 4, names  # the take-over took its time: the first holder's 10 s stop
+        assert len(names) >= 3, names  # the take-over took its time: the first holder's 10 s stop
         for _ in range(2):  # right after it, and once a restart could have happened
             late = [n for n in [f"{tag}-h0", *names] if _exists(env, n) and running(env, n)]
             assert late == [], f"started during the take-over and running after it: {late}"
