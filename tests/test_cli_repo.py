@@ -244,6 +244,30 @@ def test_an_exclusive_conflict_exits_4_naming_the_repo_and_grant_in_the_way(box:
     assert f"rdc repo gpu revoke beta@box --device {GPU}=all" in result.stderr
 
 
+def test_take_over_lists_every_grant_it_revokes_and_asks_first(box: Machine) -> None:
+    for name in ("alpha", "beta", "gamma"):
+        ok("repo", "create", f"{name}@box")
+    ok("repo", "gpu", "grant", "beta", "--device", f"{GPU}=0")
+    ok("repo", "gpu", "grant", "gamma", "--device", f"{GPU}=all")  # a third repo's shared grant
+    take = ("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--exclusive", "--take-over")
+    listing = f"revokes: {GPU}=0 of repo beta@box; {GPU}=all of repo gamma@box"
+    refused = rdc(*take)  # no terminal here
+    assert refused.exit_code == EXIT_REFUSED and listing in refused.stderr
+    assert f"rdc repo gpu grant alpha@box --device {GPU}=0 --exclusive --take-over --yes" in refused.stderr
+    kept = _answering("n", *take)
+    assert kept.returncode == 1 and "and stop every container of those repos?" in kept.stderr
+    assert len(read_grants(box)) == 2  # nothing revoked
+    moved = ok(*take, "--yes")
+    assert listing in moved.stderr
+    assert [(g.device, g.exclusive) for g in read_grants(box)] == [(f"{GPU}=0", True)]
+
+
+def test_yes_goes_with_take_over(box: Machine) -> None:
+    ok("repo", "create", "alpha@box")
+    result = rdc("repo", "gpu", "grant", "alpha", "--device", f"{GPU}=0", "--exclusive", "--yes")
+    assert result.exit_code == 2 and "--yes goes with --take-over" in result.stderr
+
+
 def test_revoking_what_is_not_held_exits_5(box: Machine) -> None:
     ok("repo", "create", "alpha@box")
     result = rdc("repo", "gpu", "revoke", "alpha", "--device", f"{GPU}=0")
