@@ -104,8 +104,15 @@ def empty_repos(
     marks += [Drain(r.id, stamp, later_iso(DRAIN_BOUND), why) for r in repos]
     write_grants(machine, [g for g in read_grants(machine) if g not in taken], drains=marks)
     try:
-        stopped = _stop_all(emptier, repos, timeout, clock)
-        _nothing_outside(emptier, repos)
+        deadline = clock() + timeout
+        stopped: dict[str, Holder] = {}
+        while True:
+            stopped.update((c.id, c) for c in _stop_all(emptier, repos, deadline - clock(), clock))
+            _nothing_outside(emptier, repos)
+            # A start that passed the guard before the drain mark may show as running only now (the
+            # daemon records it after runc starts it): look once more after the slow /proc scan.
+            if not any(emptier.running(r) for r in repos):
+                break
         if check is not None:
             check()
     except BaseException:
@@ -115,7 +122,7 @@ def empty_repos(
     current = read_grants(machine)
     lifted = [d for d in read_all(machine).draining if d.repo_id not in ids]
     write_grants(machine, then(current) if then else current, drains=lifted, emptied=ids)
-    return Emptied(stopped)
+    return Emptied(tuple(stopped.values()))
 
 
 def _stop_all(
