@@ -158,7 +158,8 @@ def test_an_exclusive_grant_waits_for_the_other_repos_running_holder(e2e: E2E, h
 
 
 def test_take_over_hands_the_device_over_in_one_step(e2e: E2E, holder: str) -> None:
-    """The other repo still holds its grant: --take-over revokes it there and stops its holders."""
+    """The other repo still holds its grant: --take-over lists it, revokes it there and empties that
+    repo. Off a terminal the advice, run as printed, asks for --yes (the line it prints runs too)."""
     assert e2e.alpha.docker("start", holder).returncode == 0
     beta = e2e.beta.repo.ref
     try:
@@ -166,7 +167,13 @@ def test_take_over_hands_the_device_over_in_one_step(e2e: E2E, holder: str) -> N
         assert blocked.returncode == 4, blocked.stderr
         advised = f"rdc repo gpu grant {beta} --device {GPU0} --exclusive --take-over"
         assert advised in blocked.stderr
-        moved = e2e.rdc(*advised.split()[1:])  # the advice, run as printed
+        asked = e2e.rdc(*advised.split()[1:])  # the advice, run as printed, with no terminal to ask on
+        assert (
+            asked.returncode == 4
+            and f"not revoking {GPU0} of repo alpha@m1 without confirmation" in asked.stderr
+        )
+        assert f"{advised} --yes" in asked.stderr
+        moved = e2e.rdc(*advised.split()[1:], "--yes")  # that advice, run as printed
         assert moved.returncode == 0, moved.stderr
         assert f"Took {GPU0} over from alpha@m1: its grant there is revoked." in moved.stderr
         assert f"Stopped container {holder} of repo alpha@m1" in moved.stderr
