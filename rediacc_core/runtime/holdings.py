@@ -2,18 +2,19 @@
 
 A container holds the CDI names of its `HostConfig.DeviceRequests` (driver `cdi`): the daemon
 injects them at every start. Revoking a name does not take it from a container that is running
-(its device nodes stay open), so `rdc repo gpu revoke` names the holders and can stop them, and an
-exclusive grant is refused while another repo's container runs with the same hardware. A stopped
+(its device nodes stay open), so `rdc repo gpu revoke` names the holders, and an exclusive grant
+is refused while another repo's container runs with the same hardware. A stopped
 holder cannot run again without the grant: the gate refuses its start and the runtime guard
 (`runtime.guard`) refuses whoever else starts it.
 
 A container's CDI names are not all it can hold: a process may have a descriptor of a device's node
 that it was handed, or opened under another name. So revoke, exclusive grants and a lease's end also
-find the repo's processes holding the nodes by device number (`runtime.openers`) and stop the
-containers they are in.
+find the repo's processes holding the nodes by device number (`runtime.openers`), to name them.
+Neither is all a repo may hold (a descriptor in flight shows in no scan): taking hardware away
+empties the repo (`grants.release`), with the running containers and outside processes read here.
 
 The daemon is asked over its own socket (root only), never through the gate, with the gate's own
-client for a container's record (`gate.containers`). This module also stops holders, writes the
+client for a container's record (`gate.containers`). This module also stops containers, writes the
 handover's audit lines, and gathers all of it as `Holdings`: what an exclusive grant is handed
 (`grants.handover.RunningParts`), so the grant records themselves never reach a daemon or /proc.
 """
@@ -227,26 +228,6 @@ def opener_containers(machine: Machine, repo: Repo, found: Iterable[Opener]) -> 
     return sorted(containers, key=lambda h: h.name)
 
 
-def clear_openers(
-    machine: Machine,
-    repo: Repo,
-    nodes: Iterable[Node],
-    *,
-    find: Callable[[Repo, Collection[Node]], list[Opener]] | None = None,
-    stop: Callable[[Holder], None] | None = None,
-) -> tuple[list[Holder], list[Opener]]:
-    """Stop every container of `repo` whose processes hold one of `nodes`, then look again: the
-    containers stopped, and what still holds a node (a process outside any container, or one that
-    survived its container's stop)."""
-    wanted = set(nodes)
-    look = find or (lambda r, n: device_openers(machine, r, n))
-    found = look(repo, wanted)
-    stopped = opener_containers(machine, repo, found)
-    for container in stopped:
-        (stop or (lambda h: stop_holder(machine, h)))(container)
-    return stopped, (look(repo, wanted) if found else [])
-
-
 def openers_report(machine: Machine, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]:
     """For each process in `left`, what it holds and in which container of `repo`; and the commands
     that end them: `docker stop` of the container, or `rdc repo down` for a process outside any."""
@@ -335,9 +316,6 @@ class Holdings:
 
     def nodes_of(self, names: Iterable[str], besides: Iterable[str] = ()) -> set[Node]:
         return nodes_of(self.machine, names, besides)
-
-    def clear_openers(self, repo: Repo, nodes: Iterable[Node]) -> tuple[list[Holder], list[Opener]]:
-        return clear_openers(self.machine, repo, nodes, find=self._openers, stop=self._stop)
 
     def openers_report(self, repo: Repo, left: Iterable[Opener]) -> tuple[list[str], list[str]]:
         return openers_report(self.machine, repo, left)
