@@ -307,9 +307,7 @@ def test_the_guard_refuses_a_granted_device_on_an_unhealthy_card_until_cleared(
     assert run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0]).returncode == 0
 
 
-@pytest.mark.parametrize(
-    "command", [["create", "cid"], ["exec", "--process", "/p", "cid"], ["run", "cid"]]
-)
+@pytest.mark.parametrize("command", [["create", "cid"], ["exec", "--process", "/p", "cid"], ["run", "cid"]])
 def test_a_repo_being_emptied_runs_no_container_even_one_without_devices(
     machine_root: Path, tmp_path: Path, command: list[str]
 ) -> None:
