@@ -170,8 +170,9 @@ def test_a_refresh_after_a_swap_suspends_the_moved_grants_and_its_dry_run_says_s
         (SUSPENDED, "beta@box"),
     ]
     held = {g.device: g.suspended for g in read_grants(box)}
-    assert held[GPU0] is not None and held[GPU0].reason == MOVED and held[GPU0].drift == SWAPPED
-    assert held[GPU1] is not None and held[GPU1].reason == MOVED
+    first, second = held[GPU0], held[GPU1]
+    assert first is not None and first.reason == MOVED and first.drift == SWAPPED
+    assert second is not None and second.reason == MOVED
     assert LiveGrants(box).for_repo(alpha.id) == LiveGrants(box).for_repo(beta.id) == frozenset()
     done = rdc("machine", "refresh", "box")  # the CLI says so too (the same suspensions stand)
     assert done.exit_code == 0 and "nothing changed" not in done.stderr
