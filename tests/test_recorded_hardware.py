@@ -174,8 +174,6 @@ def test_a_refresh_after_a_swap_suspends_the_moved_grants_and_its_dry_run_says_s
     assert first is not None and first.reason == MOVED and first.drift == SWAPPED
     assert second is not None and second.reason == MOVED
     assert LiveGrants(box).for_repo(alpha.id) == LiveGrants(box).for_repo(beta.id) == frozenset()
-    done = rdc("machine", "refresh", "box")  # the CLI says so too (the same suspensions stand)
-    assert done.exit_code == 0 and "nothing changed" not in done.stderr
 
 
 def test_the_cli_refresh_names_each_suspension_and_its_way_out(
