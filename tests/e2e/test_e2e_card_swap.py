@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -140,7 +141,7 @@ def test_a_card_swap_suspends_the_grant_until_confirmed(swap: SwapEnv) -> None:
 def _baseline(swap: SwapEnv) -> None:
     """The cards in their first places and set up, no container left, alpha holding gpu=0 on card A."""
     ref = swap.alpha.repo.ref
-    swap.alpha.docker("rm", "-f", "trainer", "looper")
+    swap.alpha.docker("rm", "-f", "trainer", "looper", "keeper")
     swap.cards(UUID_A, UUID_B)
     swap.ok("machine", "setup", MACHINE)
     swap.rdc("repo", "gpu", "revoke", ref, "--device", GPU0)  # whatever an earlier test left
@@ -169,6 +170,11 @@ def test_a_refresh_after_a_swap_suspends_the_grant_at_the_gate_and_the_guard(swa
         "run", "-d", "--name", "looper", "--restart", "always", "--device", GPU0, IMAGE, "sleep", "1"
     )
     assert looping.returncode == 0, looping.stderr
+    # One more the daemon restarts on its own, once its process is killed (later, below).
+    keeping = swap.alpha.docker(
+        "run", "-d", "--name", "keeper", "--restart", "always", "--device", GPU0, IMAGE, "sleep", "3600"
+    )
+    assert keeping.returncode == 0, keeping.stderr
     guard_log = swap.alpha.runtime.guard_log
     seen = len(guard_log.read_text()) if guard_log.exists() else 0
 
@@ -196,10 +202,13 @@ def test_a_refresh_after_a_swap_suspends_the_grant_at_the_gate_and_the_guard(swa
     moved = "no longer reaches the hardware it was given on"
     refused(swap.alpha.docker("start", "trainer"), moved, UUID_B, confirm)
     refused(swap.alpha.docker("run", "--rm", "--device", GPU0, IMAGE, "true"), moved, confirm)
+    pid = swap.alpha.docker("inspect", "-f", "{{.State.Pid}}", "keeper").stdout.strip()
+    os.kill(int(pid), signal.SIGKILL)  # its restart policy starts it again, past the gate
     assert wait_for(lambda: _guard_lines_after(swap, seen, moved), 60), (
         "the restart policy's start was not refused by the runtime guard on the recorded card"
     )
-    swap.alpha.docker("rm", "-f", "looper", "trainer")
+    assert confirm in guard_log.read_text()[seen:]
+    swap.alpha.docker("rm", "-f", "looper", "trainer", "keeper")
 
 
 def test_confirm_onto_another_repos_suspended_exclusive_reservation_is_refused(swap: SwapEnv) -> None:
