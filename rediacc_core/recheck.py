@@ -1,14 +1,18 @@
-"""Grants held to the machine's facts: setup's re-check, and `rdc repo gpu confirm`.
+"""Grants held to the machine's facts: the re-check setup and refresh end with, and `rdc repo gpu
+confirm`.
 
-A grant names a CDI name and records what it reached (`bindings.py`). After setup (or a refresh)
-writes new specs and a new inventory, `recheck_grants` checks every grant of every repo against
-them. A grant is suspended when its name is defined by no spec any more, when it reaches other
-hardware than recorded (two cards exchanged behind the same indexes), or when it and another repo's
-grant overlap on the same hardware while one of them is exclusive (the later one is suspended; both
-when granted at the same second). A suspended grant stays recorded and reserving, and reaches
-nothing until `confirm_grants` accepts the hardware it reaches now or a revoke removes it. A grant
-whose drift is gone at a later re-check (the cards are back) is in force again. An older file's
-grant without a record is bound to what it reaches at the first re-check.
+A grant names a CDI name and records what it reached (`bindings.py`). After setup or a refresh
+writes new specs and a new inventory (both through `setup._record_facts`, the one writer of the
+inventory), `recheck_grants` checks every grant of every repo against them. A grant is suspended
+when its name is defined by no spec any more, when it reaches other hardware than recorded (two
+cards exchanged behind the same indexes), or when it and another repo's grant overlap on the same
+hardware while one of them is exclusive (the later one is suspended; both when granted at the same
+second). A suspended grant stays recorded and reaches nothing until `confirm_grants` accepts the
+hardware it reaches now or a revoke removes it; meanwhile it keeps reserving what it recorded, so a
+confirm onto hardware another repo's grant reaches now or recorded, suspended or not, is refused
+while one of them is exclusive. A grant whose drift is gone at a later re-check (the cards are
+back) is in force again. An older file's grant without a record is bound to what it reaches at the
+first re-check.
 
 Every suspension, lift and confirmation is a line in the repo's audit trail (`rdc repo gate log`),
 beside the gate's decisions and the handovers.
@@ -163,7 +167,7 @@ def confirm_grants(
     """Bind the repo's grants of `devices` to the hardware their names reach now and lift their
     suspension, all or none. NotFoundError when one is not held, RefusedError when a name is defined
     by no spec any more or accepting it would overlap another repo's grant on the same hardware
-    while one of them is exclusive."""
+    (what that grant's name reaches now, or what it recorded) while one of them is exclusive."""
     wanted = list(dict.fromkeys(devices))
     if not wanted:
         raise ValidationError("no device given", "name each grant to confirm with --device vendor/class=name")
