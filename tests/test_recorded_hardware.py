@@ -160,6 +160,8 @@ def test_a_refresh_after_a_swap_suspends_the_moved_grants_and_its_dry_run_says_s
     (step,) = [s for s in planned.plan if s.title == "Check the grants"]
     assert step.lines[1] == f"suspended: grant {GPU0} of alpha@box suspended: {SWAPPED}"
     assert step.lines[2].startswith(f"suspended: grant {GPU1} of beta@box suspended: it was granted on GPU-b")
+    set_up = run_setup(box, plugins, {}, dry_run=True)  # setup's dry run says the same
+    assert [s.lines for s in set_up.plan if s.title == "Check the grants"] == [step.lines]
     assert box.grants_path.read_text() == before  # a dry run changes nothing
     shown = rdc("machine", "refresh", "box", "--dry-run")
     assert shown.exit_code == 0 and f"suspended: grant {GPU0} of alpha@box suspended" in shown.stdout
