@@ -240,7 +240,9 @@ def test_a_grant_without_a_record_or_an_inventory_without_one_keeps_todays_behav
     assert LiveGrants(box).for_repo(alpha.id, {}) == {GPU0}  # an older inventory records nothing
 
 
-def guard_args(box: Machine, repo: Repo, bundle: Path) -> list[str]:
+def guard_args(box: Machine, repo: Repo, bundle: Path, *, inventory: bool = True) -> list[str]:
+    """The guard's command line as the daemon's wrapper gives it (without `--inventory`: an older
+    wrapper's, whose guard finds the inventory beside the grants file)."""
     (bundle / "config.json").write_text(
         json.dumps({"linux": {"devices": [{"path": "/dev/fakegpu0", "type": "c", "major": 240, "minor": 0}]}})
     )
@@ -251,6 +253,7 @@ def guard_args(box: Machine, repo: Repo, bundle: Path) -> list[str]:
         "--repo-id": repo.id,
         "--repo-ref": repo.ref,
         "--guard-log": str(bundle / "guard.log"),
+        **({"--inventory": str(box.inventory_path)} if inventory else {}),
     }
     return [*(part for pair in own.items() for part in pair), "--", "create", "--bundle", str(bundle), "cid"]
 
@@ -285,7 +288,7 @@ def test_an_unreadable_inventory_refuses_a_grant_the_guard_must_compare(
     box: Machine, store: GrantStore, alpha: Repo, tmp_path: Path
 ) -> None:
     store.grant(alpha, [GPU0])
-    opts, runc_args = guard.parse_own_args(guard_args(box, alpha, tmp_path))
+    opts, runc_args = guard.parse_own_args(guard_args(box, alpha, tmp_path, inventory=False))
     box.inventory_path.write_text("{not json")
     with pytest.raises(guard.Refused, match="inventory cannot be read"):
         guard.decide(opts, runc_args, str(tmp_path))
