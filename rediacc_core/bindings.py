@@ -61,6 +61,8 @@ class UnitIdentity:
 
 
 Binding = tuple[UnitIdentity, ...]
+# What each CDI name reaches, by name, as an inventory records it (its devices' `reaches`).
+Reaches = Mapping[str, Binding]
 
 # Why a grant is suspended: its name is defined by no spec any more, it reaches other hardware than
 # recorded, or its exclusive reservation overlaps another repo's grant on the same hardware.
@@ -110,6 +112,37 @@ def drift(recorded: Binding, now: Binding) -> str | None:
     was = ", ".join(u.text() for u in recorded) or "no known hardware"
     found = ", ".join(u.text() for u in now) or "no known hardware"
     return f"it was granted on {was} and now reaches {found}"
+
+
+def units_overlap(a: str, b: str) -> bool:
+    """Two hardware units overlap when equal or when one contains the other (`pci:X` holds `pci:X/mig:1`)."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def same_hardware(a: UnitIdentity, b: UnitIdentity) -> bool:
+    """`a` and `b` are, or share, the same hardware: the same identity, a slice of the card the other
+    is, or two slices of one card in the same place. Cards known by uuid are compared by card, so a
+    card that moved to another slot is still itself; where an identity is unknown, by place."""
+    if a.key() == b.key():
+        return True
+    card_a, card_b = _card(a), _card(b)
+    if card_a and card_b:
+        if card_a != card_b:
+            return False
+        below_a, below_b = a.unit.partition("/")[2], b.unit.partition("/")[2]
+        return not below_a or not below_b or units_overlap(below_a, below_b)
+    return units_overlap(a.unit, b.unit)
+
+
+def shared_hardware(first: Binding, second: Binding) -> tuple[UnitIdentity, UnitIdentity] | None:
+    """The first pair of `first` and `second` that is the same hardware (see `same_hardware`), or None."""
+    return next(((a, b) for a in first for b in second if same_hardware(a, b)), None)
+
+
+def _card(identity: UnitIdentity) -> str | None:
+    """The uuid of the card a unit is or is on, lowercased; None when unknown."""
+    card = identity.parent_uuid if "/" in identity.unit else identity.uuid
+    return card.lower() if card else None
 
 
 def _identity(unit: str, inventory: Inventory) -> UnitIdentity:

@@ -25,6 +25,7 @@ from rediacc_core.files import (
 )
 
 if TYPE_CHECKING:
+    from rediacc_core.bindings import Reaches
     from rediacc_core.cdi.registry import Registry
     from rediacc_core.machine import Machine
     from rediacc_core.model import Gpu, GpuPartition, Inventory
@@ -56,7 +57,8 @@ def build_inventory(
     name that its tool did not generate (toolkit off, driver too old), and listing it would invite
     a grant that can never work. Names in `unplaced` (a spec defines them, no discovered hardware
     is them) are listed under `ungrantable` with why, not under `devices`. `specs` is the stat
-    fingerprint of the spec files the document was built from (`spec_facts.recorded`).
+    fingerprint of the spec files the document was built from (`spec_facts.recorded`). Setup then
+    records on each device entry what the name reaches (`reaches`, see `setup`).
     """
     defined = registry.names()
     unplaced = unplaced or {}
@@ -231,8 +233,16 @@ def _parse(text: str, source: str, machine: str) -> dict[str, Any]:
     return result
 
 
-# The typed inventory and its `specs` rows, as one read of the file gives them.
-_Read = tuple["Inventory | None", "list[dict[str, Any]] | None"]
+# The typed inventory, its `specs` rows and what each name reaches (names an older inventory
+# records nothing for are absent), as one read of the file gives them.
+_Read = tuple["Inventory | None", "list[dict[str, Any]] | None", "Reaches | None"]
+
+
+def recorded_reaches(document: Mapping[str, Any]) -> Reaches:
+    """What each device name of an inventory document reaches, as recorded (see `build_inventory`)."""
+    from rediacc_core.bindings import binding_from_json
+
+    return {d["name"]: binding_from_json(d["reaches"]) for d in document["devices"] if "reaches" in d}
 
 
 class LiveInventory:
@@ -247,9 +257,10 @@ class LiveInventory:
             if found is None:
                 return None
             document = _parse(found[1], str(path), machine.name)
-            return found[0], (inventory_from_document(document), document.get("specs"))
+            typed = inventory_from_document(document)
+            return found[0], (typed, document.get("specs"), recorded_reaches(document))
 
-        self._file: LiveFile[_Read] = LiveFile(path, load, (None, None), "inventory")
+        self._file: LiveFile[_Read] = LiveFile(path, load, (None, None, None), "inventory")
 
     @property
     def reads(self) -> int:
@@ -259,10 +270,10 @@ class LiveInventory:
     def get(self) -> Inventory | None:
         return self._file.get()[0]
 
-    def read(self) -> tuple[Inventory | None, list[dict[str, Any]] | None]:
-        """The inventory and the stat fingerprint of the specs it was built from (None when it
-        records none: never set up, or written by an older rdc), from one `stat`; the same objects
-        until the file changes."""
+    def read(self) -> _Read:
+        """The inventory, the stat fingerprint of the specs it was built from (None when it records
+        none: never set up, or written by an older rdc) and what each name reaches, from one `stat`;
+        the same objects until the file changes."""
         return self._file.get()
 
 

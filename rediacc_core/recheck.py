@@ -1,14 +1,18 @@
-"""Grants held to the machine's facts: setup's re-check, and `rdc repo gpu confirm`.
+"""Grants held to the machine's facts: the re-check setup and refresh end with, and `rdc repo gpu
+confirm`.
 
-A grant names a CDI name and records what it reached (`bindings.py`). After setup (or a refresh)
-writes new specs and a new inventory, `recheck_grants` checks every grant of every repo against
-them. A grant is suspended when its name is defined by no spec any more, when it reaches other
-hardware than recorded (two cards exchanged behind the same indexes), or when it and another repo's
-grant overlap on the same hardware while one of them is exclusive (the later one is suspended; both
-when granted at the same second). A suspended grant stays recorded and reserving, and reaches
-nothing until `confirm_grants` accepts the hardware it reaches now or a revoke removes it. A grant
-whose drift is gone at a later re-check (the cards are back) is in force again. An older file's
-grant without a record is bound to what it reaches at the first re-check.
+A grant names a CDI name and records what it reached (`bindings.py`). After setup or a refresh
+writes new specs and a new inventory (both through `setup._record_facts`, the one writer of the
+inventory), `recheck_grants` checks every grant of every repo against them. A grant is suspended
+when its name is defined by no spec any more, when it reaches other hardware than recorded (two
+cards exchanged behind the same indexes), or when it and another repo's grant overlap on the same
+hardware while one of them is exclusive (the later one is suspended; both when granted at the same
+second). A suspended grant stays recorded and reaches nothing until `confirm_grants` accepts the
+hardware it reaches now or a revoke removes it; meanwhile it keeps reserving what it recorded, so a
+confirm onto hardware another repo's grant reaches now or recorded, suspended or not, is refused
+while one of them is exclusive. A grant whose drift is gone at a later re-check (the cards are
+back) is in force again. An older file's grant without a record is bound to what it reaches at the
+first re-check.
 
 Every suspension, lift and confirmation is a line in the repo's audit trail (`rdc repo gate log`),
 beside the gate's decisions and the handovers.
@@ -29,6 +33,7 @@ from rediacc_core.gate.audit.log import append_event
 from rediacc_core.grants.records import Grant, read_grants, write_grants
 from rediacc_core.grants.units import HardwareUnits, overlapping_units
 from rediacc_core.machine import Machine
+from rediacc_core.model import Inventory
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore, audit_log_path, now_iso
 from rediacc_core.statelock import state_lock
@@ -48,58 +53,80 @@ class GrantChange:
     repo_ref: str
 
 
-def recheck_grants(machine: Machine, plugins: Plugins, *, locked: bool = False) -> list[GrantChange]:
+def recheck_grants(
+    machine: Machine,
+    plugins: Plugins,
+    *,
+    locked: bool = False,
+    inventory: Inventory | None = None,
+    dry_run: bool = False,
+) -> list[GrantChange]:
     """Check every grant against the machine's specs and inventory as they are now; suspend the
     ones that drifted, lift the ones whose drift is gone, bind the unbound; write and audit it.
 
-    `locked`: the caller holds the machine's state lock already (setup, between writing the
-    inventory and letting go of it, so no grant is ever checked against half new facts)."""
-    with nullcontext() if locked else state_lock(machine):
+    `locked`: the caller holds the machine's state lock already (setup and refresh, between writing
+    the inventory and letting go of it, so no grant is ever checked against half new facts).
+    `dry_run`: only say what would change, against `inventory` (a dry run's, not written) and the
+    specs on the machine now; nothing is written or audited."""
+    with nullcontext() if locked or dry_run else state_lock(machine):
         current = read_grants(machine)
         owners = {repo.id: repo for repo in RepoStore(machine).list()}
         defined = Registry.for_machine(machine).names()
-        units = HardwareUnits(machine, plugins)
-        stamp = now_iso()
-        found: dict[int, Suspension | None] = {}
-        rebound: list[Grant] = []
-        for i, grant in enumerate(current):
-            if grant.device not in defined:
-                found[i] = Suspension(
-                    VANISHED, f"no CDI spec in {machine.cdi_dir} defines {grant.device} any more", stamp
-                )
-                rebound.append(grant)
-                continue
-            reaches = units.binding(grant.device)
-            if grant.bound_to is None:  # an older file's grant: recorded as it is now
-                rebound.append(dataclasses.replace(grant, bound_to=reaches))
-                found[i] = None
-                continue
-            moved = drift(grant.bound_to, reaches)
-            found[i] = Suspension(MOVED, moved, stamp) if moved else None
-            rebound.append(grant)
-        for i, why in _overlaps(rebound, units, owners).items():
-            if found.get(i) is None:
-                found[i] = Suspension(OVERLAP, why, stamp)
-        changes: list[GrantChange] = []
-        result: list[Grant] = []
-        for i, grant in enumerate(rebound):
-            before, after = current[i].suspended, found.get(i)
-            ref = _ref(owners, grant.repo_id)
-            if after is not None and before is not None and before.reason == after.reason:
-                # The same drift as before: it is suspended since it was first seen.
-                after = dataclasses.replace(after, since=before.since)
-            new = dataclasses.replace(grant, suspended=after)
-            result.append(new)
-            if after is not None and after != before:
-                changes.append(GrantChange(SUSPENDED, new, ref))
-            elif after is None and before is not None:
-                changes.append(GrantChange(RESUMED, new, ref))
-            elif current[i].bound_to is None and new.bound_to is not None:
-                changes.append(GrantChange(BOUND, new, ref))
-        if changes:
+        units = HardwareUnits(machine, plugins, inventory=inventory)
+        changes, result = _rechecked(machine, current, owners, defined, units)
+        if changes and not dry_run:
             write_grants(machine, result)
-    _audit(machine, owners, changes)
+    if not dry_run:
+        _audit(machine, owners, changes)
     return changes
+
+
+def _rechecked(
+    machine: Machine,
+    current: Sequence[Grant],
+    owners: Mapping[str, Repo],
+    defined: frozenset[str],
+    units: HardwareUnits,
+) -> tuple[list[GrantChange], list[Grant]]:
+    """What the re-check changes, and every grant as it is after it."""
+    stamp = now_iso()
+    found: dict[int, Suspension | None] = {}
+    rebound: list[Grant] = []
+    for i, grant in enumerate(current):
+        if grant.device not in defined:
+            found[i] = Suspension(
+                VANISHED, f"no CDI spec in {machine.cdi_dir} defines {grant.device} any more", stamp
+            )
+            rebound.append(grant)
+            continue
+        reaches = units.binding(grant.device)
+        if grant.bound_to is None:  # an older file's grant: recorded as it is now
+            rebound.append(dataclasses.replace(grant, bound_to=reaches))
+            found[i] = None
+            continue
+        moved = drift(grant.bound_to, reaches)
+        found[i] = Suspension(MOVED, moved, stamp) if moved else None
+        rebound.append(grant)
+    for i, why in _overlaps(rebound, units, owners).items():
+        if found.get(i) is None:
+            found[i] = Suspension(OVERLAP, why, stamp)
+    changes: list[GrantChange] = []
+    result: list[Grant] = []
+    for i, grant in enumerate(rebound):
+        before, after = current[i].suspended, found.get(i)
+        ref = _ref(owners, grant.repo_id)
+        if after is not None and before is not None and before.reason == after.reason:
+            # The same drift as before: it is suspended since it was first seen.
+            after = dataclasses.replace(after, since=before.since)
+        new = dataclasses.replace(grant, suspended=after)
+        result.append(new)
+        if after is not None and after != before:
+            changes.append(GrantChange(SUSPENDED, new, ref))
+        elif after is None and before is not None:
+            changes.append(GrantChange(RESUMED, new, ref))
+        elif current[i].bound_to is None and new.bound_to is not None:
+            changes.append(GrantChange(BOUND, new, ref))
+    return changes, result
 
 
 def _overlaps(grants: Sequence[Grant], units: HardwareUnits, owners: Mapping[str, Repo]) -> dict[int, str]:
@@ -140,7 +167,7 @@ def confirm_grants(
     """Bind the repo's grants of `devices` to the hardware their names reach now and lift their
     suspension, all or none. NotFoundError when one is not held, RefusedError when a name is defined
     by no spec any more or accepting it would overlap another repo's grant on the same hardware
-    while one of them is exclusive."""
+    (what that grant's name reaches now, or what it recorded) while one of them is exclusive."""
     wanted = list(dict.fromkeys(devices))
     if not wanted:
         raise ValidationError("no device given", "name each grant to confirm with --device vendor/class=name")
@@ -173,12 +200,17 @@ def confirm_grants(
             for other in current:
                 if other.repo_id == repo.id or not (mine.exclusive or other.exclusive):
                     continue
-                if other.device != device and not overlapping_units(units(device), units(other.device)):
+                # What the other name reaches now, and what its grant recorded (a suspended
+                # reservation still reserves the card it was given on, wherever that card is now).
+                common = "" if other.device == device else units.in_common(device, other)
+                if common is None:
                     continue
                 ref = _ref(owners, other.repo_id)
                 how = " exclusively" if other.exclusive else ""
+                state = " (suspended, still reserving it)" if other.suspended is not None else ""
                 problems.append(
-                    f"repo {ref} holds {other.device}{how}, which reaches the same hardware as {device}"
+                    f"repo {ref} holds {other.device}{how}{state}, which reaches the same hardware as "
+                    f"{device}{common}"
                 )
                 revokes.append(f"`rdc repo gpu revoke {ref} --device {other.device}`")
         if problems:

@@ -7,10 +7,11 @@ tool that fails or produces an invalid spec stops setup with the tool's own mess
 previous specs and inventory stay as they were. A refresh is the same path without the plugins'
 steps and spec generation: it validates the specs already on the machine (a vendor's refresh
 unit may have rewritten them) and rebuilds the inventory from a new discovery.
-Both record which defined names no discovered hardware is (`spec_facts`), and the specs' identity.
-Last, under the same lock, every repo's grants are
-checked against the new facts (`recheck.recheck_grants`): a grant whose name moved to other hardware,
-vanished or overlaps another repo's exclusive reservation is suspended.
+Both record which defined names no discovered hardware is (`spec_facts`), the specs' identity and
+what each name reaches. Last, under the same lock and in the same function (`_record_facts`, the
+only writer of the inventory), every repo's grants are checked against the new facts
+(`recheck.recheck_grants`): a grant whose name moved to other hardware, vanished or overlaps another
+repo's exclusive reservation is suspended. A dry run of either says what that check would change.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from rediacc_core.cdi.registry import Registry
 from rediacc_core.cdi.spec import dump_spec, parse_spec_text, validate_spec
 from rediacc_core.errors import RdcError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_text
+from rediacc_core.grants.units import HardwareUnits
 from rediacc_core.inventory import build_inventory, inventory_from_document, load_inventory, write_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.model import CdiSpecFile, Gpu, SetupContext
 from rediacc_core.plugins import Plugins
-from rediacc_core.recheck import GrantChange, recheck_grants
+from rediacc_core.recheck import GrantChange, change_text, recheck_grants
 from rediacc_core.spec_facts import lost_facts, recorded, unplaced_names
 from rediacc_core.statelock import state_lock
 
@@ -161,17 +163,14 @@ def run_setup(
         f"write {machine.inventory_path} ({report.cards} GPU(s), grantable names from {machine.cdi_dir})"
     )
     report.plan.append(PlannedStep("Write the inventory", (inventory_line,)))
-    recheck_line = (
-        f"check every repo's grants in {machine.grants_path} against the new specs and inventory "
-        "(a grant whose name moved, vanished or overlaps an exclusive one is suspended)"
-    )
-    report.plan.append(PlannedStep("Check the grants", (recheck_line,)))
     if dry_run:
         if report.refusal is not None:
             return report  # the specs come after the step that refuses: the real run never gets there
         for spec_file in spec_files:
             if spec_file.spec is not None:
                 _validated_text(spec_file.spec, machine.cdi_dir / spec_file.filename, machine)
+        # Against the specs on the machine now: setup regenerates them, but a swap moves no index.
+        _planned_recheck(machine, plugins, report, Registry.for_machine(machine))
         return report
 
     with _step(progress, "Generate and check CDI specs"):
@@ -181,9 +180,6 @@ def run_setup(
     with state_lock(machine):
         report.previous = _previous(machine, report)
         _write(machine, plugins, report, spec_files, produced, progress)
-        # Every grant against the new facts, before anyone can use a grant whose name moved.
-        with _step(progress, "Check the grants"):
-            report.grant_changes = recheck_grants(machine, plugins, locked=True)
     return report
 
 
@@ -205,21 +201,59 @@ def _write(
                 if target.exists() or target.is_symlink():
                     target.unlink()
                     report.removed.append(target)
+    _record_facts(machine, plugins, report, Registry.for_machine(machine), progress)
+
+
+def _record_facts(
+    machine: Machine, plugins: Plugins, report: SetupReport, registry: Registry, progress: Progress
+) -> None:
+    """Write the inventory from this discovery and the specs on the machine now, then check every
+    grant against it, under the state lock the caller holds: the one way new facts are recorded
+    (setup and refresh), so no grant is left bound to hardware its name no longer reaches."""
     with _step(progress, "Write the inventory"):
-        _write_inventory(machine, plugins, report, Registry.for_machine(machine))
+        report.inventory = _inventory_document(machine, plugins, report, registry)
+        report.warnings.extend(lost_facts(report.previous, report.inventory))
+        write_inventory(machine, report.inventory)
+    # Every grant against the new facts, before anyone can use a grant whose name moved.
+    with _step(progress, "Check the grants"):
+        report.grant_changes = recheck_grants(machine, plugins, locked=True)
 
 
-def _write_inventory(machine: Machine, plugins: Plugins, report: SetupReport, registry: Registry) -> None:
-    """The inventory from this discovery and the specs on the machine now (under the state lock):
-    names no discovered hardware is are recorded as not grantable, and the specs' identity."""
+def _inventory_document(
+    machine: Machine, plugins: Plugins, report: SetupReport, registry: Registry
+) -> dict[str, Any]:
+    """The inventory of this discovery and `registry`'s specs: names no discovered hardware is are
+    recorded as not grantable, the specs' identity, and what each name reaches (`reaches`, which the
+    gate and the runtime guard compare a grant's recorded hardware with)."""
     report.warnings.extend(registry.errors)
     report.warnings.extend(registry.conflict_messages())
     specs = recorded(registry.loaded_fingerprint, machine)
     placed = build_inventory(machine, report.gpus, registry, specs=specs)
     unplaced = unplaced_names(registry, inventory_from_document(placed), plugins)
-    report.inventory = build_inventory(machine, report.gpus, registry, unplaced=unplaced, specs=specs)
-    report.warnings.extend(lost_facts(report.previous, report.inventory))
-    write_inventory(machine, report.inventory)
+    document = build_inventory(machine, report.gpus, registry, unplaced=unplaced, specs=specs)
+    units = HardwareUnits(machine, plugins, inventory=inventory_from_document(document))
+    for device in document["devices"]:
+        device["reaches"] = [unit.to_json() for unit in units.binding(device["name"])]
+    return document
+
+
+def _planned_recheck(machine: Machine, plugins: Plugins, report: SetupReport, registry: Registry) -> None:
+    """A dry run's "Check the grants" step: what the re-check would change on this discovery's facts."""
+    document = _inventory_document(machine, plugins, report, registry)
+    report.grant_changes = recheck_grants(
+        machine, plugins, inventory=inventory_from_document(document), dry_run=True
+    )
+    lines = [f"{change.what}: grant {change_text(change)}" for change in report.grant_changes]
+    report.plan.append(
+        PlannedStep(
+            "Check the grants",
+            (
+                f"check every repo's grants in {machine.grants_path} against the new inventory "
+                "(a grant whose name moved, vanished or overlaps an exclusive one is suspended)",
+                *(lines or ["no grant would change"]),
+            ),
+        )
+    )
 
 
 def _refresh(machine: Machine, plugins: Plugins, report: SetupReport, progress: Progress) -> SetupReport:
@@ -252,14 +286,16 @@ def _refresh(machine: Machine, plugins: Plugins, report: SetupReport, progress: 
         )
     if report.dry_run:
         report.refusal = refusal
+        if refusal is None:
+            _planned_recheck(machine, plugins, report, registry)
         return report
     if refusal is not None:
         raise refusal
-    with _step(progress, "Check CDI specs and write the inventory"), state_lock(machine):
+    with state_lock(machine):
         report.previous = _previous(machine, report)
         # Read again under the lock: a setup may have rewritten them meanwhile.
         registry = Registry.for_machine(machine)
-        _write_inventory(machine, plugins, report, registry)
+        _record_facts(machine, plugins, report, registry, progress)
     return report
 
 

@@ -13,6 +13,7 @@ from multiprocessing.synchronize import Barrier, Event
 import pytest
 from grants_kit import GPU, RENDER, build_machine, fake_plugins
 
+from rediacc_core.bindings import units_overlap
 from rediacc_core.errors import (
     EXIT_BUSY,
     EXIT_NOT_FOUND,
@@ -28,7 +29,6 @@ from rediacc_core.files import schema_errors
 from rediacc_core.grants.live import LiveGrants
 from rediacc_core.grants.records import delete_repo, prune_orphans, read_grants
 from rediacc_core.grants.store import GrantStore
-from rediacc_core.grants.units import units_overlap
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import Repo, RepoStore

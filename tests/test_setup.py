@@ -95,7 +95,10 @@ def test_setup_writes_the_plugins_spec_then_an_inventory_of_what_the_specs_defin
     # `=all` and the partition's `0:1` are expected by the plugin but no spec defines them.
     assert gpu["cdiNames"] == [f"{KIND}=0"]
     assert gpu["partitions"][0]["cdiNames"] == []
-    assert inventory["devices"] == [{"name": f"{KIND}=0", "kind": KIND, "spec": "example.yaml"}]
+    # No plugin places the name on hardware here: it reaches none, and the inventory says so.
+    assert inventory["devices"] == [
+        {"name": f"{KIND}=0", "kind": KIND, "spec": "example.yaml", "reaches": []}
+    ]
     assert f"wrote {spec_path}" in result.stderr
 
 

@@ -1,4 +1,8 @@
-"""What a gate decides on, read live: the repo's grants, the machine's settings and inventory."""
+"""What a gate decides on, read live: the repo's grants, the machine's settings and inventory.
+
+A repo's granted names are those in force, not suspended, and whose recorded hardware (`bound_to`)
+is what the name reaches in the inventory the gate decides on (its devices' `reaches`), whoever
+wrote the grants file: a hand edit, an older rdc, a writer of facts that forgot the re-check."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from rediacc_core.errors import RdcError
 from rediacc_core.model import Inventory
 
 if TYPE_CHECKING:
+    from rediacc_core.bindings import Reaches
+    from rediacc_core.grants.records import Grant
     from rediacc_core.machine import Machine
     from rediacc_core.repos import Repo
 
@@ -16,12 +22,13 @@ GrantsReader = Callable[[str], frozenset[str]]
 InventoryReader = Callable[[], Inventory | None]
 SettingsReader = Callable[[], Mapping[str, str]]
 SpecAgeReader = Callable[[], str | None]
+ReachesReader = Callable[[], "Reaches | None"]
 
 
 DrainReader = Callable[[str], str | None]
 
 
-def _live_grants(machine: Machine) -> tuple[GrantsReader, DrainReader]:
+def _live_grants(machine: Machine, reaches: ReachesReader) -> tuple[GrantsReader, DrainReader]:
     # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
     # without devices (it fails closed only for device requests).
     from rediacc_core.grants.live import LiveGrants
@@ -32,7 +39,7 @@ def _live_grants(machine: Machine) -> tuple[GrantsReader, DrainReader]:
         mark = live.draining(repo_id)
         return None if mark is None else f"{mark.why} (since {mark.since}, at most until {mark.until})"
 
-    return live.for_repo, drain
+    return (lambda repo_id: live.for_repo(repo_id, reaches())), drain
 
 
 def _live_settings(machine: Machine) -> SettingsReader:
@@ -55,13 +62,20 @@ class _LiveInventoryReader:
         # The specs the inventory was built from, as the last read found them: the spec check
         # of a decision uses the read its rules use, at no further `stat`.
         self._specs: list[dict[str, Any]] | None = None
+        self._reaches: Reaches | None = None
         self.spec_age = SpecAge(machine, lambda: self._specs)
+
+    def reaches(self) -> Reaches | None:
+        """What each name reaches in the inventory as it is now (one `stat` when unchanged); None
+        when there is none, it is unreadable (logged) or it records nothing of it (an older rdc's)."""
+        self()
+        return self._reaches
 
     def __call__(self) -> Inventory | None:
         try:
-            value, self._specs = self._live.read()
+            value, self._specs, self._reaches = self._live.read()
         except RdcError as exc:
-            self._specs = None
+            self._specs = self._reaches = None
             if exc.what != self._error:
                 self._error = exc.what
                 self._log(f"inventory unreadable, rules see none: {exc.what}")
@@ -71,6 +85,10 @@ class _LiveInventoryReader:
 
 
 def _same_age() -> str | None:
+    return None
+
+
+def _no_reaches() -> Reaches | None:
     return None
 
 
@@ -105,6 +123,9 @@ class LiveFacts:
         # Why the inventory's facts are older than the specs the daemon injects from, or None. A
         # caller that hands the inventory in (unit tests, the demo) decides on it as given.
         self.spec_age: SpecAgeReader = spec_age or (live.spec_age.check if live else _same_age)
+        # What each name reaches in that inventory, which a grant's recorded hardware must be: a
+        # handed-in inventory is decided on as given, so its grants are not compared.
+        self.reaches: ReachesReader = live.reaches if live else _no_reaches
         self.settings = settings
         self._settings_error: str | None = None
 
@@ -112,7 +133,7 @@ class LiveFacts:
         """The repo's granted names, and why they could not be read (then none), or None."""
         try:
             if self.grants is None:
-                self.grants = _live_grants(self.machine)[0]
+                self.grants = _live_grants(self.machine, self.reaches)[0]
             return self.grants(self.repo.id), None
         except Exception as exc:  # whatever went wrong, device requests fail closed and say why
             why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
@@ -125,10 +146,25 @@ class LiveFacts:
         read the file either, and requests without devices must still be served."""
         try:
             if self.drain is None:
-                self.drain = _live_grants(self.machine)[1]
+                self.drain = _live_grants(self.machine, self.reaches)[1]
             return self.drain(self.repo.id)
         except Exception:
             return None
+
+    def moved(self, name: str) -> tuple[Grant, str] | None:
+        """The repo's grant of `name` (in force, not suspended) when what the name reaches in the
+        inventory is not the hardware it recorded, with how; None otherwise. For a refusal's words:
+        the refusal itself is `read_grants` leaving the name out."""
+        reaches = self.reaches()
+        if not reaches:
+            return None
+        from rediacc_core.grants.records import binding_drift, reachable, read_grants
+
+        for grant in reachable(read_grants(self.machine)):
+            if grant.repo_id == self.repo.id and grant.device == name:
+                how = binding_drift(grant, reaches)
+                return None if how is None else (grant, how)
+        return None
 
     def read_settings(self) -> Mapping[str, str]:
         """The machine's settings, read live (one `stat` when unchanged).

@@ -137,14 +137,23 @@ class StartChecks:
         )
 
     def suspension(self, name: str) -> tuple[str, str] | None:
-        """Why the repo's grant of `name` reaches nothing (setup suspended it) and what resolves it;
-        None when it is not a suspended grant."""
+        """Why the repo's grant of `name` reaches nothing (setup suspended it, or the hardware it
+        recorded is not what its name reaches in the inventory) and what resolves it; None when
+        it is neither."""
         from rediacc_core.grants.records import suspended_grant, suspension_advice, suspension_text
 
         try:
             grant = suspended_grant(self.machine, self.repo.id, name)
+            moved = None if grant is not None else self.facts.moved(name)
         except Exception:  # only the words depend on it: the refusal stands either way
             return None
+        if moved is not None:
+            held, how = moved
+            why = (
+                f"the grant of {name} to repo {self.repo.ref} no longer reaches the hardware it was "
+                f"given on: {how}"
+            )
+            return why, suspension_advice(held, self.repo.ref)
         if grant is None:
             return None
         return suspension_text(grant, self.repo.ref), suspension_advice(grant, self.repo.ref)

@@ -1,6 +1,7 @@
 """What a grant is checked against, under the state lock: the repo still exists, each name is well
 formed, defined by exactly one spec and grantable, and no other repo's grant is in the way of an
-exclusive reservation (by name, or by the hardware the names reach)."""
+exclusive reservation (by name, by the hardware the names reach, or by the hardware another grant
+recorded)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
 from rediacc_core.grants.records import Grant
-from rediacc_core.grants.units import HardwareUnits, overlapping_units
+from rediacc_core.grants.units import HardwareUnits
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 
@@ -128,10 +129,12 @@ class GrantChecks:
                     # An exclusive reservation beside a name of unknown hardware: they may overlap.
                     why = f", and the inventory places {device} or {other.device} on no hardware it knows"
                 else:
-                    pairs = overlapping_units(units(device), units(other.device))
-                    if not pairs:
+                    # What the other name reaches now, or the hardware its grant recorded (a
+                    # suspended reservation keeps the card it was given on).
+                    common = units.in_common(device, other)
+                    if common is None:
                         continue
-                    why = f", which reaches the same hardware as {device} ({_pair_text(pairs[0])})"
+                    why = f", which reaches the same hardware as {device}{common}"
                 how = " exclusively" if other.exclusive else ""
                 found.append(
                     (other, f"repo {owner_ref(owners, other.repo_id)} holds {other.device}{how}{why}")
@@ -192,11 +195,6 @@ def _kind(name: str) -> str:
 def owner_ref(owners: Mapping[str, Repo], repo_id: str) -> str:
     owner = owners.get(repo_id)
     return owner.ref if owner is not None else f"a deleted repo (id {repo_id})"
-
-
-def _pair_text(pair: tuple[str, str]) -> str:
-    a, b = pair
-    return a if a == b else f"{a} and {b}"
 
 
 def nearest(name: str, names: Iterable[str]) -> str:

@@ -6,18 +6,20 @@ callers here take it, or say that their caller holds it).
 
 A grant may be a lease (`expires_at`): from its end on it is absent for every reader (the gate, the
 runtime guard, the checks) with no process needed to remove it; the next write drops it. A suspended
-grant (`suspended`, set by setup's re-check) stays in the file but reaches nothing.
+grant (`suspended`, set by setup's re-check) stays in the file but reaches nothing. So does, for
+the gate and the runtime guard, a grant whose recorded hardware (`bound_to`) is not what its name
+reaches in the inventory they decide on (`binding_drift`), whatever wrote the grants file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rediacc_core import telemetry
-from rediacc_core.bindings import Binding, Suspension, binding_from_json, suspension_from_json
+from rediacc_core.bindings import Binding, Suspension, binding_from_json, drift, suspension_from_json
 from rediacc_core.errors import ValidationError
 from rediacc_core.files import (
     StatKey,
@@ -192,6 +194,16 @@ def reachable(grants: Iterable[Grant], now: str | None = None) -> list[Grant]:
     """The grants of `grants` a container may reach at `now`: in force, and not suspended by
     setup's re-check (the gate, the lease-end housekeeping; the runtime guard reads the same)."""
     return [g for g in in_force(grants, now) if g.suspended is None]
+
+
+def binding_drift(grant: Grant, reaches: Mapping[str, Binding]) -> str | None:
+    """How what `grant`'s name reaches in an inventory (`reaches`, as setup or refresh recorded it)
+    differs from the hardware the grant recorded, in words; None when it is the same hardware, or
+    when either is not recorded (a grant or an inventory of an older rdc: today's behaviour)."""
+    now = reaches.get(grant.device)
+    if grant.bound_to is None or now is None:
+        return None
+    return drift(grant.bound_to, now)
 
 
 def read_grants(machine: Machine, *, now: str | None = None) -> list[Grant]:

@@ -1,22 +1,20 @@
 """The hardware units a CDI name reaches (as the plugins say, from the inventory), and when two
-names' units overlap: what an exclusive grant reserves, and what setup's re-check compares."""
+names' units overlap: what an exclusive grant reserves, and what setup's re-check compares. A grant
+reserves both what its name reaches now and what it recorded (`bound_to`): after two cards exchange
+slots, a suspended exclusive grant still keeps the card it was given on, wherever that card is."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from rediacc_core.bindings import Binding, identify
+from rediacc_core.bindings import Binding, identify, shared_hardware, units_overlap
 from rediacc_core.machine import Machine
 
 if TYPE_CHECKING:
+    from rediacc_core.grants.records import Grant
     from rediacc_core.model import Inventory
     from rediacc_core.plugins import Plugins
-
-
-def units_overlap(a: str, b: str) -> bool:
-    """Two hardware units overlap when equal or when one contains the other (`pci:X` holds `pci:X/mig:1`)."""
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def overlapping_units(first: Iterable[str], second: Iterable[str]) -> list[tuple[str, str]]:
@@ -27,10 +25,11 @@ def overlapping_units(first: Iterable[str], second: Iterable[str]) -> list[tuple
 class HardwareUnits:
     """Hardware units per name, asking the plugins once per name and loading the inventory only if needed."""
 
-    def __init__(self, machine: Machine, plugins: Plugins) -> None:
+    def __init__(self, machine: Machine, plugins: Plugins, *, inventory: Inventory | None = None) -> None:
+        """`inventory`: the facts to place names on (a dry run's, not written); default the machine's."""
         self.machine = machine
         self.plugins = plugins
-        self._inventory: Inventory | None = None
+        self._inventory: Inventory | None = inventory
         self._cache: dict[str, tuple[str, ...]] = {}
 
     def unplaced(self, name: str) -> bool:
@@ -56,3 +55,17 @@ class HardwareUnits:
     def binding(self, name: str) -> Binding:
         """What `name` reaches now, identified (recorded in a grant)."""
         return identify(self(name), self.inventory())
+
+    def in_common(self, name: str, other: Grant) -> str | None:
+        """What `name` has in common with another grant, in words for a refusal (` (pci:X)`), or
+        None: the units both names reach now overlap, or what `name` reaches now is hardware the
+        other grant recorded when it was granted or confirmed."""
+        pairs = overlapping_units(self(name), self(other.device))
+        if pairs:
+            a, b = pairs[0]
+            return f" ({a if a == b else f'{a} and {b}'})"
+        if other.bound_to:
+            found = shared_hardware(self.binding(name), other.bound_to)
+            if found is not None:
+                return f" ({found[1].text()}, which its grant recorded)"
+        return None

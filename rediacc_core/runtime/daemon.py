@@ -73,6 +73,8 @@ def guard_script(root: Path, guard: Guard) -> str:
         runc,
         "--grants",
         str(root / "etc/rediacc/gpu/grants.json"),
+        "--inventory",
+        str(root / "etc/rediacc/gpu/inventory.json"),
         "--cdi-dir",
         str(root / "etc" / "cdi"),
         "--health",

@@ -6,16 +6,18 @@ place: the daemon's shim runs the runtime binary to create the container, to exe
 resume it. So each repo daemon's default runtime is this guard (named `GUARD_RUNTIME` in
 `gate.policy.rules`, which admits no other; written into its daemon.json by `runtime.daemon`), and
 the guard lets runc create, exec or resume only a container whose device nodes all belong to CDI
-devices the repo holds at that moment (grants.json, read fresh each time; a lapsed lease, or a grant
-setup suspended, counts as absent). Whoever starts the container, the window between a revoke and
-the refusal is zero.
+devices the repo holds at that moment (grants.json, read fresh each time; a lapsed lease, a grant
+setup suspended, or a grant whose recorded hardware is not what its name reaches in the machine's
+inventory, counts as absent). Whoever starts the container, the window between a revoke and the
+refusal is zero.
 
 It runs for every `runc create` on the machine, so it is written for start-up time: it is started
 as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 ms), imports only
 the standard library, and `exec`s runc once it has read the grants file (one small JSON file: a
 repo being emptied for a handover, `grants.release`, may start no container at all) for a container
 without device nodes (moby omits `linux.devices` then). Only a container with devices pays for
-reading the CDI specs (PyYAML, from the directory the wrapper passes in `--yaml-path`).
+reading the CDI specs (PyYAML, from the directory the wrapper passes in `--yaml-path`), and, when
+the repo has a grant that recorded its hardware, the inventory (`--inventory`; JSON, about 0.1 ms).
 
 Its reading is deliberately narrower than the core's (`grants/`, `cdi/`): any shape it does not
 expect is a refusal. A refusal is written to runc's `--log` in runc's own JSON form, which the
@@ -171,6 +173,66 @@ def drain_of(grants_document: Any, repo_id: str, now: float) -> str | None:
         if isinstance(until, str) and _epoch(until) > now:
             return f"{mark.get('why', 'hardware is being handed over')} (at most until {until})"
     return None
+
+
+def drifted_names(grants_document: Any, repo_id: str, inventory_path: str) -> dict[str, str]:
+    """The repo's grants whose recorded hardware (`boundTo`) is not what their name reaches in the
+    machine's inventory (its devices' `reaches`): name -> how, in words. A grant or an inventory
+    that records nothing of it (an older rdc's) is not compared; an inventory that cannot be read
+    while a grant must be compared with it refuses (the guard does not guess)."""
+    entries = grants_document.get("grants") if isinstance(grants_document, dict) else None
+    bound = {
+        entry["device"]: entry["boundTo"]
+        for entry in (entries if isinstance(entries, list) else [])
+        if isinstance(entry, dict)
+        and entry.get("repoId") == repo_id
+        and isinstance(entry.get("device"), str)
+        and isinstance(entry.get("boundTo"), list)
+    }
+    if not bound:
+        return {}
+    try:
+        with open(inventory_path, "rb") as f:
+            devices = json.load(f).get("devices")
+    except FileNotFoundError:
+        return {}  # never set up: no facts to compare with
+    except (OSError, ValueError, AttributeError) as exc:
+        raise Refused(f"the machine's inventory cannot be read ({exc})") from exc
+    reaches = {
+        d["name"]: d["reaches"]
+        for d in (devices if isinstance(devices, list) else [])
+        if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("reaches"), list)
+    }
+    found: dict[str, str] = {}
+    for name, was in bound.items():
+        now = reaches.get(name)
+        if now is not None and sorted(map(unit_key, was)) != sorted(map(unit_key, now)):
+            found[name] = f"it was granted on {_units_text(was)} and now reaches {_units_text(now)}"
+    return found
+
+
+def unit_key(entry: Any) -> tuple[Any, ...]:
+    """What must stay equal for a recorded unit to be the same hardware: `bindings.UnitIdentity.key`
+    on the JSON a grant's `boundTo` and an inventory's `reaches` hold (a test holds the two equal)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("unit"), str):
+        raise Refused("a recorded hardware unit has no unit")
+    instance = entry.get("instance")
+    ids = tuple(sorted(instance.items())) if isinstance(instance, dict) else ()
+    uuid, parent = entry.get("uuid"), entry.get("parentUuid")
+    if isinstance(uuid, str) and uuid:
+        return ("uuid", uuid.lower(), ids)
+    if isinstance(parent, str) and parent:
+        return ("slice", parent.lower(), entry["unit"].partition("/")[2] or entry["unit"], ids)
+    return ("unit", entry["unit"])
+
+
+def _units_text(entries: list[Any]) -> str:
+    words = [
+        f"{e.get('uuid') or e.get('unit')}" + (f" at {e['pciBusId']}" if e.get("pciBusId") else "")
+        for e in entries
+        if isinstance(e, dict)
+    ]
+    return ", ".join(words) or "no known hardware"
 
 
 def _epoch(stamp: str) -> float:
@@ -360,16 +422,21 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
     if opts.get("yaml_path"):
         sys.path.append(opts["yaml_path"])
     specs = load_specs(opts["cdi_dir"])
+    inventory = opts.get("inventory") or os.path.join(os.path.dirname(opts["grants"]), "inventory.json")
+    moved = drifted_names(document, opts["repo_id"], inventory)
     try:
-        check(nodes, granted_names(document, opts["repo_id"], time.time()), specs)
+        check(nodes, granted_names(document, opts["repo_id"], time.time()) - moved.keys(), specs)
     except Refused as exc:
         suspended = suspended_names(document, opts["repo_id"])
         hit = [name for name in exc.names if name in suspended]
-        if not hit:
-            raise
-        raise Refused(
-            f"{exc}: the grant of {hit[0]} is suspended ({suspended[hit[0]]})", hit, suspended=True
-        ) from None
+        if hit:
+            why = f"the grant of {hit[0]} is suspended ({suspended[hit[0]]})"
+        else:
+            hit = [name for name in exc.names if name in moved]
+            if not hit:
+                raise
+            why = f"the grant of {hit[0]} no longer reaches the hardware it was given on ({moved[hit[0]]})"
+        raise Refused(f"{exc}: {why}", hit, suspended=True) from None
     if opts.get("health"):
         check_health(nodes, held_back_names(opts["health"], opts.get("settings", "")), specs)
 
