@@ -76,6 +76,7 @@ _ELSEWHERE = {
     **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
     **dict.fromkeys(("env", "tunnel"), "rediacc_core.cli.repo_ssh"),
     "check": "rediacc_core.cli.repo_check",
+    "slurm": "rediacc_core.cli.repo_slurm:slurm",
 }
 
 

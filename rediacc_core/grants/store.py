@@ -78,6 +78,7 @@ class GrantStore:
         stop_holders: bool = False,
         take_over: bool = False,
         expires_at: str | None = None,
+        job: str | None = None,
     ) -> list[GrantOutcome]:
         """Grant every name in `devices` to `repo`, or none of them.
 
@@ -86,7 +87,8 @@ class GrantStore:
         running container of another repo holds (unless `stop_holders`: then those containers are
         stopped first, under the same lock), BusyError (exit 15) when the lock cannot be had.
         With `take_over` (a handover in one step) the other repos' grants in the way are revoked
-        and their holders stopped, under the same lock, instead of refusing.
+        and their holders stopped, under the same lock, instead of refusing. `job` tags the new
+        grants with the scheduler's job they serve.
         """
         wanted = _unique(devices)
         stopped: tuple[Holder, ...] = ()
@@ -111,7 +113,7 @@ class GrantStore:
             for device in wanted:
                 held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
                 if held is None:
-                    new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device))
+                    new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device), job=job)
                     result.append(new)
                     outcomes.append(GrantOutcome(new, True, stopped=stopped))
                 elif exclusive and not held.exclusive:
