@@ -309,7 +309,9 @@ def start_accounting(cluster: Cluster) -> None:
     ctl = f"--net=/run/netns/{cluster.ns('c')}"
     for d in ("munge", "db", "ctl", "log", "hooks", "dbd"):
         (b / d).mkdir(parents=True, exist_ok=True)
-    (b / "munge").chmod(0o700)
+    # salloc --uid runs as that user: it must reach the config and MUNGE's socket (never the key).
+    b.chmod(0o755)
+    (b / "munge").chmod(0o755)
     _sh("mungekey", "-c", "-k", f"{b}/munge/munge.key")
     cluster.start("munged", [
         "munged", "-F", "--force", f"--key-file={b}/munge/munge.key", f"--socket={b}/munge/munge.sock",

@@ -133,6 +133,27 @@ def cancel(machine: Machine, job_id: str, reason: str) -> None:
     run(machine, ["scancel", job_id])
 
 
+def cancel_after(machine: Machine, job_id: str, reason: str, pid: int) -> None:
+    """The reason now; the cancel once process `pid` (the prolog) has ended, from a process of its
+    own session (slurmd kills the prolog's process group when it exits). A job cancelled while its
+    prolog runs leaves `salloc` waiting for the node to be ready until its resume timeout; after the
+    prolog the job is cancelled as any other, and its epilog finds no grant."""
+    import subprocess
+
+    run(machine, ["scontrol", "update", f"JobId={job_id}", f"AdminComment={_quote(reason)}"])
+    scancel = machine.which("scancel")
+    if scancel is None:
+        raise ToolError(f"machine {machine.name} has no scancel", "install slurm-client")
+    script = f"while kill -0 {pid} 2>/dev/null; do sleep 0.1; done; sleep 1; exec {scancel} {job_id}"
+    subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def drain(machine: Machine, node: str, reason: str) -> None:
     run(machine, ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={_quote(reason)}"])
 

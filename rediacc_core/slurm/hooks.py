@@ -6,14 +6,16 @@ exclusive grant to the job's repo, tagged `slurm:<cluster>/<job id>`, until the 
 backstop when every hook fails). The job names its repo in its comment (`rdc-repo=NAME`); that is a
 request, which the repo's Slurm access list must admit for the job's user or account.
 
-A refusal is policy, not a fault: the job is cancelled with the reason in its AdminComment and the
-hook exits 0, since a failing prolog drains the whole node. Only a node that cannot honour any lease
+A refusal is policy, not a fault: the job is cancelled with the reason in its AdminComment (the
+cancel itself just after the prolog has ended) and the hook exits 0, since a failing prolog drains
+the whole node. Only a node that cannot honour any lease
 (a stale gres map, an index the map does not know) is drained, with rdc's reason. A real fault
 (Slurm or the grants file unreadable) raises, and the CLI exits non-zero.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -85,7 +87,7 @@ class Prolog:
         reason = f"rdc: {why}"
         if drain:
             client.drain(self.machine, self.node, reason)
-        client.cancel(self.machine, self.job_id, reason)
+        client.cancel_after(self.machine, self.job_id, reason, os.getpid())
         return Outcome(self.tag, refused=why, drained=drain)
 
     def run(self) -> Outcome:

@@ -3,6 +3,8 @@ slurmdbd and two slurmds, the prolog and epilog run by slurmd as `rdc slurm prol
 
 from __future__ import annotations
 
+import json
+
 from slurm_kit import Cluster, wait_for
 
 from rediacc_core.config import Config
@@ -42,4 +44,76 @@ def test_scancel_runs_the_epilog_which_revokes_the_grant(slurm: Cluster) -> None
     wait_for("the grant", lambda: len(grants(slurm, "n1")) == 1)
     slurm.slurm("scancel", job)
     wait_for("the epilog's revoke", lambda: grants(slurm, "n1") == [])
+    wait_for("the node to be idle", lambda: slurm.node_state("n1") == "idle")
+
+
+def test_a_user_not_allowed_for_the_repo_is_refused_and_the_node_stays_up(slurm: Cluster) -> None:
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    # daemon's only account is teamb, which alpha does not list: naming the repo is not enough.
+    job = slurm.lease("alpha", account="teamb", uid=1, node="n1")
+    wait_for("the job to be cancelled", lambda: slurm.job_state(job) == "CANCELLED")
+    assert "rdc: user daemon (account teamb) may not lease for repo alpha@n1" in slurm.admin_comment(job)
+    assert grants(slurm, "n1") == []
+    wait_for("the node to be idle again, never drained", lambda: slurm.node_state("n1") == "idle")
+
+
+def test_a_job_for_a_repo_the_machine_does_not_have_is_refused(slurm: Cluster) -> None:
+    job = slurm.lease("gamma", node="n1")
+    wait_for("the job to be cancelled", lambda: slurm.job_state(job) == "CANCELLED")
+    assert "rdc: no repo gamma on machine n1" in slurm.admin_comment(job)
+
     assert slurm.node_state("n1") == "idle"
+
+
+def test_two_repos_ask_for_the_one_free_card_one_waits_without_a_grant(slurm: Cluster) -> None:
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    allow(slurm, "n1", "beta", "--account", "teama")
+    first = slurm.lease("alpha", node="n1", gpus=2)
+    second = slurm.lease("beta", node="n1", ready=False)
+    wait_for("the second to pend", lambda: slurm.job_state(second) == "PENDING")
+    machine = Config.load(slurm.config_path).machine("n1")
+    beta = RepoStore(machine).get_by_label("beta")
+    assert sorted(g.device for g in grants(slurm, "n1")) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert [g for g in grants(slurm, "n1") if g.repo_id == beta.id] == []
+    slurm.slurm("scancel", first)
+    wait_for("the second's grant", lambda: [g.repo_id for g in grants(slurm, "n1")] == [beta.id], timeout=60)
+    assert grants(slurm, "n1")[0].job == f"slurm:rdcs/{second}"
+
+
+def test_a_stale_gres_map_refuses_the_lease_and_drains_the_node_with_the_reason(slurm: Cluster) -> None:
+    allow(slurm, "n2", "alpha", "--account", "teama")
+    conf = slurm.root("n2") / "etc/slurm/gres.conf"
+    kept = conf.read_text()
+    conf.write_text(kept.replace("# rdc-generation:", "# rdc-generation: 0000"))
+    try:
+        job = slurm.lease("alpha", node="n2")
+        wait_for("the job to be cancelled", lambda: slurm.job_state(job) == "CANCELLED")
+        assert "gres map of n2 is stale" in slurm.admin_comment(job)
+        assert "rdc slurm gres n2 --node n2" in slurm.admin_comment(job)
+        assert grants(slurm, "n2") == []
+        assert "drain" in slurm.node_state("n2")
+        assert slurm.node_reason("n2").startswith("rdc: gres map of n2 is stale")
+    finally:
+        conf.write_text(kept)
+
+
+def test_slurmd_killed_mid_lease_leaves_the_grant_to_the_reconciler(slurm: Cluster) -> None:
+    allow(slurm, "n2", "alpha", "--account", "teama")
+    job = slurm.lease("alpha", node="n2")
+    assert [g.job for g in grants(slurm, "n2")] == [f"slurm:rdcs/{job}"]
+    slurm.kill("slurmd-n2", 9)
+    # The controller gives the node up after SlurmdTimeout and ends the job; no epilog runs.
+    wait_for("the job to end", lambda: slurm.job_state(job) not in ("RUNNING", "COMPLETING"), timeout=60)
+    assert len(grants(slurm, "n2")) == 1
+    done = slurm.rdc("slurm", "reconcile", "n2", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert grants(slurm, "n2") == []
+    assert f"slurm:rdcs/{job} no longer runs" in done.stderr or json.loads(done.stdout)["revoked"]
+
+
+def test_a_team_over_its_gpu_minutes_does_not_start(slurm: Cluster) -> None:
+    allow(slurm, "n1", "alpha", "--account", "teamc")
+    job = slurm.lease("alpha", account="teamc", ready=False)
+    wait_for("the job to pend", lambda: slurm.job_state(job) == "PENDING")
+    wait_for("the budget's reason", lambda: "GrpGRESMinutes" in str(slurm.job(job).get("state_reason")))
+    assert grants(slurm, "n1") == [] and grants(slurm, "n2") == []
