@@ -187,10 +187,14 @@ class Cluster:
     def cancel_all(self) -> None:
         self.slurm("scancel", "--full", "--user=root", check=False)
         self.slurm("scancel", "--full", "--user=daemon", check=False)
-        wait_for("every job to end", lambda: not json.loads(self.slurm("squeue", "--json").stdout)["jobs"] or all(
-            j["job_state"] not in ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING")
-            for j in json.loads(self.slurm("squeue", "--json").stdout)["jobs"]
-        ), timeout=60)  # fmt: skip
+
+        def ended() -> bool:
+            jobs = json.loads(self.slurm("squeue", "--json").stdout)["jobs"]
+            return all(
+                j["job_state"] not in ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING") for j in jobs
+            )
+
+        wait_for("every job to end", ended, timeout=60)
 
     # --- the daemons ------------------------------------------------------------------------------
     def start(self, name: str, argv: Sequence[str], *, conf: Path | None = None) -> None:
@@ -229,7 +233,7 @@ class Cluster:
         ] + ["slurmctld", "slurmdbd", "mariadb", "munged"]  # fmt: skip
         for name in order:
             self.kill(name)
-        for name in NODES + ("c",):
+        for name in (*NODES, "c"):
             subprocess.run(["ip", "netns", "del", self.ns(name)], capture_output=True)
 
 
@@ -250,7 +254,21 @@ def make_network(cluster: Cluster) -> None:
     _sh("ip", "-n", ctl, "addr", "add", f"{SUBNET}.1/24", "dev", "br0")
     _sh("ip", "-n", ctl, "link", "set", "br0", "up")
     for i, node in enumerate(NODES):
-        _sh("ip", "-n", ctl, "link", "add", f"v{node}", "type", "veth", "peer", "name", "eth0", "netns", cluster.ns(node))
+        _sh(
+            "ip",
+            "-n",
+            ctl,
+            "link",
+            "add",
+            f"v{node}",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            cluster.ns(node),
+        )
         _sh("ip", "-n", ctl, "link", "set", f"v{node}", "master", "br0")
         _sh("ip", "-n", ctl, "link", "set", f"v{node}", "up")
         _sh("ip", "-n", cluster.ns(node), "addr", "add", f"{SUBNET}.{11 + i}/24", "dev", "eth0")
@@ -321,10 +339,14 @@ def start_accounting(cluster: Cluster) -> None:
         "--skip-test-db")  # fmt: skip
     cluster.start("mariadb", [
         "nsenter", ctl, "mariadbd", "--user=root", f"--datadir={b}/db", f"--socket={b}/mysqld.sock",
-        "--bind-address=127.0.0.1", "--port=3306", f"--pid-file={b}/mysqld.pid", f"--log-error={b}/log/mariadb.log",
+        "--bind-address=127.0.0.1", "--port=3306", f"--pid-file={b}/mysqld.pid",
+        f"--log-error={b}/log/mariadb.log",
         "--innodb-buffer-pool-size=64M", "--skip-log-bin",
     ])  # fmt: skip
-    sql = "create user 'slurm'@'127.0.0.1' identified by 'rdcslurm'; grant all on slurm_acct_db.* to 'slurm'@'127.0.0.1';"
+    sql = (
+        "create user 'slurm'@'127.0.0.1' identified by 'rdcslurm'; "
+        "grant all on slurm_acct_db.* to 'slurm'@'127.0.0.1';"
+    )
     wait_for("MariaDB", lambda: subprocess.run(
         ["mariadb", f"--socket={b}/mysqld.sock", "-uroot", "-e", sql], capture_output=True
     ).returncode == 0)  # fmt: skip
@@ -333,14 +355,18 @@ def start_accounting(cluster: Cluster) -> None:
     dbd.write_text(
         "\n".join([
             "AuthType=auth/munge", f"AuthInfo=socket={b}/munge/munge.sock", "DbdHost=localhost",
-            "DbdPort=6819", "SlurmUser=root", f"LogFile={b}/log/slurmdbd.log", f"PidFile={b}/dbd/slurmdbd.pid",
+            "DbdPort=6819", "SlurmUser=root", f"LogFile={b}/log/slurmdbd.log",
+            f"PidFile={b}/dbd/slurmdbd.pid",
             "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", "StoragePort=3306",
             "StorageUser=slurm", "StoragePass=rdcslurm", "StorageLoc=slurm_acct_db", "",
         ])
     )  # fmt: skip
     dbd.chmod(0o600)
     cluster.start("slurmdbd", ["nsenter", ctl, "slurmdbd", "-D"])
-    wait_for("slurmdbd", lambda: cluster.slurm("sacctmgr", "-n", "list", "cluster", check=False, timeout=5).returncode == 0)
+    wait_for(
+        "slurmdbd",
+        lambda: cluster.slurm("sacctmgr", "-n", "list", "cluster", check=False, timeout=5).returncode == 0,
+    )
 
 
 def machine_tools(cluster: Cluster, root: Path) -> None:
@@ -350,7 +376,7 @@ def machine_tools(cluster: Cluster, root: Path) -> None:
     for tool in TOOLS:
         script = tools / tool
         script.write_text(
-            f'#!/bin/sh\nexec nsenter --net=/run/netns/{cluster.ns("c")} env SLURM_CONF={cluster.conf} '
+            f"#!/bin/sh\nexec nsenter --net=/run/netns/{cluster.ns('c')} env SLURM_CONF={cluster.conf} "
             f'/usr/bin/{tool} "$@"\n'
         )
         script.chmod(0o755)
@@ -376,5 +402,10 @@ def accounts(cluster: Cluster) -> None:
 
 def budgets(cluster: Cluster) -> None:
     """teamc has no GPU minutes left (once slurmctld has told slurmdbd of the gres/gpu TRES)."""
-    wait_for("the gres/gpu TRES", lambda: "gres|gpu|" in cluster.slurm("sacctmgr", "-n", "-P", "list", "tres").stdout)
-    cluster.slurm("sacctmgr", "-i", "modify", "account", "where", "name=teamc", "set", "GrpTRESMins=gres/gpu=0")
+    wait_for(
+        "the gres/gpu TRES",
+        lambda: "gres|gpu|" in cluster.slurm("sacctmgr", "-n", "-P", "list", "tres").stdout,
+    )
+    cluster.slurm(
+        "sacctmgr", "-i", "modify", "account", "where", "name=teamc", "set", "GrpTRESMins=gres/gpu=0"
+    )

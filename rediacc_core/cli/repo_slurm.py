@@ -13,7 +13,13 @@ from rediacc_core.repos import resolve_ref
 
 @click.group("slurm", cls=HintingGroup)
 def slurm() -> None:
-    """Who may lease GPUs for a repo through Slurm (its job's user or account)."""
+    """Who may lease GPUs for a repo through Slurm (its job's user or account).
+
+    \b
+    Examples:
+      rdc repo slurm allow gpu-a --account team-a
+      rdc repo slurm show gpu-a
+    """
 
 
 def _show(ref: str, accounts: tuple[str, ...], users: tuple[str, ...], fmt: str) -> None:

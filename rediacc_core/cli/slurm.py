@@ -16,7 +16,13 @@ from rediacc_core.errors import RdcError
 
 @click.group(cls=HintingGroup)
 def slurm() -> None:
-    """Fleet scheduling with Slurm: Slurm allocates GPUs, rdc turns each allocation into a grant."""
+    """Fleet scheduling with Slurm: Slurm allocates GPUs, rdc turns each allocation into a grant.
+
+    \b
+    Examples:
+      rdc slurm gres localhost
+      rdc slurm reconcile localhost
+    """
 
 
 @slurm.command("gres")

@@ -1,8 +1,8 @@
 """The prolog and the epilog: what a Slurm allocation means on the machine, and its end.
 
 The prolog (root, under slurmd, with the job's environment) turns the GPUs Slurm allocated
-(`SLURM_JOB_GPUS`, indexes read through the gres map, never `CUDA_VISIBLE_DEVICES`) into an
-exclusive grant to the job's repo, tagged `slurm:<cluster>/<job id>`, until the job's end (the
+(`SLURM_JOB_GPUS`, indexes read through the gres map, never a vendor's visible-devices variable)
+into an exclusive grant to the job's repo, tagged `slurm:<cluster>/<job id>`, until the job's end (the
 backstop when every hook fails). The job names its repo in its comment (`rdc-repo=NAME`); that is a
 request, which the repo's Slurm access list must admit for the job's user or account.
 

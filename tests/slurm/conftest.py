@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rediacc_nvidia import testing as nvidia_testing
 from slurm_kit import (
     NODES,
     SUBNET,
@@ -50,6 +49,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _node_machine(cluster: Cluster, node: str) -> Machine:
+    from rediacc_nvidia import testing as nvidia_testing  # here: the core env collects this file without it
+
     fm = FakeMachine(cluster.root(node), name=node)
     nvidia_testing.nvidia_machine(fm, nvidia_testing.two_a100s(*UUIDS[node]), compute_caps=("8.0", "8.0"))
     machine_tools(cluster, fm.root)
@@ -84,7 +85,9 @@ def cluster() -> Iterator[Cluster]:
             RepoStore(machine).create("beta")
             made = cluster.rdc("slurm", "gres", node, "--node", node, "--conf", "/etc/slurm/gres.conf")
             assert made.returncode == 0, made.stderr
-            lines.append(f"{made.stdout.strip()} NodeAddr={SUBNET}.{11 + i} CPUs=2 RealMemory=1000 State=UNKNOWN")
+            lines.append(
+                f"{made.stdout.strip()} NodeAddr={SUBNET}.{11 + i} CPUs=2 RealMemory=1000 State=UNKNOWN"
+            )
             (base / node / "spool").mkdir(parents=True)
         text = slurm_conf(cluster, lines)
         cluster.conf.write_text(text)
