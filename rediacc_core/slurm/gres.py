@@ -95,13 +95,14 @@ class GresMap:
 
 def gres_type(gpu: Gpu) -> str:
     """The Slurm type of a GPU: a plugin's `gresType` attribute, else the first word of its model
-    name holding a digit (`H100`, `MI210`), lower case; else the vendor's name."""
+    name made of letters and digits both (`H100` of `… H100 80GB HBM3`, `A100` of `A100-SXM4-40GB`,
+    `MI210`), lower case; else the vendor's name."""
     given = gpu.str_attribute("gresType")
     if given:
         return _slurm_word(given)
-    words = [w for w in re.split(r"[\s_/()]+", gpu.name) if w and w.lower() != gpu.vendor.lower()]
-    model = next((w for w in words if any(c.isdigit() for c in w)), words[0] if words else gpu.vendor)
-    return _slurm_word(model.split("-")[0] or model)
+    words = [w for w in re.split(r"[\s_/()-]+", gpu.name) if w and w.lower() != gpu.vendor.lower()]
+    model = next((w for w in words if re.search(r"[A-Za-z]", w) and re.search(r"[0-9]", w)), gpu.vendor)
+    return _slurm_word(model)
 
 
 def _slurm_word(text: str) -> str:
@@ -282,6 +283,8 @@ def stale_reason(machine: Machine, found: GresMap | None) -> str | None:
         return f"{found.conf} is missing: {fix}"
     if f"# rdc-generation: {found.generation}\n" not in text:
         return f"{found.conf} is not the generation of the gres map ({found.generation}): {fix}"
+    if text != conf_text(found.node, found.entries, found.generation):
+        return f"{found.conf} was changed since rdc wrote it: {fix}"
     now = build(machine, found.node, found.conf)
     if len(now.entries) != len(found.entries) or not all(
         a.same_hardware(b) for a, b in zip(now.entries, found.entries, strict=True)
