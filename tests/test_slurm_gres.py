@@ -92,12 +92,12 @@ def test_every_gpu_gets_an_explicit_typed_line_and_a_slice_its_files_together(
     done = rdc("slurm", "gres", "box", "--node", "gpu1")
     assert done.exit_code == 0, done.output
     text = fm.path("/etc/slurm/gres.conf").read_text()
-    root = fm.root
+    root, caps = fm.root, fm.path("/dev/example-caps")
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert lines == [
         "AutoDetect=off",
-        f"NodeName=gpu1 Name=gpu Type=h100_1g.10gb MultipleFiles={root}/dev/examplegpu0,{root}/dev/example-caps/cap1",
-        f"NodeName=gpu1 Name=gpu Type=h100_1g.10gb MultipleFiles={root}/dev/examplegpu0,{root}/dev/example-caps/cap2",
+        f"NodeName=gpu1 Name=gpu Type=h100_1g.10gb MultipleFiles={root}/dev/examplegpu0,{caps}/cap1",
+        f"NodeName=gpu1 Name=gpu Type=h100_1g.10gb MultipleFiles={root}/dev/examplegpu0,{caps}/cap2",
         f"NodeName=gpu1 Name=gpu Type=example File={root}/dev/examplegpu1",
     ]
     # The slurm.conf part: counts by type, and the features a --constraint can name.
@@ -123,17 +123,17 @@ def test_a_written_map_is_fresh_until_the_hardware_or_the_conf_changes(
     # The card is no longer split: index 0 would now be the whole card, not a slice.
     set_up(vendor, fm, split=False)
     why = gres.stale_reason(fm.machine, gres.read_map(fm.machine))
-    assert (
-        why
-        == "the GPUs of machine box changed since the gres map was written: run `rdc slurm gres box --node gpu1`"
+    assert why == (
+        "the GPUs of machine box changed since the gres map was written: run `rdc slurm gres box --node gpu1`"
     )
     assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
     assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
     conf = fm.path("/etc/slurm/gres.conf")
     conf.write_text(conf.read_text().replace("Type=example", "Type=other"))
+    edited = gres.stale_reason(fm.machine, gres.read_map(fm.machine))
     assert (
-        gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
-    )  # same generation line: edited by hand
+        edited == "/etc/slurm/gres.conf was changed since rdc wrote it: run `rdc slurm gres box --node gpu1`"
+    )
     conf.write_text("AutoDetect=nvml\n")
     assert "is not the generation of the gres map" in (
         gres.stale_reason(fm.machine, gres.read_map(fm.machine)) or ""
