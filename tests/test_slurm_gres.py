@@ -16,6 +16,8 @@ from setup_kit import KIND, FakeVendor, example_gpu
 from rediacc_core import CdiSpecFile, Gpu, GpuPartition
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
+from rediacc_core.plugins import get_plugins
+from rediacc_core.setup import run_setup
 from rediacc_core.slurm import gres
 from rediacc_core.slurm.client import parse_squeue
 from rediacc_core.testing import FakeMachine
@@ -120,8 +122,10 @@ def test_a_written_map_is_fresh_until_the_hardware_or_the_conf_changes(
     set_up(vendor, fm)
     assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
     assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
-    # The card is no longer split: index 0 would now be the whole card, not a slice.
-    set_up(vendor, fm, split=False)
+    # The card is no longer split (index 0 would now be the whole card, not a slice), and the
+    # inventory says so by a way that does not follow Slurm (setup's core, not the command).
+    vendor.gpus = cards(split=False)
+    run_setup(fm.machine, get_plugins(), {})
     why = gres.stale_reason(fm.machine, gres.read_map(fm.machine))
     assert why == (
         "the GPUs of machine box changed since the gres map was written: run `rdc slurm gres box --node gpu1`"
@@ -176,3 +180,19 @@ def test_squeue_22_05_json_is_read_as_jobs() -> None:
         ("2", "RUNNING", "rdc-repo=beta", "teama", "root", "n1"),
     ]
     assert jobs[0].live and jobs[0].end_iso is not None and jobs[0].gpus == ("gpu:example:1(IDX:0)",)
+
+
+def test_setup_and_refresh_keep_a_written_map_in_step_with_the_inventory(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up(vendor, fm)
+    done = rdc("machine", "setup", "box")
+    assert "gres" not in done.stderr  # never written: setup leaves Slurm alone
+    assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
+    vendor.gpus = cards(split=False)
+    done = rdc("machine", "refresh", "box")
+    assert done.exit_code == 0, done.output
+    assert "/etc/slurm/gres.conf and the gres map are rewritten" in done.stderr
+    assert "restart slurmd on gpu1" in done.stderr
+    assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
+    assert "Type=h100 File=" in fm.path("/etc/slurm/gres.conf").read_text()
