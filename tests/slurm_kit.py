@@ -128,12 +128,14 @@ class Cluster:
         node: str | None = None,
         extra: Sequence[str] = (),
         ready: bool = True,
+        mem: str | None = "100",
     ) -> str:
         """`salloc --no-shell` of GPUs for `repo` (as rdc asks for a lease); the job's id. With
         `ready`, once salloc has returned: the job ran its prolog (or was refused there)."""
         argv = [
             "salloc", "--no-shell", "--immediate=0", f"--account={account}", f"--gres=gpu:{gpus}",
-            "--mem=100", "--cpus-per-task=1", f"--time={minutes}", f"--comment=rdc-repo={repo}",
+            *([f"--mem={mem}"] if mem else []), "--cpus-per-task=1", f"--time={minutes}",
+            f"--comment=rdc-repo={repo}",
             "--job-name=rdc-lease", *([f"--uid={uid}"] if uid is not None else []),
             *([f"--nodelist={node}"] if node else []), *extra,
         ]  # fmt: skip

@@ -117,3 +117,20 @@ def test_a_team_over_its_gpu_minutes_does_not_start(slurm: Cluster) -> None:
     wait_for("the job to pend", lambda: slurm.job_state(job) == "PENDING")
     wait_for("the budget's reason", lambda: "GrpGRESMinutes" in str(slurm.job(job).get("state_reason")))
     assert grants(slurm, "n1") == [] and grants(slurm, "n2") == []
+
+
+def test_a_lease_with_its_own_memory_leaves_the_second_gpu_usable_one_without_does_not(
+    slurm: Cluster,
+) -> None:
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    allow(slurm, "n1", "beta", "--account", "teama")
+    slurm.lease("alpha", node="n1")
+    second = slurm.lease("beta", node="n1")
+    assert slurm.job_state(second) == "RUNNING"
+    assert sorted(g.device for g in grants(slurm, "n1")) == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    slurm.cancel_all()
+    wait_for("the node to be idle", lambda: slurm.node_state("n1") == "idle")
+    slurm.lease("alpha", node="n1", mem=None)  # the whole node's memory
+    blocked = slurm.lease("beta", node="n1", ready=False)
+    wait_for("the second to pend", lambda: slurm.job_state(blocked) == "PENDING")
+    assert "Resources" in str(slurm.job(blocked)["state_reason"])
