@@ -527,6 +527,8 @@ def gpu_clear(name: str, device: str | None, fmt: str) -> None:
     if not cleared:
         which = f"that {device} names " if device else ""
         note(f"No GPU {which}is held back for its health on {name}: nothing to clear.")
+    if cleared:
+        _follow_slurm(target, False)  # a Slurm node drained for these cards is resumed
 
 
 def suspended_lines(target: Machine) -> list[str]:

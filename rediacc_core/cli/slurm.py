@@ -134,3 +134,24 @@ def reconcile(name: str, fmt: str) -> None:
     )
     for grant in done:
         note(f"Revoked {grant.device} (job {grant.job}, which Slurm no longer runs).")
+
+
+@slurm.command("health")
+@click.argument("name", metavar="MACHINE", default="localhost")
+def health(name: str) -> None:
+    """Pass MACHINE's GPU health to Slurm: read the kernel log now, drain the node while a card is
+    held back (the reason names the card) and resume it once every card is cleared. A drain that
+    is not rdc's health reason is left as it is.
+
+    \b
+    Examples:
+      rdc slurm health localhost
+      rdc machine gpu clear localhost --device 0000:3b:00.0 && rdc slurm health localhost
+    """
+    from rediacc_core.cli.gpu_health import unhealthy
+    from rediacc_core.slurm.drains import sync
+
+    target = Config.load().machine(name)
+    unhealthy(target, scan=True)
+    done = sync(target)
+    note(f"Slurm: {done}." if done else "Slurm: nothing to change.")

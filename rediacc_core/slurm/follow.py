@@ -1,5 +1,6 @@
-"""What setup and refresh do for Slurm once the inventory is rewritten: the node's gres.conf and
-index map follow it (when `rdc slurm gres` wrote them once), and the reconciler runs."""
+"""What setup, refresh and `rdc machine gpu clear` do for Slurm: the node's gres.conf and index map
+follow the inventory (when `rdc slurm gres` wrote them once), its cards' health reaches the node
+(drained or resumed), and the reconciler runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from rediacc_core.errors import RdcError
 from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.slurm import gres
+from rediacc_core.slurm.drains import sync
 from rediacc_core.slurm.reconcile import reconcile
 
 
@@ -26,6 +28,12 @@ def after_setup(machine: Machine) -> list[str]:
                 )
     except RdcError as exc:
         notes.append(f"Slurm: gres.conf not rewritten: {exc.what}")
+    try:
+        done = sync(machine)
+        if done:
+            notes.append(f"Slurm: {done}.")
+    except RdcError as exc:
+        notes.append(f"Slurm: the node's health not passed on: {exc.what}")
     if any(g.job is not None for g in read_grants(machine)):
         try:
             for grant in reconcile(machine):

@@ -113,12 +113,18 @@ class Prolog:
         stale = stale_reason(self.machine, found)
         if stale is not None or found is None:
             return self.refuse(f"gres map of {self.node} is stale: {stale}", drain=True)
-        names = []
+        names, cards = [], set()
         for index in _indexes(gpus):
             entry = found.by_index(index)
             if entry is None:
                 return self.refuse(f"GPU index {index} is not in the gres map of {self.node}", drain=True)
             names.append(entry.cdi)
+            cards.add((entry.pci_bus_id or "").lower())
+        from rediacc_core.slurm.drains import held_reason
+
+        held = held_reason(self.machine, found, cards)
+        if held is not None:
+            return self.refuse(held.removeprefix("rdc: "), drain=True)
         return self._grant(repo, names)
 
     def _grant(self, repo: Repo, names: list[str]) -> Outcome:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
-from slurm_kit import Cluster, wait_for
+from slurm_kit import UUIDS, Cluster, wait_for
 
 from rediacc_core.config import Config
 from rediacc_core.grants.records import Grant, read_grants
 from rediacc_core.repos import RepoStore
+
+XID_79 = (
+    "[ 5123.456789] NVRM: Xid (PCI:0000:07:00): 79, pid=2411, name=python3, GPU has fallen off the bus.\n"
+)
 
 
 def grants(cluster: Cluster, node: str) -> list[Grant]:
@@ -134,3 +138,36 @@ def test_a_lease_with_its_own_memory_leaves_the_second_gpu_usable_one_without_do
     blocked = slurm.lease("beta", node="n1", ready=False)
     wait_for("the second to pend", lambda: slurm.job_state(blocked) == "PENDING")
     assert "Resources" in str(slurm.job(blocked)["state_reason"])
+
+
+def test_an_unhealthy_card_drains_the_node_with_rdcs_reason_until_cleared(slurm: Cluster) -> None:
+
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    log = slurm.root("n1") / "var/log/kern.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(XID_79)
+    try:
+        scanned = slurm.rdc("machine", "gpu", "list", "n1", "--scan")  # records the event, as a gate would
+        assert scanned.returncode == 0, scanned.stderr
+        job = slurm.lease("alpha", node="n1", gpus=2)
+        wait_for("the job to be cancelled", lambda: slurm.job_state(job) == "CANCELLED")
+        reason = f"rdc: {UUIDS['n1'][0]} held (xid-79)"
+        assert slurm.admin_comment(job).startswith(reason)
+        assert "drain" in slurm.node_state("n1") and slurm.node_reason("n1") == reason
+        assert grants(slurm, "n1") == []
+        cleared = slurm.rdc("machine", "gpu", "clear", "n1")
+        assert cleared.returncode == 0, cleared.stderr
+        assert "Slurm: resumed n1" in cleared.stderr
+        wait_for("the node to be idle", lambda: slurm.node_state("n1") == "idle")
+        # The same line read again stays cleared; `rdc slurm health` finds nothing to change.
+        again = slurm.rdc("slurm", "health", "n1")
+        assert again.returncode == 0 and "nothing to change" in again.stderr
+        # A new event: `rdc slurm health` reads it and drains the node itself, with no job asking.
+        with log.open("a") as more:
+            more.write(XID_79.replace("5123.456789", "6001.000100"))
+        drained = slurm.rdc("slurm", "health", "n1")
+        assert f"Slurm: drained n1: {reason}" in drained.stderr
+        assert slurm.node_reason("n1") == reason
+    finally:
+        log.unlink()
+        slurm.rdc("machine", "gpu", "clear", "n1")
