@@ -116,8 +116,10 @@ def epilog(name: str) -> None:
 @click.argument("name", metavar="MACHINE", default="localhost")
 @output_option("table", "json")
 def reconcile(name: str, fmt: str) -> None:
-    """Revoke (and stop) MACHINE's grants whose Slurm job no longer runs: an epilog does not run
-    when slurmd or the node dies. Each revoke is in the repo's audit log.
+    """Hold MACHINE's job-tagged grants to the jobs Slurm runs: revoke (and stop) those whose job is
+    gone (an epilog does not run when slurmd or the node dies), renew those whose job's end moved
+    (`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup and refresh run
+    it too; run it from a timer to follow time limits promptly.
 
     \b
     Examples:
@@ -128,12 +130,20 @@ def reconcile(name: str, fmt: str) -> None:
 
     done = run_reconcile(Config.load().machine(name))
     emit(
-        {"revoked": [{"repo": g.repo_id, "device": g.device, "job": g.job} for g in done]},
+        {
+            "revoked": [{"repoId": g.repo_id, "device": g.device, "job": g.job} for g in done.revoked],
+            "renewed": [
+                {"repoId": g.repo_id, "device": g.device, "job": g.job, "until": end}
+                for g, end in done.renewed
+            ],
+        },
         fmt,
         lambda _: "",
     )
-    for grant in done:
+    for grant in done.revoked:
         note(f"Revoked {grant.device} (job {grant.job}, which Slurm no longer runs).")
+    for grant, end in done.renewed:
+        note(f"Renewed {grant.device} until {end} (job {grant.job}'s new end).")
 
 
 @slurm.command("health")

@@ -36,8 +36,11 @@ def after_setup(machine: Machine) -> list[str]:
         notes.append(f"Slurm: the node's health not passed on: {exc.what}")
     if any(g.job is not None for g in read_grants(machine)):
         try:
-            for grant in reconcile(machine):
+            held = reconcile(machine)
+            for grant in held.revoked:
                 notes.append(f"Slurm: revoked {grant.device}: job {grant.job} no longer runs.")
+            for grant, end in held.renewed:
+                notes.append(f"Slurm: renewed {grant.device} until {end}, the new end of job {grant.job}.")
         except RdcError as exc:
             notes.append(f"Slurm: grants of ended jobs not checked: {exc.what}")
     return notes

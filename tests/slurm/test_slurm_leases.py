@@ -112,7 +112,23 @@ def test_slurmd_killed_mid_lease_leaves_the_grant_to_the_reconciler(slurm: Clust
     done = slurm.rdc("slurm", "reconcile", "n2", "-o", "json")
     assert done.returncode == 0, done.stderr
     assert grants(slurm, "n2") == []
-    assert f"slurm:rdcs/{job} no longer runs" in done.stderr or json.loads(done.stdout)["revoked"]
+    assert [g["job"] for g in json.loads(done.stdout)["revoked"]] == [f"slurm:rdcs/{job}"]
+
+
+def test_a_time_limit_moved_in_slurm_moves_the_grants_end(slurm: Cluster) -> None:
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    job = slurm.lease("alpha", node="n1", minutes=10)
+    slurm.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=30")
+    end = slurm.job(job)["end_time"]
+    assert isinstance(end, int)
+    from rediacc_core.slurm.client import iso
+
+    done = slurm.rdc("slurm", "reconcile", "n1", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert [(g["job"], g["until"]) for g in json.loads(done.stdout)["renewed"]] == [
+        (f"slurm:rdcs/{job}", iso(end))
+    ]
+    assert [g.expires_at for g in grants(slurm, "n1")] == [iso(end)]
 
 
 def test_a_team_over_its_gpu_minutes_does_not_start(slurm: Cluster) -> None:
