@@ -27,7 +27,11 @@ def allow(cluster: Cluster, node: str, repo: str, *args: str) -> None:
 
 def test_an_allocation_is_an_exclusive_grant_to_the_repo_until_the_job_ends(slurm: Cluster) -> None:
     allow(slurm, "n1", "alpha", "--account", "teama")
+    configured = slurm.rdc("machine", "config", "n1", "--set", "dcgm-job-mapping-dir=/run/dcgm-jobs")
+    assert configured.returncode == 0, configured.stderr
     job = slurm.lease("alpha", node="n1")
+    # dcgm-exporter's job mapping names the repo and the Slurm job on the card's metrics.
+    assert (slurm.root("n1") / "run/dcgm-jobs/0").read_text() == f"{job}\nalpha\n"
     wait_for("the job to run", lambda: slurm.job_state(job) == "RUNNING")
     machine = Config.load(slurm.config_path).machine("n1")
     alpha = RepoStore(machine).get_by_label("alpha")
