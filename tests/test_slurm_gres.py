@@ -19,7 +19,7 @@ from rediacc_core.config import Config
 from rediacc_core.plugins import get_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.slurm import gres
-from rediacc_core.slurm.client import parse_squeue
+from rediacc_core.slurm.client import Budget, parse_budget, parse_squeue
 from rediacc_core.testing import FakeMachine
 
 DATA = Path(__file__).parent / "slurm" / "data"
@@ -196,3 +196,14 @@ def test_setup_and_refresh_keep_a_written_map_in_step_with_the_inventory(
     assert "restart slurmd on gpu1" in done.stderr
     assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
     assert "Type=h100 File=" in fm.path("/etc/slurm/gres.conf").read_text()
+
+
+def test_a_teams_gpu_minutes_are_read_from_the_controllers_association() -> None:
+    """A capture of 22.05's `scontrol show assoc_mgr flags=assoc accounts=teamc` (teamc: no minutes)."""
+    text = (DATA / "assoc-mgr-22.05.txt").read_text()
+    assert parse_budget(text, "teamc") == Budget("teamc", 0, 0)
+    assert parse_budget(text, "teamc").spent == 1.0
+    spent = text.replace("pages=N(0),gres/gpu=0(0)", "pages=N(0),gres/gpu=6000(4950)")
+    assert parse_budget(spent, "teamc") == Budget("teamc", 6000, 4950)
+    assert parse_budget(spent, "teamc").left == 1050
+    assert parse_budget(text, "teama") == Budget("teama", None, 0)  # no such association: no limit known

@@ -69,27 +69,54 @@ def request(
 @click.argument("ref", metavar="REPO")
 @output_option("table", "json")
 def leases(ref: str, fmt: str) -> None:
-    """REPO's Slurm leases, pending and running: the job, its state, its (expected) start and end.
+    """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
+    and the GPU minutes left to each account that may lease for it (a warning from 80 % used).
 
     \b
     Examples:
       rdc repo gpu leases gpu-a
+      rdc repo gpu leases gpu-a -o json | jq .budgets
     """
+    from rediacc_core.slurm.access import access_for
+    from rediacc_core.slurm.client import budget
     from rediacc_core.slurm.requests import leases as find
 
     machine, found = resolve_ref(ref, Config.load())
-    rows = [_job_json(j) for j in find(machine, found)]
+    jobs = find(machine, found)
+    accounts = dict.fromkeys(
+        [*access_for(machine, found.id).accounts, *(j.account for j in jobs if j.account)]
+    )
+    budgets = [budget(machine, account) for account in accounts]
+    rows = [_job_json(j) for j in jobs]
+    money = [
+        {"account": b.account, "limitMinutes": b.limit, "usedMinutes": b.used, "leftMinutes": b.left}
+        for b in budgets
+    ]
     emit(
-        {"repo": found.ref, "leases": rows},
+        {"repo": found.ref, "leases": rows, "budgets": money},
         fmt,
-        lambda d: table(
-            ["JOB", "STATE", "REASON", "START", "END", "NODE"],
-            [
-                [r["job"], r["state"], r["reason"], r["start"] or "-", r["end"] or "-", r["node"] or "-"]
-                for r in d["leases"]
-            ],
+        lambda d: (
+            table(
+                ["JOB", "STATE", "REASON", "START", "END", "NODE"],
+                [
+                    [r["job"], r["state"], r["reason"], r["start"], r["end"], r["node"] or None]
+                    for r in d["leases"]
+                ],
+            )
+            + "\n\n"
+            + table(
+                ["ACCOUNT", "GPU MINUTES LEFT", "USED", "LIMIT"],
+                [[b["account"], b["leftMinutes"], b["usedMinutes"], b["limitMinutes"]] for b in d["budgets"]],
+            )
         ),
     )
+    for b in budgets:
+        if b.spent is not None and b.spent >= 0.8:
+            note(
+                f"Warning: account {b.account} has used {b.used} of its {b.limit} GPU minutes"
+                + (": its leases do not start" if b.left == 0 else "")
+                + f" (sacctmgr modify account where name={b.account} set GrpTRESMins=gres/gpu=N)."
+            )
 
 
 @click.command("release")

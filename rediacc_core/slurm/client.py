@@ -172,3 +172,46 @@ def node_state(machine: Machine, node: str) -> tuple[str, str]:
             fields[key] = value
     reason = text.split("Reason=", 1)[1] if "Reason=" in text else ""
     return fields.get("State", ""), reason.rsplit(" [", 1)[0].strip()
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An account's GPU minutes as slurmctld enforces them (`GrpTRESMins=gres/gpu=LIMIT(USED)`)."""
+
+    account: str
+    limit: int | None  # None: no limit set
+    used: int
+
+    @property
+    def left(self) -> int | None:
+        return None if self.limit is None else max(0, self.limit - self.used)
+
+    @property
+    def spent(self) -> float | None:
+        """The share used, 0..1 (and beyond); None without a limit, 1.0 for a limit of 0."""
+        if self.limit is None:
+            return None
+        return 1.0 if self.limit == 0 else self.used / self.limit
+
+
+def parse_budget(text: str, account: str) -> Budget:
+    """The account's own association (no user) in `scontrol show assoc_mgr flags=assoc` output."""
+    for block in text.split("ClusterName=")[1:]:
+        head = block.split(None, 3)
+        if f"Account={account}" not in head or "UserName=" not in head:
+            continue
+        for word in block.split():
+            if word.startswith("GrpTRESMins="):
+                for item in word.removeprefix("GrpTRESMins=").split(","):
+                    name, _, value = item.partition("=")
+                    if name == "gres/gpu":
+                        limit, _, used = value.partition("(")
+                        return Budget(
+                            account, None if limit == "N" else int(limit), int(float(used.rstrip(")") or 0))
+                        )
+    return Budget(account, None, 0)
+
+
+def budget(machine: Machine, account: str) -> Budget:
+    text = run(machine, ["scontrol", "show", "assoc_mgr", "flags=assoc", f"accounts={account}"])
+    return parse_budget(text, account)

@@ -141,6 +141,14 @@ def test_a_team_over_its_gpu_minutes_does_not_start(slurm: Cluster) -> None:
     wait_for("the job to pend", lambda: slurm.job_state(job) == "PENDING")
     wait_for("the budget's reason", lambda: "GrpGRESMinutes" in str(slurm.job(job).get("state_reason")))
     assert grants(slurm, "n1") == [] and grants(slurm, "n2") == []
+    listed = slurm.rdc("repo", "gpu", "leases", "alpha@n1", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    shown = json.loads(listed.stdout)
+    assert [(j["job"], j["state"], j["reason"]) for j in shown["leases"]] == [
+        (job, "PENDING", "AssocGrpGRESMinutes")
+    ]
+    assert {"account": "teamc", "limitMinutes": 0, "usedMinutes": 0, "leftMinutes": 0} in shown["budgets"]
+    assert "Warning: account teamc has used 0 of its 0 GPU minutes: its leases do not start" in listed.stderr
 
 
 def test_a_lease_with_its_own_memory_leaves_the_second_gpu_usable_one_without_does_not(
