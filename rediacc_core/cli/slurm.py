@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
+
+if TYPE_CHECKING:
+    from rediacc_core.slurm.hooks import Outcome
 
 
 @click.group(cls=HintingGroup)
@@ -66,12 +70,9 @@ def gres(name: str, node: str | None, conf: str, dry_run: bool, fmt: str) -> Non
     click.echo(line)
 
 
-def _hook_exit(run: object) -> None:
-    """A hook's end: exit 0 for whatever was decided (a refusal included), 1 for a real fault,
-    whose message goes to slurmd's log. A failing prolog drains the node, so nothing else fails."""
-    from rediacc_core.slurm.hooks import Outcome
-
-    assert isinstance(run, Outcome)
+def _hook_exit(run: Outcome) -> None:
+    """A hook's end: what it decided (a refusal included) on stderr, for slurmd's log, and exit 0.
+    Only a real fault (an RdcError, below) exits 1: a failing prolog drains the whole node."""
     click.echo(run.line(), err=True)
 
 

@@ -127,12 +127,6 @@ def _quote(reason: str) -> str:
     return reason.replace("\n", " ")[:900]
 
 
-def cancel(machine: Machine, job_id: str, reason: str) -> None:
-    """Cancel the job, its reason in its AdminComment (`scontrol show job`, `sacct -o AdminComment`)."""
-    run(machine, ["scontrol", "update", f"JobId={job_id}", f"AdminComment={_quote(reason)}"])
-    run(machine, ["scancel", job_id])
-
-
 def cancel_after(machine: Machine, job_id: str, reason: str, pid: int) -> None:
     """The reason now; the cancel once process `pid` (the prolog) has ended, from a process of its
     own session (slurmd kills the prolog's process group when it exits). A job cancelled while its
