@@ -316,6 +316,8 @@ def slurm_conf(cluster: Cluster, node_lines: Iterable[str]) -> str:
             "SchedulerType=sched/backfill",
             "SchedulerParameters=sched_interval=1,bf_interval=1",
             "PriorityType=priority/multifactor",
+            "PreemptType=preempt/qos",
+            "PreemptMode=CANCEL",
             "MailProg=/bin/true",
             *node_lines,
             f"PartitionName=gpu Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
@@ -400,6 +402,10 @@ def accounts(cluster: Cluster) -> None:
     s("sacctmgr", "-i", "add", "account", "teama", "teamb", "teamc")
     s("sacctmgr", "-i", "add", "user", "root", "account=teama,teamb,teamc")
     s("sacctmgr", "-i", "add", "user", "daemon", "account=teamb")
+    # QOS `urgent` preempts `normal` (PreemptMode=CANCEL): the preempted lease ends as by scancel.
+    s("sacctmgr", "-i", "add", "qos", "urgent")
+    s("sacctmgr", "-i", "modify", "qos", "where", "name=urgent", "set", "Preempt=normal")
+    s("sacctmgr", "-i", "modify", "user", "where", "name=root", "set", "QOS=normal,urgent")
 
 
 def budgets(cluster: Cluster) -> None:

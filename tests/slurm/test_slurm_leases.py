@@ -199,3 +199,15 @@ def test_an_unhealthy_card_drains_the_node_with_rdcs_reason_until_cleared(slurm:
     finally:
         log.unlink()
         slurm.rdc("machine", "gpu", "clear", "n1")
+
+
+def test_a_preempted_lease_is_revoked_before_the_preemptor_is_granted(slurm: Cluster) -> None:
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    allow(slurm, "n1", "beta", "--account", "teama")
+    first = slurm.lease("alpha", node="n1", gpus=2)
+    machine = Config.load(slurm.config_path).machine("n1")
+    beta = RepoStore(machine).get_by_label("beta")
+    second = slurm.lease("beta", node="n1", gpus=2, extra=["--qos=urgent"])
+    # Slurm cancels the first (PreemptMode=CANCEL), its epilog revokes, then the second's prolog grants.
+    assert slurm.job_state(first) in ("PREEMPTED", "CANCELLED")
+    assert {(g.repo_id, g.job) for g in grants(slurm, "n1")} == {(beta.id, f"slurm:rdcs/{second}")}
