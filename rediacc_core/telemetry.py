@@ -4,7 +4,8 @@ Prometheus series, rewritten at every change to the grants in force.
 - dcgm-exporter (`--hpc-job-mapping-dir DIR`) labels a GPU's metrics with the job ids in the file
   `DIR/<gpu index>` (a MIG device: `DIR/<gpu index>.<gpu instance id>`), one id per line. With the
   machine's `dcgm-job-mapping-dir` setting set, rdc writes there one file per GPU a grant in force
-  reaches, naming the repos granted it (a repo's name is its job id), and removes the files of GPUs
+  reaches, naming the repos granted it (a repo's name is its job id) and, for a grant made for a
+  Slurm job, that job's id as Slurm numbers it, and removes the files of GPUs
   no grant reaches any more (only files named as a GPU index: other files in DIR are left alone).
 - `<root>/run/rediacc/metrics/gpus.prom` (node_exporter's textfile collector, beside the gates'
   files): `rediacc_gpu_grant_info{repo,device,uuid,exclusive} 1` for each grant in force.
@@ -47,6 +48,8 @@ class GrantLike(Protocol):
     def device(self) -> str: ...
     @property
     def exclusive(self) -> bool: ...
+    @property
+    def job(self) -> str | None: ...
 
 
 def metrics_path(machine: Machine) -> Path:
@@ -105,11 +108,14 @@ def grant_info_text(grants: Iterable[GrantLike], repo_names: dict[str, str], inv
 def job_mapping(
     grants: Iterable[GrantLike], repo_names: dict[str, str], inventory: Inventory
 ) -> dict[str, str]:
-    """File name -> text, as dcgm-exporter reads them: the repos granted each GPU, one per line."""
+    """File name -> text, as dcgm-exporter reads them: the repos granted each GPU, one per line, and
+    for a grant a Slurm job holds, that job's id as Slurm numbers it (`42` of `slurm:<cluster>/42`)."""
     jobs: dict[str, set[str]] = {}
     for g in grants:
         for file in mapping_files(g.device, inventory):
             jobs.setdefault(file, set()).add(repo_names.get(g.repo_id, g.repo_id))
+            if g.job is not None:
+                jobs[file].add(g.job.rsplit("/", 1)[-1])
     return {file: "".join(f"{job}\n" for job in sorted(names)) for file, names in jobs.items()}
 
 

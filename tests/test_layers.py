@@ -37,13 +37,15 @@ FLOORS: dict[str, int] = {
     "gate.wire": 2, "gate.policy": 2, "gate.http": 2, "gate.audit": 2,
     # 3 the machine's records and how they change
     "repos": 3, "grants": 3, "settings": 3, "inventory": 3, "setup": 3, "health": 3, "telemetry": 3,
-    "recheck": 3, "spec_facts": 3,
+    "recheck": 3, "spec_facts": 3, "slurm.gres": 3, "slurm.access": 3, "slurm.client": 3,
     # 4 the gate's engine: what it asks the daemon, its decisions, the asyncio glue
     "gate": 4,
     # 5 a repo's running parts
     "runtime": 5,
     # 6 other machines
     "remote": 6,
+    # 6 Slurm's hooks and reconciler: they grant and revoke with --stop (the running parts)
+    "slurm": 6,
     # 7 the faces and composition roots
     "cli": 7, "launcher": 7, "demo": 7, "testing": 7,
 }  # fmt: skip

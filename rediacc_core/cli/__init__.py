@@ -67,6 +67,7 @@ COMMANDS = {
     "machine": "rediacc_core.cli.machine:machine",
     "repo": "rediacc_core.cli.repo:repo",
     "plugins": "rediacc_core.cli.plugins:plugins",
+    "slurm": "rediacc_core.cli.slurm:slurm",
     "demo": "rediacc_core.cli.demo:demo",
     "completion": "rediacc_core.cli.completion:completion",
 }

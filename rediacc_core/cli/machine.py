@@ -318,6 +318,7 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
         target, get_plugins(), options, dry_run=dry_run, progress=None if dry_run else TerminalProgress()
     )
     print_result(report, dry_run)
+    _follow_slurm(target, dry_run)
 
 
 @machine.command("refresh")
@@ -346,6 +347,17 @@ def refresh(name: str, dry_run: bool) -> None:
         refresh=True,
     )
     print_result(report, dry_run)
+    _follow_slurm(target, dry_run)
+
+
+def _follow_slurm(target: Machine, dry_run: bool) -> None:
+    """A Slurm node's gres.conf follows the new inventory; grants of ended jobs go."""
+    if dry_run:
+        return
+    from rediacc_core.slurm.follow import after_setup
+
+    for line in after_setup(target):
+        note(line)
 
 
 def print_result(report: SetupReport, dry_run: bool) -> None:
@@ -515,6 +527,8 @@ def gpu_clear(name: str, device: str | None, fmt: str) -> None:
     if not cleared:
         which = f"that {device} names " if device else ""
         note(f"No GPU {which}is held back for its health on {name}: nothing to clear.")
+    if cleared:
+        _follow_slurm(target, False)  # a Slurm node drained for these cards is resumed
 
 
 def suspended_lines(target: Machine) -> list[str]:

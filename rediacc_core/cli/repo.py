@@ -75,11 +75,15 @@ def _status(running: list[str]) -> str:
     return "partial" if running else "down"
 
 
+# Slurm leases of a repo (`rdc repo gpu request|release|leases`), defined elsewhere.
+_LEASES = {name: f"rediacc_core.cli.repo_lease:{name}" for name in ("request", "release", "leases")}
+
 # Commands of this group defined elsewhere, imported when used.
 _ELSEWHERE = {
     **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
     **dict.fromkeys(("env", "tunnel"), "rediacc_core.cli.repo_ssh"),
     "check": "rediacc_core.cli.repo_check",
+    "slurm": "rediacc_core.cli.repo_slurm:slurm",
 }
 
 
@@ -271,7 +275,7 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
 # --- rdc repo gpu ---------------------------------------------------------------------------------
 
 
-@repo.group("gpu")
+@repo.group("gpu", cls=HintingGroup, lazy=_LEASES)
 def gpu() -> None:
     """GPU grants: the exact CDI device names a repo may use.
 

@@ -50,6 +50,7 @@ class Grant:
     expires_at: str | None = None  # a lease's end (UTC, `...Z`); None: until revoked
     bound_to: Binding | None = None  # what the name reached when granted; None: an older file's grant
     suspended: Suspension | None = None
+    job: str | None = None  # the scheduler's job the grant serves (`slurm:<cluster>/<job id>`)
 
     def in_force(self, now: str) -> bool:
         """False once a lease has ended by `now` (an rdc UTC stamp: text order is time order)."""
@@ -116,6 +117,7 @@ def parse_file(text: str, path: Path) -> GrantsFile:
             entry.get("expiresAt"),
             binding_from_json(entry["boundTo"]) if "boundTo" in entry else None,
             suspension_from_json(entry["suspended"]) if "suspended" in entry else None,
+            entry.get("job"),
         )
         for entry in document["grants"]
     ]
@@ -314,6 +316,7 @@ def write_grants(
                 **({"expiresAt": g.expires_at} if g.expires_at is not None else {}),
                 **({"boundTo": [u.to_json() for u in g.bound_to]} if g.bound_to is not None else {}),
                 **({"suspended": g.suspended.to_json()} if g.suspended is not None else {}),
+                **({"job": g.job} if g.job is not None else {}),
             }
             for g in grants
         ],

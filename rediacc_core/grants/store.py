@@ -80,6 +80,7 @@ class GrantStore:
         take_over: bool = False,
         expires_at: str | None = None,
         listed: Collection[tuple[str, str]] | None = None,
+        job: str | None = None,
     ) -> list[GrantOutcome]:
         """Grant every name in `devices` to `repo`, or none of them.
 
@@ -92,7 +93,8 @@ class GrantStore:
         With `take_over` (a handover in one step) the other repos' grants in the way are revoked
         and those repos emptied, in that order, under the same lock, instead of refusing; with
         `listed` ((repo id, device) pairs the user was shown), a grant in the way it does not
-        list refuses the grant: a take-over never revokes what it did not name.
+        list refuses the grant: a take-over never revokes what it did not name. `job` tags the new
+        grants with the scheduler's job they serve.
         """
         wanted = _unique(devices)
         with state_lock(self.machine, self.lock_timeout):
@@ -116,7 +118,7 @@ class GrantStore:
             outcomes: list[GrantOutcome] = []
 
             def apply(now_current: list[Grant]) -> list[Grant]:
-                result, made = self._apply(repo, wanted, exclusive, now_current, expires_at)
+                result, made = self._apply(repo, wanted, exclusive, now_current, expires_at, job)
                 outcomes.extend(made)
                 return result
 
@@ -151,6 +153,7 @@ class GrantStore:
         exclusive: bool,
         current: list[Grant],
         expires_at: str | None,
+        job: str | None = None,
     ) -> tuple[list[Grant], list[GrantOutcome]]:
         """The grants after granting `wanted` to `repo` over `current`, and what changed for each."""
         outcomes: list[GrantOutcome] = []
@@ -160,7 +163,7 @@ class GrantStore:
         for device in wanted:
             held = next((g for g in current if g.repo_id == repo.id and g.device == device), None)
             if held is None:
-                new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device))
+                new = Grant(repo.id, device, exclusive, stamp, expires_at, units.binding(device), job=job)
                 result.append(new)
                 outcomes.append(GrantOutcome(new, True))
             elif exclusive and not held.exclusive:

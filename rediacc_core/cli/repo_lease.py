@@ -1,0 +1,137 @@
+"""`rdc repo gpu request|release|leases`: Slurm leases of a repo, asked for and ended from rdc."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from rediacc_core.cli.output import emit, note, output_option, table
+from rediacc_core.config import Config
+from rediacc_core.repos import resolve_ref
+
+
+def _job_json(job: Any) -> dict[str, Any]:
+    return {
+        "job": job.job_id,
+        "state": job.state,
+        "reason": job.reason,
+        "start": job.start_iso,
+        "end": job.end_iso,
+        "node": job.nodes,
+        "account": job.account,
+    }
+
+
+@click.command("request")
+@click.argument("ref", metavar="REPO")
+@click.option("--gres", required=True, help="What to lease, as Slurm writes it: gpu:a100:1, gpu:2.")
+@click.option("--for", "duration", required=True, metavar="DURATION", help="How long: 90m, 8h, 1d12h.")
+@click.option("--mem", default="8G", show_default=True, help="Memory of the lease (never the whole node's).")
+@click.option("--cpus", default=1, show_default=True, help="CPUs of the lease.")
+@click.option("--account", help="The Slurm account to charge (default: the user's default account).")
+@click.option("--constraint", help="Node features, e.g. ampere (see `rdc slurm gres`).")
+@click.option("--reservation", help="A Slurm reservation to run in.")
+@output_option("table", "json")
+def request(
+    ref: str,
+    gres: str,
+    duration: str,
+    mem: str,
+    cpus: int,
+    account: str | None,
+    constraint: str | None,
+    reservation: str | None,
+    fmt: str,
+) -> None:
+    """Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with memory
+    and CPUs of its own. When the job starts, the prolog grants its GPUs to REPO until its end.
+
+    \b
+    Examples:
+      rdc repo gpu request gpu-a --gres gpu:a100:1 --for 8h --account team-a
+      rdc repo gpu request gpu-a --gres gpu:1 --for 90m --constraint ampere -o json
+    """
+    from rediacc_core.leases import parse_duration
+    from rediacc_core.slurm.requests import LeaseRequest, submit
+
+    ask = LeaseRequest(gres, parse_duration(duration), mem, cpus, account, constraint, reservation)
+    machine, found = resolve_ref(ref, Config.load())
+    job = submit(machine, found, ask)
+    emit({"repo": found.ref, **_job_json(job)}, fmt, lambda _: "")
+    if fmt != "json":
+        when = f", expected to start {job.start_iso}" if job.state == "PENDING" and job.start_iso else ""
+        why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+        note(f"Job {job.job_id} for {found.ref}: {job.state}{why}{when}.")
+
+
+@click.command("leases")
+@click.argument("ref", metavar="REPO")
+@output_option("table", "json")
+def leases(ref: str, fmt: str) -> None:
+    """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
+    and the GPU minutes left to each account that may lease for it (a warning from 80 % used).
+
+    \b
+    Examples:
+      rdc repo gpu leases gpu-a
+      rdc repo gpu leases gpu-a -o json | jq .budgets
+    """
+    from rediacc_core.slurm.access import access_for
+    from rediacc_core.slurm.client import budget
+    from rediacc_core.slurm.requests import leases as find
+
+    machine, found = resolve_ref(ref, Config.load())
+    jobs = find(machine, found)
+    accounts = dict.fromkeys(
+        [*access_for(machine, found.id).accounts, *(j.account for j in jobs if j.account)]
+    )
+    budgets = [budget(machine, account) for account in accounts]
+    rows = [_job_json(j) for j in jobs]
+    money = [
+        {"account": b.account, "limitMinutes": b.limit, "usedMinutes": b.used, "leftMinutes": b.left}
+        for b in budgets
+    ]
+    emit(
+        {"repo": found.ref, "leases": rows, "budgets": money},
+        fmt,
+        lambda d: (
+            table(
+                ["JOB", "STATE", "REASON", "START", "END", "NODE"],
+                [
+                    [r["job"], r["state"], r["reason"], r["start"], r["end"], r["node"] or None]
+                    for r in d["leases"]
+                ],
+            )
+            + "\n\n"
+            + table(
+                ["ACCOUNT", "GPU MINUTES LEFT", "USED", "LIMIT"],
+                [[b["account"], b["leftMinutes"], b["usedMinutes"], b["limitMinutes"]] for b in d["budgets"]],
+            )
+        ),
+    )
+    for b in budgets:
+        if b.spent is not None and b.spent >= 0.8:
+            note(
+                f"Warning: account {b.account} has used {b.used} of its {b.limit} GPU minutes"
+                + (": its leases do not start" if b.left == 0 else "")
+                + f" (sacctmgr modify account where name={b.account} set GrpTRESMins=gres/gpu=N)."
+            )
+
+
+@click.command("release")
+@click.argument("ref", metavar="REPO")
+@click.option("--job", "job_id", help="Only this job (default: every lease of REPO).")
+def release(ref: str, job_id: str | None) -> None:
+    """End REPO's Slurm leases early: scancel, and revoke their grants with --stop.
+
+    \b
+    Examples:
+      rdc repo gpu release gpu-a
+      rdc repo gpu release gpu-a --job 42
+    """
+    from rediacc_core.slurm.requests import end
+
+    machine, found = resolve_ref(ref, Config.load())
+    for name in end(machine, found, job_id):
+        note(f"Revoked {name} from {found.ref}.")

@@ -1,0 +1,168 @@
+"""`rdc slurm …`: the node's gres.conf and index map, the prolog and epilog slurmd runs, and the
+reconciler of grants whose Slurm job has ended."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from rediacc_core.cli.groups import HintingGroup
+from rediacc_core.cli.output import emit, note, output_option
+from rediacc_core.config import Config
+from rediacc_core.errors import RdcError
+
+if TYPE_CHECKING:
+    from rediacc_core.slurm.hooks import Outcome
+
+
+@click.group(cls=HintingGroup)
+def slurm() -> None:
+    """Fleet scheduling with Slurm: Slurm allocates GPUs, rdc turns each allocation into a grant.
+
+    \b
+    Examples:
+      rdc slurm gres localhost
+      rdc slurm reconcile localhost
+    """
+
+
+@slurm.command("gres")
+@click.argument("name", metavar="MACHINE", default="localhost")
+@click.option(
+    "--node", help="The machine's Slurm NodeName (default: the machine's name, or this host's for localhost)."
+)
+@click.option("--conf", default="/etc/slurm/gres.conf", show_default=True, help="Where to write gres.conf.")
+@click.option("--dry-run", is_flag=True, help="Print gres.conf and the slurm.conf node line; write nothing.")
+@output_option("table", "json")
+def gres(name: str, node: str | None, conf: str, dry_run: bool, fmt: str) -> None:
+    """Write MACHINE's gres.conf (every GPU, explicit File= lines, AutoDetect=off) and the index map
+    beside it, from its inventory; print the slurm.conf line (Gres=, Features=) for the node.
+
+    Run it after `rdc machine setup` and after every `rdc machine refresh`: until it runs again, a
+    machine whose GPUs changed refuses every Slurm lease.
+
+    \b
+    Examples:
+      rdc slurm gres localhost
+      rdc slurm gres localhost --dry-run
+      rdc slurm gres lab1 --node gpu-node-1 --conf /etc/slurm/gres.conf
+    """
+    from rediacc_core.slurm import gres as gresfile
+
+    machine = Config.load().machine(name)
+    nodename = node or (os.uname().nodename.split(".")[0] if machine.is_host else machine.name)
+    built = gresfile.build(machine, nodename, conf) if dry_run else gresfile.write(machine, nodename, conf)
+    line = gresfile.node_line(nodename, built.entries, built.features)
+    if fmt == "json":
+        emit({**gresfile.map_json(built), "slurmConf": line}, fmt, lambda _: "")
+        return
+    if dry_run:
+        click.echo(gresfile.conf_text(nodename, built.entries, built.generation), nl=False)
+    else:
+        note(
+            f"Wrote {conf} and {gresfile.MAP_PATH} "
+            f"({len(built.entries)} GPUs, generation {built.generation})."
+        )
+    note("In slurm.conf, this node's line needs:")
+    click.echo(line)
+
+
+def _hook_exit(run: Outcome) -> None:
+    """A hook's end: what it decided (a refusal included) on stderr, for slurmd's log, and exit 0.
+    Only a real fault (an RdcError, below) exits 1: a failing prolog drains the whole node."""
+    click.echo(run.line(), err=True)
+
+
+@slurm.command("prolog")
+@click.argument("name", metavar="MACHINE", default="localhost")
+def prolog(name: str) -> None:
+    """slurmd's Prolog (root, the job's environment): grant the job's GPUs to its repo until the
+    job's end, or cancel the job with rdc's reason. Exit 0 unless something is broken.
+
+    \b
+    Examples:
+      rdc slurm prolog localhost        # as slurm.conf's Prolog=, through a script of one line
+    """
+    from rediacc_core.slurm.hooks import Prolog
+
+    try:
+        _hook_exit(Prolog(Config.load().machine(name), dict(os.environ)).run())
+    except RdcError as exc:
+        click.echo(f"rdc: prolog of job {os.environ.get('SLURM_JOB_ID', '?')} failed: {exc.what}", err=True)
+        sys.exit(1)
+
+
+@slurm.command("epilog")
+@click.argument("name", metavar="MACHINE", default="localhost")
+def epilog(name: str) -> None:
+    """slurmd's Epilog: revoke what the job was granted on MACHINE and stop its containers.
+
+    \b
+    Examples:
+      rdc slurm epilog localhost        # as slurm.conf's Epilog=, through a script of one line
+    """
+    from rediacc_core.slurm.hooks import epilog as run_epilog
+
+    try:
+        _hook_exit(run_epilog(Config.load().machine(name), dict(os.environ)))
+    except RdcError as exc:
+        click.echo(f"rdc: epilog of job {os.environ.get('SLURM_JOB_ID', '?')} failed: {exc.what}", err=True)
+        sys.exit(1)
+
+
+@slurm.command("reconcile")
+@click.argument("name", metavar="MACHINE", default="localhost")
+@output_option("table", "json")
+def reconcile(name: str, fmt: str) -> None:
+    """Hold MACHINE's job-tagged grants to the jobs Slurm runs: revoke (and stop) those whose job is
+    gone (an epilog does not run when slurmd or the node dies), renew those whose job's end moved
+    (`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup and refresh run
+    it too; run it from a timer to follow time limits promptly.
+
+    \b
+    Examples:
+      rdc slurm reconcile localhost
+      rdc slurm reconcile localhost -o json
+    """
+    from rediacc_core.slurm.reconcile import reconcile as run_reconcile
+
+    done = run_reconcile(Config.load().machine(name))
+    emit(
+        {
+            "revoked": [{"repoId": g.repo_id, "device": g.device, "job": g.job} for g in done.revoked],
+            "renewed": [
+                {"repoId": g.repo_id, "device": g.device, "job": g.job, "until": end}
+                for g, end in done.renewed
+            ],
+        },
+        fmt,
+        lambda _: "",
+    )
+    for grant in done.revoked:
+        note(f"Revoked {grant.device} (job {grant.job}, which Slurm no longer runs).")
+    for grant, end in done.renewed:
+        note(f"Renewed {grant.device} until {end} (job {grant.job}'s new end).")
+
+
+@slurm.command("health")
+@click.argument("name", metavar="MACHINE", default="localhost")
+def health(name: str) -> None:
+    """Pass MACHINE's GPU health to Slurm: read the kernel log now, drain the node while a card is
+    held back (the reason names the card) and resume it once every card is cleared. A drain that
+    is not rdc's health reason is left as it is.
+
+    \b
+    Examples:
+      rdc slurm health localhost
+      rdc machine gpu clear localhost --device 0000:3b:00.0 && rdc slurm health localhost
+    """
+    from rediacc_core.cli.gpu_health import unhealthy
+    from rediacc_core.slurm.drains import sync
+
+    target = Config.load().machine(name)
+    unhealthy(target, scan=True)
+    done = sync(target)
+    note(f"Slurm: {done}." if done else "Slurm: nothing to change.")

@@ -1,0 +1,46 @@
+"""What setup, refresh and `rdc machine gpu clear` do for Slurm: the node's gres.conf and index map
+follow the inventory (when `rdc slurm gres` wrote them once), its cards' health reaches the node
+(drained or resumed), and the reconciler runs."""
+
+from __future__ import annotations
+
+from rediacc_core.errors import RdcError
+from rediacc_core.grants.records import read_grants
+from rediacc_core.machine import Machine
+from rediacc_core.slurm import gres
+from rediacc_core.slurm.drains import sync
+from rediacc_core.slurm.reconcile import reconcile
+
+
+def after_setup(machine: Machine) -> list[str]:
+    """Notes for the operator: a gres.conf rewritten (slurmd reads it at its restart), grants of
+    ended jobs revoked, or why either could not be done (setup itself stands)."""
+    notes: list[str] = []
+    try:
+        found = gres.read_map(machine)
+        if found is not None:
+            now = gres.write(machine, found.node, found.conf)
+            if now.generation != found.generation:
+                notes.append(
+                    f"The GPUs changed: {found.conf} and the gres map are rewritten (generation "
+                    f"{now.generation}); restart slurmd on {found.node} so Slurm reads them, and check "
+                    f"slurm.conf's line: {gres.node_line(found.node, now.entries, now.features)}"
+                )
+    except RdcError as exc:
+        notes.append(f"Slurm: gres.conf not rewritten: {exc.what}")
+    try:
+        done = sync(machine)
+        if done:
+            notes.append(f"Slurm: {done}.")
+    except RdcError as exc:
+        notes.append(f"Slurm: the node's health not passed on: {exc.what}")
+    if any(g.job is not None for g in read_grants(machine)):
+        try:
+            held = reconcile(machine)
+            for grant in held.revoked:
+                notes.append(f"Slurm: revoked {grant.device}: job {grant.job} no longer runs.")
+            for grant, end in held.renewed:
+                notes.append(f"Slurm: renewed {grant.device} until {end}, the new end of job {grant.job}.")
+        except RdcError as exc:
+            notes.append(f"Slurm: grants of ended jobs not checked: {exc.what}")
+    return notes

@@ -1,0 +1,209 @@
+"""`rdc slurm gres`: the node's gres.conf and its index map come from the inventory and the specs,
+every GPU with explicit files, a partitioned GPU slice by slice; a map the hardware no longer matches
+is stale. (The suite under tests/slurm runs them with a real slurmd.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from setup_kit import KIND, FakeVendor, example_gpu
+
+from rediacc_core import CdiSpecFile, Gpu, GpuPartition
+from rediacc_core.cli import cli
+from rediacc_core.config import Config
+from rediacc_core.plugins import get_plugins
+from rediacc_core.setup import run_setup
+from rediacc_core.slurm import gres
+from rediacc_core.slurm.client import Budget, parse_budget, parse_squeue
+from rediacc_core.testing import FakeMachine
+
+DATA = Path(__file__).parent / "slurm" / "data"
+
+
+@pytest.fixture
+def fm(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> FakeMachine:
+    machine = make_fake_machine("box")
+    config = Config.load()
+    config.add("box", machine.root)
+    config.save()
+    return machine
+
+
+def rdc(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def node(fm: FakeMachine, path: str, minor: int) -> dict[str, str]:
+    fm.char_device(path, 195, minor)
+    return {"path": path, "hostPath": str(fm.path(path))}
+
+
+def spec(fm: FakeMachine) -> dict[str, Any]:
+    """Two cards, the first split in two slices: a slice reaches its card's node and a cap of its own."""
+    return {
+        "cdiVersion": "0.6.0",
+        "kind": KIND,
+        "containerEdits": {"deviceNodes": [node(fm, "/dev/examplectl", 255)]},
+        "devices": [
+            {"name": "0", "containerEdits": {"deviceNodes": [node(fm, "/dev/examplegpu0", 0)]}},
+            {"name": "1", "containerEdits": {"deviceNodes": [node(fm, "/dev/examplegpu1", 1)]}},
+            {
+                "name": "0:1",
+                "containerEdits": {
+                    "deviceNodes": [node(fm, "/dev/examplegpu0", 0), node(fm, "/dev/example-caps/cap1", 101)]
+                },
+            },
+            {
+                "name": "0:2",
+                "containerEdits": {
+                    "deviceNodes": [node(fm, "/dev/examplegpu0", 0), node(fm, "/dev/example-caps/cap2", 102)]
+                },
+            },
+        ],
+    }
+
+
+def cards(split: bool = True) -> list[Gpu]:
+    slices = [
+        GpuPartition(
+            index=i, uuid=f"MIG-{i}", profile="1g.10gb", memory_mib=9984, cdi_names=(f"{KIND}=0:{i}",)
+        )
+        for i in (1, 2)
+    ]
+    first = example_gpu(0, partitions=slices if split else (), architecture="Hopper")
+    named = Gpu(**{**first.__dict__, "name": "Example H100 80GB HBM3"})
+    return [named, example_gpu(1, architecture="Hopper")]
+
+
+def set_up(vendor: FakeVendor, fm: FakeMachine, split: bool = True) -> None:
+    vendor.gpus = cards(split)
+    vendor.specs = [CdiSpecFile("example.yaml", spec=spec(fm))]
+    done = rdc("machine", "setup", "box")
+    assert done.exit_code == 0, done.output
+
+
+def test_every_gpu_gets_an_explicit_typed_line_and_a_slice_its_files_together(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up(vendor, fm)
+    done = rdc("slurm", "gres", "box", "--node", "gpu1")
+    assert done.exit_code == 0, done.output
+    text = fm.path("/etc/slurm/gres.conf").read_text()
+    root, caps = fm.root, fm.path("/dev/example-caps")
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines == [
+        "AutoDetect=off",
+        f"NodeName=gpu1 Name=gpu Type=h100_1g.10gb MultipleFiles={root}/dev/examplegpu0,{caps}/cap1",
+        f"NodeName=gpu1 Name=gpu Type=h100_1g.10gb MultipleFiles={root}/dev/examplegpu0,{caps}/cap2",
+        f"NodeName=gpu1 Name=gpu Type=example File={root}/dev/examplegpu1",
+    ]
+    # The slurm.conf part: counts by type, and the features a --constraint can name.
+    assert (
+        done.stdout.strip()
+        == "NodeName=gpu1 Gres=gpu:h100_1g.10gb:2,gpu:example:1 Features=hopper,80gb,driver550"
+    )
+    mapped = json.loads(fm.path(gres.MAP_PATH).read_text())
+    assert [(g["index"], g["cdi"], g["uuid"]) for g in mapped["gpus"]] == [
+        (0, f"{KIND}=0:1", "MIG-1"),
+        (1, f"{KIND}=0:2", "MIG-2"),
+        (2, f"{KIND}=1", "GPU-00000001"),
+    ]
+    assert f"# rdc-generation: {mapped['generation']}" in text
+
+
+def test_a_written_map_is_fresh_until_the_hardware_or_the_conf_changes(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up(vendor, fm)
+    assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
+    assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
+    # The card is no longer split (index 0 would now be the whole card, not a slice), and the
+    # inventory says so by a way that does not follow Slurm (setup's core, not the command).
+    vendor.gpus = cards(split=False)
+    run_setup(fm.machine, get_plugins(), {})
+    why = gres.stale_reason(fm.machine, gres.read_map(fm.machine))
+    assert why == (
+        "the GPUs of machine box changed since the gres map was written: run `rdc slurm gres box --node gpu1`"
+    )
+    assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
+    assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
+    conf = fm.path("/etc/slurm/gres.conf")
+    conf.write_text(conf.read_text().replace("Type=example", "Type=other"))
+    edited = gres.stale_reason(fm.machine, gres.read_map(fm.machine))
+    assert (
+        edited == "/etc/slurm/gres.conf was changed since rdc wrote it: run `rdc slurm gres box --node gpu1`"
+    )
+    conf.write_text("AutoDetect=nvml\n")
+    assert "is not the generation of the gres map" in (
+        gres.stale_reason(fm.machine, gres.read_map(fm.machine)) or ""
+    )
+
+
+def test_no_map_is_stale_with_the_command_that_writes_it(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up(vendor, fm)
+    assert gres.stale_reason(fm.machine, None) == (
+        "no gres map at /etc/rediacc/slurm/gres-map.json: run `rdc slurm gres box --node NODE`"
+    )
+
+
+def test_a_dry_run_prints_the_conf_and_writes_nothing(vendor: FakeVendor, fm: FakeMachine) -> None:
+    set_up(vendor, fm)
+    done = rdc("slurm", "gres", "box", "--node", "gpu1", "--dry-run")
+    assert done.exit_code == 0, done.output
+    assert "AutoDetect=off" in done.stdout
+    assert not fm.path("/etc/slurm/gres.conf").exists() and not fm.path(gres.MAP_PATH).exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "vendor", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "nvidia", "h100"),
+        ("NVIDIA A100-SXM4-40GB", "nvidia", "a100"),
+        ("AMD Instinct MI210", "amd", "mi210"),
+        ("Intel(R) UHD Graphics 770", "intel", "intel"),
+    ],
+)
+def test_the_type_is_the_model_word_of_the_name(name: str, vendor: str, expected: str) -> None:
+    assert gres.gres_type(Gpu(vendor=vendor, source="x", name=name)) == expected
+
+
+def test_squeue_22_05_json_is_read_as_jobs() -> None:
+    """A capture of bookworm's Slurm 22.05 (`squeue --json`, two leases running on n1)."""
+    jobs = parse_squeue((DATA / "squeue-22.05.json").read_text())
+    assert [(j.job_id, j.state, j.comment, j.account, j.user, j.nodes) for j in jobs] == [
+        ("1", "RUNNING", "rdc-repo=alpha", "teama", "root", "n1"),
+        ("2", "RUNNING", "rdc-repo=beta", "teama", "root", "n1"),
+    ]
+    assert jobs[0].live and jobs[0].end_iso is not None and jobs[0].gpus == ("gpu:example:1(IDX:0)",)
+
+
+def test_setup_and_refresh_keep_a_written_map_in_step_with_the_inventory(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up(vendor, fm)
+    done = rdc("machine", "setup", "box")
+    assert "gres" not in done.stderr  # never written: setup leaves Slurm alone
+    assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
+    vendor.gpus = cards(split=False)
+    done = rdc("machine", "refresh", "box")
+    assert done.exit_code == 0, done.output
+    assert "/etc/slurm/gres.conf and the gres map are rewritten" in done.stderr
+    assert "restart slurmd on gpu1" in done.stderr
+    assert gres.stale_reason(fm.machine, gres.read_map(fm.machine)) is None
+    assert "Type=h100 File=" in fm.path("/etc/slurm/gres.conf").read_text()
+
+
+def test_a_teams_gpu_minutes_are_read_from_the_controllers_association() -> None:
+    """A capture of 22.05's `scontrol show assoc_mgr flags=assoc accounts=teamc` (teamc: no minutes)."""
+    text = (DATA / "assoc-mgr-22.05.txt").read_text()
+    assert parse_budget(text, "teamc") == Budget("teamc", 0, 0)
+    assert parse_budget(text, "teamc").spent == 1.0
+    spent = text.replace("pages=N(0),gres/gpu=0(0)", "pages=N(0),gres/gpu=6000(4950)")
+    assert parse_budget(spent, "teamc") == Budget("teamc", 6000, 4950)
+    assert parse_budget(spent, "teamc").left == 1050
+    assert parse_budget(text, "teama") == Budget("teama", None, 0)  # no such association: no limit known
