@@ -154,27 +154,30 @@ def job_grants(machine: Machine, tag: str) -> list[Grant]:
 
 
 def release(machine: Machine, grants: Iterable[Grant], why: str) -> list[tuple[Repo, list[str]]]:
-    """Revoke `grants` and stop what of their repos holds them (revoke --stop); audited per repo."""
+    """Revoke `grants` and empty their repos (revoke --stop, `grants.release`: the one place hardware
+    leaves a repo, so a descriptor in flight goes too); audited per repo. A repo that cannot be
+    emptied keeps its revocation (its residue waits for the next exclusive grant) and is said."""
     from rediacc_core.grants.store import GrantStore
     from rediacc_core.plugins import get_plugins
-    from rediacc_core.runtime.holdings import clear_openers, nodes_of, repo_holders, stop_holder
+    from rediacc_core.runtime.holdings import Holdings
 
     by_repo: dict[str, list[str]] = {}
     for grant in grants:
         by_repo.setdefault(grant.repo_id, []).append(grant.device)
-    store = GrantStore(machine, get_plugins())
+    store = GrantStore(machine, get_plugins(), running=Holdings(machine))
     repos = {r.id: r for r in RepoStore(machine).list()}
     done: list[tuple[Repo, list[str]]] = []
     for repo_id, names in by_repo.items():
         repo = repos.get(repo_id)
         if repo is None:
             continue  # its grants went with it (`rdc machine gpu prune` for leftovers)
-        store.revoke(repo, names, absent_ok=True)
-        for holder in repo_holders(machine, repo) or ():
-            if holder.running and holder.holds_any(names):
-                stop_holder(machine, holder)
-        clear_openers(machine, repo, nodes_of(machine, names, [g.device for g in store.for_repo(repo.id)]))
-        audit(machine, repo, "slurm-release", names, why)
+        try:
+            store.revoke_emptying(repo, names)
+        except RdcError as exc:  # the revocation stands; what still runs is named
+            store.revoke(repo, names, absent_ok=True)
+            audit(machine, repo, "slurm-release", names, f"{why}; not emptied: {exc.what}")
+        else:
+            audit(machine, repo, "slurm-release", names, why)
         done.append((repo, names))
     return done
 
