@@ -20,52 +20,22 @@ from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, resolve_ref
 
-_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml")
-
-
-def requests_of(words: tuple[str, ...]) -> list[CheckedRequest]:
-    """The requests a Compose file (one word: its path) or a docker command line would send."""
-    from rediacc_core.cli.check_compose import from_compose
+def requests_of(words: tuple[str, ...]) -> tuple[list[CheckedRequest], list[str]]:
+    """The requests a Compose file (one word: its path) or a docker command line would send, and
+    notes on what the installed Compose reads but does not send."""
+    from rediacc_core.cli.check_compose import file_line, from_compose, parse_compose
 
     if len(words) == 1 and not words[0].startswith("docker"):
-        return from_compose(Path(words[0]))
-    args = list(words[1:] if words[:1] == ("docker",) else words)
-    if args[:1] != ["compose"]:
-        return from_docker(words)
-    return from_compose(*_compose_file(args[1:]))
-
-
-def _compose_file(args: list[str]) -> tuple[Path, str | None]:
-    """The file and project name of `docker compose [-f FILE] [-p NAME] [--project-directory DIR] …`."""
-    files, project, directory = [], None, Path()
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        name, eq, value = args[i].partition("=")
-        if name in ("-f", "--file", "-p", "--project-name", "--project-directory"):
-            if not eq:
-                i += 1
-                value = args[i] if i < len(args) else ""
-            if name in ("-f", "--file"):
-                files.append(value)
-            elif name == "--project-directory":
-                directory = Path(value)
-            else:
-                project = value
-        i += 1
-    if len(files) > 1:
+        return from_compose(file_line(Path(words[0])))
+    if words[:1] != ("docker",):
         raise ValidationError(
-            "rdc repo check reads one Compose file, not several merged",
-            "check each file alone: rdc repo check REPO FILE",
+            f"rdc repo check reads docker and docker compose command lines only, not {shlex.join(words[:1])}",
+            "write it as: rdc repo check REPO -- docker run|create [OPTIONS] IMAGE [COMMAND], or "
+            "rdc repo check REPO -- docker compose [-f FILE] up, or name a Compose file",
         )
-    if files:
-        return Path(files[0]), project
-    for name in _COMPOSE_FILES:
-        if (directory / name).is_file():
-            return directory / name, project
-    raise ValidationError(
-        f"no Compose file in {directory.resolve()} ({', '.join(_COMPOSE_FILES)})",
-        "name it: rdc repo check REPO -- docker compose -f FILE up",
-    )
+    if words[1:2] == ("compose",):
+        return from_compose(parse_compose(words[2:]))
+    return from_docker(words), []
 
 
 def decide(
@@ -119,7 +89,8 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
       rdc repo check gpu-a compose.yaml -o json
     """
     machine, found = resolve_ref(ref, Config.load())
-    decided = decide(machine, found, requests_of(what))
+    requests, notes = requests_of(what)
+    decided = decide(machine, found, requests)
     rows = [
         {
             "request": r.what,
@@ -130,6 +101,8 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
         for r, d in decided
     ]
     emit(rows, fmt, _render)
+    for line in notes:
+        note(line)
     refused = [row for row in rows if not row["admitted"]]
     if refused:
         note(
