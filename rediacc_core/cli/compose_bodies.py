@@ -21,8 +21,9 @@ from rediacc_core.cdi.names import is_qualified_name
 from rediacc_core.cli.check_docker import API, CheckedRequest, port_bindings, put_devices
 from rediacc_core.errors import ValidationError
 
-# The first Compose that sends `gpus:` and CDI names as device requests.
-DEVICE_REQUESTS_SINCE = (2, 30)
+# Compose 2.26 and 2.40 were recorded; a Compose from 2.30 on (the first to send `gpus:` and CDI
+# names as device requests) is read as 2.40 sends, an older one as 2.26 sends.
+SENDS_AS_240_SINCE = (2, 30)
 
 # Service keys whose fields the gate leaves free, or that send nothing of their own.
 _FREE = frozenset(
@@ -89,7 +90,7 @@ def _device_request(entry: Mapping[str, Any], capabilities: list[list[str]] | No
 
 def _devices(service: Mapping[str, Any], version: tuple[int, int]) -> tuple[dict[str, Any], list[str]]:
     """Devices, CDI names and device requests into a HostConfig fragment (`put_devices`)."""
-    requests_since = version >= DEVICE_REQUESTS_SINCE
+    requests_since = version >= SENDS_AS_240_SINCE
     devices: list[dict[str, str]] = []
     cdi: list[str] = []
     for entry in service.get("devices") or []:
@@ -100,19 +101,19 @@ def _devices(service: Mapping[str, Any], version: tuple[int, int]) -> tuple[dict
             continue
         perms = str(entry.get("permissions") or "rwm")
         devices.append({"PathOnHost": source, "PathInContainer": target, "CgroupPermissions": perms})
-    requests: list[dict[str, Any]] = []
-    if requests_since:
-        for entry in service.get("gpus") or []:
-            caps = [["gpu", *_strings(entry.get("capabilities"))]]
-            requests.append(_device_request(entry, [list(dict.fromkeys(caps[0]))]))
+    # Compose 2.40's order: the CDI names, `deploy`'s reservations, then `gpus:`.
+    requests: list[dict[str, Any]] = [{"Driver": "cdi", "DeviceIDs": cdi}] if cdi else []
     deploy = service.get("deploy") or {}
     reserved = ((deploy.get("resources") or {}).get("reservations") or {}).get("devices") or []
     for entry in reserved:
         caps = _strings(entry.get("capabilities"))
         requests.append(_device_request(entry, [caps] if caps else None))
+    if requests_since:
+        for entry in service.get("gpus") or []:
+            caps = sorted({"gpu", *_strings(entry.get("capabilities"))})
+            requests.append(_device_request(entry, [caps]))
     host: dict[str, Any] = {}
-    # Compose 2.40 sends its CDI request first; the gate folds the names alike wherever they are.
-    put_devices(host, devices, [], ([{"Driver": "cdi", "DeviceIDs": cdi}] if cdi else []) + requests)
+    put_devices(host, devices, [], requests)
     dropped = [] if requests_since or not service.get("gpus") else ["gpus"]
     return host, dropped
 
@@ -126,7 +127,7 @@ def _bind_string(source: str, volume: Mapping[str, Any]) -> str:
 
 
 def _mounts(
-    service: Mapping[str, Any], model: Mapping[str, Any]
+    service: Mapping[str, Any], model: Mapping[str, Any], version: tuple[int, int]
 ) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]]:
     """`volumes:`, `tmpfs` mounts, `secrets:` and `configs:` as Binds, Mounts and anonymous Volumes:
     a bind that needs nothing of the Mount API and a plain named volume as a bind string."""
@@ -139,9 +140,9 @@ def _mounts(
         source = str(volume.get("source") or "")
         bind = volume.get("bind") or {}
         options = volume.get("volume") or {}
-        if kind == "bind" and bind.get("create_host_path") and not (
-            bind.get("propagation") or bind.get("recursive")
-        ):
+        # Compose 2.26 mounts a bind of the long syntax (no create_host_path); 2.40 binds it too.
+        plain = bind.get("create_host_path") or version >= SENDS_AS_240_SINCE
+        if kind == "bind" and plain and not (bind.get("propagation") or bind.get("recursive")):
             binds.append(_bind_string(source, volume))
             continue
         if kind == "volume" and source in named:
@@ -233,7 +234,7 @@ def service_body(
     env = _mapping(s("environment"))
     if env:
         body["Env"] = [f"{k}={v}" for k, v in env.items()]
-    binds, mounts, anonymous = _mounts(service, model)
+    binds, mounts, anonymous = _mounts(service, model, version)
     for field, value in (("Binds", binds), ("Mounts", mounts)):
         if value:
             host[field] = value
@@ -250,6 +251,9 @@ def service_body(
     for key, field in _LIST_FIELDS:
         if s(key):
             host[field] = _strings(s(key))
+    if host.get("CapAdd") and version >= SENDS_AS_240_SINCE:  # 2.40 names each as the kernel does
+        host["CapAdd"] = [c if c.upper() in ("ALL",) or c.upper().startswith("CAP_") else f"CAP_{c}"
+                          for c in host["CapAdd"]]  # fmt: skip
     for key, field in _STRING_FIELDS:
         if s(key):
             host[field] = str(s(key))
@@ -298,10 +302,12 @@ def _volume_requests(model: Mapping[str, Any]) -> list[CheckedRequest]:
             continue
         body: dict[str, Any] = {
             "Name": str(volume.get("name") or f"{project}_{name}"),
-            "Driver": str(volume.get("driver") or "local"),
-            "DriverOpts": _mapping(volume.get("driver_opts")),
             "Labels": {"com.docker.compose.project": project, "com.docker.compose.volume": str(name)},
         }
+        if volume.get("driver"):
+            body["Driver"] = str(volume["driver"])
+        if volume.get("driver_opts"):
+            body["DriverOpts"] = _mapping(volume["driver_opts"])
         requests.append(CheckedRequest(f"volume {name}", "POST", f"{API}/volumes/create", body))
     return requests
 
