@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -13,7 +14,7 @@ from grants_kit import GPU, registered_box
 from run_cases import REFUSED_RUNS, case_id
 
 from rediacc_core.cli import cli
-from rediacc_core.cli.check_compose import compose_version, file_line, from_compose, model_of, parse_compose
+from rediacc_core.cli.check_compose import compose_version, from_compose, model_of, parse_compose
 from rediacc_core.cli.check_docker import from_docker
 from rediacc_core.cli.compose_bodies import from_model
 from rediacc_core.errors import EXIT_REFUSED, EXIT_VALIDATION, ValidationError
@@ -180,8 +181,7 @@ class TestComposeFiles:
         assert result.exit_code == EXIT_VALIDATION and "cannot read the Compose file" in result.stderr
 
 
-
-def _bodies(line_words: list[str], version: tuple[int, int] | None = None) -> dict[str, dict[str, object]]:
+def _bodies(line_words: list[str], version: tuple[int, int] | None = None) -> dict[str, dict[str, Any]]:
     """Each request's body by what it is, for `docker compose LINE_WORDS` run here."""
     line = parse_compose(line_words)
     if version is None:
@@ -191,9 +191,8 @@ def _bodies(line_words: list[str], version: tuple[int, int] | None = None) -> di
     return {r.what: r.body for r in requests}
 
 
-def _host(body: dict[str, object]) -> dict[str, object]:
-    host = body["HostConfig"]
-    assert isinstance(host, dict)
+def _host(body: dict[str, Any]) -> dict[str, Any]:
+    host: dict[str, Any] = body["HostConfig"]
     return host
 
 
@@ -218,7 +217,9 @@ class TestWhatComposeReads:
         assert result.exit_code == EXIT_REFUSED, result.output
         assert "[namespace]" in result.stdout
 
-    def test_include_and_extends_bring_their_services(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_include_and_extends_bring_their_services(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         (tmp_path / "compose.yaml").write_text(
             "include: [inc.yaml]\nservices:\n  web: {image: bb, extends: {file: base.yaml, service: base}}\n"
         )
@@ -250,7 +251,9 @@ class TestWhatComposeReads:
         assert _host(bodies["service evil"])["PidMode"] == "host"
 
     def test_nested_defaults_are_interpolated(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        (tmp_path / "compose.yaml").write_text("services:\n  web: {image: bb, ports: ['${P:-${Q:-80}}:80']}\n")
+        (tmp_path / "compose.yaml").write_text(
+            "services:\n  web: {image: bb, ports: ['${P:-${Q:-80}}:80']}\n"
+        )
         monkeypatch.chdir(tmp_path)
         monkeypatch.delenv("P", raising=False)
         monkeypatch.delenv("Q", raising=False)
@@ -267,8 +270,13 @@ class TestWhatComposeReads:
         (tmp_path / "c.txt").write_text("c")
         monkeypatch.chdir(tmp_path)
         mounts = _host(_bodies(["up"])["service web"])["Mounts"]
-        assert {"Type": "bind", "Source": "/dev/null", "Target": "/run/secrets/s", "ReadOnly": True} in mounts  # type: ignore[operator]
-        assert {"Type": "bind", "Source": str(tmp_path / "c.txt"), "Target": "/etc/c", "ReadOnly": True} in mounts  # type: ignore[operator]
+        assert {"Type": "bind", "Source": "/dev/null", "Target": "/run/secrets/s", "ReadOnly": True} in mounts
+        assert {
+            "Type": "bind",
+            "Source": str(tmp_path / "c.txt"),
+            "Target": "/etc/c",
+            "ReadOnly": True,
+        } in mounts
 
     def test_a_secret_of_a_device_is_refused(self, box: Machine, tmp_path: Path) -> None:
         (tmp_path / "compose.yaml").write_text(
@@ -283,7 +291,18 @@ class TestWhatComposeReads:
         result = rdc("repo", "check", "alpha@box", str(tmp_path / "compose.yaml"))
         assert result.exit_code == EXIT_REFUSED, result.output
         assert "build web: refused" in result.stdout and "networkmode=host" in result.stdout
-        nobuild = rdc("repo", "check", "alpha@box", "--", "docker", "compose", "-f", str(tmp_path / "compose.yaml"), "up", "--no-build")
+        nobuild = rdc(
+            "repo",
+            "check",
+            "alpha@box",
+            "--",
+            "docker",
+            "compose",
+            "-f",
+            str(tmp_path / "compose.yaml"),
+            "up",
+            "--no-build",
+        )
         assert "build web" not in nobuild.stdout
 
     def test_a_service_of_an_inactive_profile_is_not_created(self, box: Machine, tmp_path: Path) -> None:
@@ -297,11 +316,13 @@ class TestWhatComposeReads:
         loud = rdc("repo", "check", "alpha@box", *line)
         assert loud.exit_code == EXIT_REFUSED and "service debug: refused" in loud.stdout
 
-    def test_gpus_is_sent_by_compose_2_30_and_later_only(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_gpus_is_sent_by_compose_2_30_and_later_only(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         (tmp_path / "compose.yaml").write_text("services:\n  web: {image: bb, gpus: all}\n")
         monkeypatch.chdir(tmp_path)
         assert "DeviceRequests" not in _host(_bodies(["up"], (2, 26))["service web"])
-        [request] = _host(_bodies(["up"], (2, 40))["service web"])["DeviceRequests"]  # type: ignore[misc]
+        [request] = _host(_bodies(["up"], (2, 40))["service web"])["DeviceRequests"]
         assert (request["Count"], request["Capabilities"]) == (-1, [["gpu"]])
 
     def test_a_dropped_gpus_is_said(self, box: Machine, tmp_path: Path) -> None:
@@ -341,7 +362,10 @@ class TestDockerForms:
         assert unknown.exit_code == EXIT_VALIDATION and "--publish key 'frob'" in unknown.stderr
 
     def test_an_unknown_gpus_item_or_mount_key_is_an_error(self, box: Machine) -> None:
-        for option, value, said in (("--gpus", "frob", "--gpus item"), ("--mount", "type=bind,frob=1", "--mount key")):
+        for option, value, said in (
+            ("--gpus", "frob", "--gpus item"),
+            ("--mount", "type=bind,frob=1", "--mount key"),
+        ):
             result = check_run(option, value)
             assert result.exit_code == EXIT_VALIDATION and said in result.stderr, result.output
 

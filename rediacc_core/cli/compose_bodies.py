@@ -194,7 +194,9 @@ def _ulimits(value: Mapping[str, Any]) -> list[dict[str, Any]]:
     limits = []
     for name, limit in value.items():
         if isinstance(limit, dict):
-            limits.append({"Name": name, "Soft": int(limit.get("soft", 0)), "Hard": int(limit.get("hard", 0))})
+            limits.append(
+                {"Name": name, "Soft": int(limit.get("soft", 0)), "Hard": int(limit.get("hard", 0))}
+            )
         else:
             limits.append({"Name": name, "Soft": int(limit), "Hard": int(limit)})
     return limits
@@ -262,13 +264,13 @@ def service_body(
     for key, field in (("sysctls", "Sysctls"), ("storage_opt", "StorageOpt"), ("annotations", "Annotations")):
         if s(key):
             host[field] = _mapping(s(key))
-    if s("ulimits"):
-        host["Ulimits"] = _ulimits(s("ulimits"))
+    if service.get("ulimits"):
+        host["Ulimits"] = _ulimits(service["ulimits"])
     pids = s("pids_limit") or (((s("deploy") or {}).get("resources") or {}).get("limits") or {}).get("pids")
     if pids:
         host["PidsLimit"] = int(pids)
-    if s("oom_score_adj") is not None:
-        host["OomScoreAdj"] = int(s("oom_score_adj"))
+    if service.get("oom_score_adj") is not None:
+        host["OomScoreAdj"] = int(service["oom_score_adj"])
     logging = s("logging") or {}
     if logging.get("driver"):
         host["LogConfig"] = {"Type": str(logging["driver"]), "Config": _mapping(logging.get("options"))}

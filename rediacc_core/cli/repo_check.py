@@ -20,6 +20,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, resolve_ref
 
+
 def requests_of(words: tuple[str, ...]) -> tuple[list[CheckedRequest], list[str]]:
     """The requests a Compose file (one word: its path) or a docker command line would send, and
     notes on what the installed Compose reads but does not send."""
