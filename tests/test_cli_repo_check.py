@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from grants_kit import GPU, registered_box
+from check_corpus import COMMON_FILES, CORPUS, Case
 from run_cases import REFUSED_RUNS, case_id
 
 from rediacc_core.cli import cli
@@ -373,3 +374,19 @@ class TestDockerForms:
         result = rdc("repo", "check", "alpha@box", "--", "podman", "run", "bb")
         assert result.exit_code == EXIT_VALIDATION
         assert "reads docker and docker compose command lines only, not podman" in result.stderr
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda case: case.name)
+def test_every_case_of_the_live_corpus_is_read(
+    box: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case
+) -> None:
+    # tests/e2e/test_e2e_check_corpus.py holds each answer to the live gate's; here, each is read.
+    if case.words[0] == "compose" and _compose_missing():
+        pytest.skip(str(_compose_missing()))
+    files = files_dir(box, RepoStore(box).get_by_label("alpha").id)
+    for name, text in {**COMMON_FILES, **dict(case.files)}.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    words = [w.replace("{files}", str(files)).replace("{dir}", str(tmp_path)) for w in case.words]
+    result = rdc("repo", "check", "alpha@box", "-o", "json", "--", "docker", *words)
+    assert result.exit_code in (0, EXIT_REFUSED), result.output
