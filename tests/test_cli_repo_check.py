@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from check_corpus import COMMON_FILES, CORPUS, Case
 from click.testing import CliRunner, Result
 from grants_kit import GPU, registered_box
-from check_corpus import COMMON_FILES, CORPUS, Case
 from run_cases import REFUSED_RUNS, case_id
 
 from rediacc_core.cli import cli
