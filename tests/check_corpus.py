@@ -178,7 +178,7 @@ _COMPOSES: list[Case] = [
     _compose(
         "compose include harmless",
         "include: [inc.yaml]\n" + _SVC,
-        inc__yaml=f"services:\n  side: {{image: {IMAGE}}}\n",
+        inc__yaml=f"services:\n  side: {{image: {IMAGE}, command: ['true']}}\n",
     ),
     _compose(
         "compose extends",
@@ -204,7 +204,7 @@ _COMPOSES: list[Case] = [
         _SVC + "    privileged: true\n",
         "-f",
         "ok.yaml",
-        ok__yaml=f"services:\n  ok: {{image: {IMAGE}}}\n",
+        ok__yaml=f"services:\n  ok: {{image: {IMAGE}, command: ['true']}}\n",
     ),
     _compose("compose -p", _SVC, "-p", "checkp"),
     _compose("compose nested default, outer", _SVC + "    ports: ['${NOPE1:-${NOPE2:-8080}}:80']\n"),
@@ -236,9 +236,10 @@ _COMPOSES: list[Case] = [
     _compose("compose long bind of /dev", _SVC + "    volumes: [{type: bind, source: /dev, target: /d}]\n"),
     _compose(
         "compose named volume of /dev",
-        _SVC + "    volumes: ['v:/v']\nvolumes:\n  v: {driver_opts: {type: none, o: bind, device: /dev}}\n",
+        _SVC
+        + "    volumes: ['vol:/v']\nvolumes:\n  vol: {driver_opts: {type: none, o: bind, device: /dev}}\n",
     ),
-    _compose("compose named volume", _SVC + "    volumes: ['v:/v']\nvolumes:\n  v: {}\n"),
+    _compose("compose named volume", _SVC + "    volumes: ['vol:/v']\nvolumes:\n  vol: {}\n"),
     _compose("compose tmpfs volume", _SVC + "    volumes: [{type: tmpfs, target: /t}]\n"),
     _compose(
         "compose network with a subnet",
@@ -257,9 +258,13 @@ _COMPOSES: list[Case] = [
     _compose(
         "compose build on the host network",
         "services:\n  web:\n    build: {context: ., network: host}\n",
-        Dockerfile=f"FROM {IMAGE}\nRUN true\n",
+        Dockerfile=f'FROM {IMAGE}\nRUN true\nCMD ["true"]\n',
     ),
-    _compose("compose build", "services:\n  web:\n    build: .\n", Dockerfile=f"FROM {IMAGE}\nRUN true\n"),
+    _compose(
+        "compose build",
+        "services:\n  web:\n    build: .\n",
+        Dockerfile=f'FROM {IMAGE}\nRUN true\nCMD ["true"]\n',
+    ),
 ]
 
 # Every case's directory also holds these (unless it names its own).

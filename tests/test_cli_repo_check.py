@@ -291,7 +291,10 @@ class TestWhatComposeReads:
         (tmp_path / "compose.yaml").write_text("services:\n  web: {build: {context: ., network: host}}\n")
         result = rdc("repo", "check", "alpha@box", str(tmp_path / "compose.yaml"))
         assert result.exit_code == EXIT_REFUSED, result.output
-        assert "build web: refused" in result.stdout and "networkmode=host" in result.stdout
+        assert "build web: refused" in result.stdout
+        # As the gate judges buildx's solve request: its entitlement and its network attribute.
+        assert "[build-option] SolveRequest.Entitlements 'network.host'" in result.stdout
+        assert "[namespace] SolveRequest frontend attribute force-network-mode=host" in result.stdout
         nobuild = rdc(
             "repo",
             "check",

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from rediacc_core.cdi.names import is_qualified_name
 from rediacc_core.cli.check_docker import API, CheckedRequest, port_bindings, put_devices
 from rediacc_core.errors import ValidationError
+from rediacc_core.gate.wire import protowire
 
 # Compose 2.26 and 2.40 were recorded; a Compose from 2.30 on (the first to send `gpus:` and CDI
 # names as device requests) is read as 2.40 sends, an older one as 2.26 sends.
@@ -277,23 +278,42 @@ def service_body(
     return body, dropped
 
 
-def build_query(name: str, build: Mapping[str, Any]) -> str:
-    """The `/build` query of a service's `build:`: the parameters the gate checks, as the classic
-    builder's query carries them (BuildKit carries the same settings, checked alike)."""
-    import json
+# BuildKit's solve call, which Compose's builds make (through buildx), as the gate judges it.
+SOLVE = "/moby.buildkit.v1.Control/Solve"
 
-    params: list[tuple[str, str]] = []
+
+def build_request(name: str, build: Mapping[str, Any]) -> CheckedRequest:
+    """A service's `build:` as the settings of the solve request buildx sends for it: the frontend,
+    its attributes and the entitlements the gate checks (the rest of the build reaches no rule)."""
+    attrs: dict[str, str] = {}
+    entitlements: list[str] = []
     for key, value in build.items():
         if key == "network":
-            params.append(("networkmode", str(value)))
+            if value == "host":
+                entitlements.append("network.host")
+            if value not in (None, "", "default"):
+                attrs["force-network-mode"] = str(value)
         elif key == "ulimits":
-            params.append(("ulimits", json.dumps(_ulimits(value))))
-        elif key in ("privileged", "entitlements"):
-            if value:
-                params.append(("entitlements" if key == "entitlements" else "privileged", str(value)))
+            attrs["ulimit"] = ",".join(f"{u['Name']}={u['Soft']}:{u['Hard']}" for u in _ulimits(value))
+        elif key == "privileged":
+            entitlements += ["security.insecure"] if value else []
+        elif key == "entitlements":
+            entitlements += _strings(value)
         elif key not in _BUILD_FREE and not str(key).startswith("x-"):
             raise _unknown("build key", str(key), f"service {name}")
-    return urlencode(params)
+    body = {"frontend": "dockerfile.v0", "attrs": attrs, "entitlements": entitlements}
+    return CheckedRequest(f"build {name}", "GRPC", SOLVE, body)
+
+
+def solve_message(body: Mapping[str, Any]) -> bytes:
+    """`build_request`'s body as the SolveRequest message: frontend (6), its attributes (7) and
+    the entitlements (9)."""
+    message = protowire.length_field(6, str(body["frontend"]))
+    for name, value in sorted(body["attrs"].items()):
+        message += protowire.map_entry(7, name, value)
+    for entitlement in body["entitlements"]:
+        message += protowire.length_field(9, entitlement)
+    return message
 
 
 def _volume_requests(model: Mapping[str, Any]) -> list[CheckedRequest]:
@@ -352,9 +372,7 @@ def from_model(
     chosen = services if services is not None else model.get("services") or {}
     for name, service in chosen.items():
         if service.get("build") is not None:
-            query = build_query(name, service["build"])
-            target = f"{API}/build" + (f"?{query}" if query else "")
-            requests.append(CheckedRequest(f"build {name}", "POST", target, {}))
+            requests.append(build_request(name, service["build"]))
         body, lost = service_body(name, service, model, version)
         dropped += [f"service {name}: {key}" for key in lost]
         container = str(service.get("container_name") or f"{project}-{name}-1")

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from rediacc_core.cli.check_docker import CheckedRequest, from_docker
+from rediacc_core.cli.compose_bodies import solve_message
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
@@ -48,9 +49,25 @@ def decide(
 
     decider = Decider(machine, found, get_plugins(), lambda image: None, lambda line: None, pinning=False)
     return [
-        (r, decider.decide(r.method, r.target, "application/json", json.dumps(r.body).encode()))
+        (r, _solve(decider, r))
+        if r.method == "GRPC"
+        else (r, decider.decide(r.method, r.target, "application/json", json.dumps(r.body).encode()))
         for r in requests
     ]
+
+
+def _solve(decider: Decider, request: CheckedRequest) -> Decision:
+    """A build's solve request, judged as the gate judges BuildKit's calls on `/grpc`."""
+    verdict = decider.judge_grpc(request.target, solve_message(request.body))
+    refusals = tuple(finding.refusal for finding in verdict.findings)
+    return Decision(
+        forward=not verdict.refused,
+        status=403,
+        message="; ".join(r.message for r in refusals),
+        endpoint="grpc",
+        rules=tuple(dict.fromkeys(r.rule for r in refusals)),
+        refusals=refusals,
+    )
 
 
 def _refusals(decision: Decision) -> list[dict[str, Any]]:
