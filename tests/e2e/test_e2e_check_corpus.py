@@ -24,7 +24,6 @@ from e2e_kit import E2E, wait_for
 from rediacc_core.cli import cli
 from rediacc_core.repos import files_dir
 
-
 _CREATES = ("container-create", "volume-create", "network-create", "grpc")
 
 
@@ -142,5 +141,9 @@ def test_the_check_and_the_live_gate_agree_on_every_case(
         refused = [e for e in mine if e.get("decision") == "refused"]
         o.live_decided, o.live_refusals = len(mine), len(refused)
         o.live_rules = {rule for e in refused for rule in e.get("rules") or ()}
+    for o in outcomes:  # shown with -s: what each case got, for a reader looking for a wrong admit
+        print(
+            f"{o.case.name}: {'refused ' + ','.join(sorted(o.live_rules)) if o.live_refusals else 'admitted'}"
+        )
     problems = [(o.case.name, why) for o in outcomes if (why := _disagreement(o)) is not None]
     assert not problems, "\n".join(f"{name}: {why}" for name, why in problems)
