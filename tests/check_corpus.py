@@ -247,6 +247,11 @@ _COMPOSES: list[Case] = [
     ),
     _compose("compose internal network", _SVC + "    networks: [n]\nnetworks:\n  n: {internal: true}\n"),
     _compose("compose namespaces", _SVC + "    ipc: host\n"),
+    _compose(
+        "compose another service's namespaces",
+        _SVC
+        + f"  side: {{image: {IMAGE}, command: ['true'], network_mode: 'service:web', pid: 'service:web'}}\n",
+    ),
     _compose("compose capabilities", _SVC + "    cap_add: [SYS_ADMIN]\n"),
     _compose("compose harmless capability", _SVC + "    cap_add: [CHOWN]\n"),
     _compose("compose sysctls", _SVC + "    sysctls: {kernel.shm_rmid_forced: 1}\n"),

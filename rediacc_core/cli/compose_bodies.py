@@ -214,9 +214,19 @@ _LIST_FIELDS = (
 )  # fmt: skip
 
 
+def _joined(value: str, model: Mapping[str, Any]) -> str:
+    """`service:NAME` (another service's namespace) as Compose sends it: `container:` its container."""
+    if value.startswith("service:"):
+        name = value.removeprefix("service:")
+        other = (model.get("services") or {}).get(name) or {}
+        container = other.get("container_name") or f"{model.get('name')}-{name}-1"
+        return f"container:{container}"
+    return value
+
+
 def _network_mode(service: Mapping[str, Any], model: Mapping[str, Any]) -> str:
     if service.get("network_mode"):
-        return str(service["network_mode"])
+        return _joined(str(service["network_mode"]), model)
     joined = list(service.get("networks") or {})
     defined = model.get("networks") or {}
     first = joined[0] if joined else "default"
@@ -259,7 +269,7 @@ def service_body(
                           for c in host["CapAdd"]]  # fmt: skip
     for key, field in _STRING_FIELDS:
         if s(key):
-            host[field] = str(s(key))
+            host[field] = _joined(str(s(key)), model)
     if s("tmpfs"):
         host["Tmpfs"] = {path: opts for path, _, opts in (t.partition(":") for t in _strings(s("tmpfs")))}
     for key, field in (("sysctls", "Sysctls"), ("storage_opt", "StorageOpt"), ("annotations", "Annotations")):
