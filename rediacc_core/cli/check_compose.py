@@ -178,4 +178,5 @@ def from_compose(line: ComposeLine) -> tuple[list[CheckedRequest], list[str]]:
     if line.no_build:
         services = {name: {k: v for k, v in s.items() if k != "build"} for name, s in services.items()}
     requests, dropped = from_model(model, version, services)
-    return requests, [f"Compose {version[0]}.{version[1]} drops {d}" for d in dropped]
+    shown = f"Compose {version[0]}.{version[1]}"
+    return requests, [f"Read by {shown} as: {line.shown()}", *(f"{shown} drops {d}" for d in dropped)]

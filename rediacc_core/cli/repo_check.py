@@ -97,7 +97,9 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
     Each request they would make (each service's container, each named volume and network) is
     decided by the gate's own rules, against the repo's grants in force and the machine's settings.
     Every refusal is printed with what to use instead; the exit code is 4 when any would be refused.
-    On an SSH machine the check runs there, and a Compose file is read there.
+    A Compose project is read by the installed Compose (docker compose config), with the same
+    options, as `docker compose up` reads it. On an SSH machine the check runs there, and a Compose
+    file is read there.
 
     \b
     Examples:
