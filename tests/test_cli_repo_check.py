@@ -332,6 +332,11 @@ class TestWhatComposeReads:
     def test_a_dropped_gpus_is_said(self, box: Machine, tmp_path: Path) -> None:
         (tmp_path / "compose.yaml").write_text("services:\n  web: {image: bb, gpus: all}\n")
         result = rdc("repo", "check", "alpha@box", str(tmp_path / "compose.yaml"))
+        major, minor = compose_version()
+        assert (
+            f"Read by Compose {major}.{minor} as: docker compose -f {tmp_path}/compose.yaml up"
+            in result.stderr
+        )
         if compose_version() < (2, 30):
             assert result.exit_code == 0 and "drops service web: gpus" in result.stderr
         else:
