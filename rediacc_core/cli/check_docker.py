@@ -244,6 +244,10 @@ def gpus_request(value: str) -> dict[str, Any]:
             request["Count"] = -1
         elif item.isdigit():
             request["Count"] = int(item)
+        else:
+            raise ValidationError(
+                f"rdc repo check does not know the --gpus item {item!r}", "check the command without it"
+            )
     return request
 
 
@@ -271,6 +275,15 @@ def mount_spec(spec: str) -> dict[str, Any]:
             ] = val in ("disabled", "writable")
         elif key == "volume-driver":
             volume_options["DriverConfig"] = {"Name": val}
+        elif key == "volume-label":
+            name, _, label = val.partition("=")
+            volume_options.setdefault("Labels", {})[name] = label
+        elif key == "bind-nonrecursive":
+            mount.setdefault("BindOptions", {})["NonRecursive"] = not eq or val.lower() in ("1", "true")
+        elif key == "bind-create-mountpoint":
+            mount.setdefault("BindOptions", {})["CreateMountpoint"] = not eq or val.lower() in ("1", "true")
+        elif key == "image-subpath":
+            mount.setdefault("ImageOptions", {})["Subpath"] = val
         elif key == "volume-opt":
             name, _, option = val.partition("=")
             driver_options[name] = option
@@ -309,6 +322,8 @@ def port_bindings(specs: Sequence[str], exposed: Sequence[str] = ()) -> tuple[di
         port, _, proto = spec.partition("/")
         exposed_ports[f"{port}/{proto or 'tcp'}"] = {}
     for spec in specs:
+        if "=" in spec:
+            spec = _long_port(spec)
         spec, _, proto = spec.partition("/")
         host_ip = ""
         if spec.startswith("["):  # an IPv6 address
@@ -332,6 +347,22 @@ def port_bindings(specs: Sequence[str], exposed: Sequence[str] = ()) -> tuple[di
             exposed_ports[key] = {}
             bindings.setdefault(key, []).append({"HostIp": host_ip, "HostPort": host_port})
     return exposed_ports, bindings
+
+
+def _long_port(spec: str) -> str:
+    """`--publish mode=…,target=…,published=…,protocol=…` (the CLI's long form) as the short form."""
+    keys: dict[str, str] = {}
+    for item in next(csv.reader([spec])):
+        key, _, val = item.partition("=")
+        if key not in ("mode", "target", "published", "protocol"):
+            raise ValidationError(
+                f"rdc repo check does not know the --publish key {key!r}", "check the command without it"
+            )
+        keys[key] = val
+    if not keys.get("target"):
+        raise ValidationError(f"--publish {spec} names no target port", "add target=PORT")
+    short = f"{keys['target']}/{keys.get('protocol') or 'tcp'}"
+    return f"{keys['published']}:{short}" if keys.get("published") else short
 
 
 def _pairs(values: Sequence[str]) -> dict[str, str]:
@@ -466,8 +497,12 @@ def create_body(options: dict[str, list[str]], rest: Sequence[str]) -> dict[str,
 def from_docker(argv: Sequence[str]) -> list[CheckedRequest]:
     """The requests of `docker run|create …` (also `docker container run|create …`)."""
     args = list(argv)
-    if args[:1] == ["docker"]:
-        args = args[1:]
+    if args[:1] != ["docker"]:
+        raise ValidationError(
+            f"rdc repo check reads docker and docker compose command lines only, not {shlex.join(args[:1])}",
+            "write it as: rdc repo check REPO -- docker run [OPTIONS] IMAGE [COMMAND]",
+        )
+    args = args[1:]
     if args[:1] == ["container"]:
         args = args[1:]
     if not args or args[0] not in ("run", "create"):

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from rediacc_core.cli.check_docker import CheckedRequest, from_docker
+from rediacc_core.cli.compose_bodies import solve_message
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
@@ -20,52 +21,23 @@ from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, resolve_ref
 
-_COMPOSE_FILES = ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml")
 
-
-def requests_of(words: tuple[str, ...]) -> list[CheckedRequest]:
-    """The requests a Compose file (one word: its path) or a docker command line would send."""
-    from rediacc_core.cli.check_compose import from_compose
+def requests_of(words: tuple[str, ...]) -> tuple[list[CheckedRequest], list[str]]:
+    """The requests a Compose file (one word: its path) or a docker command line would send, and
+    notes on what the installed Compose reads but does not send."""
+    from rediacc_core.cli.check_compose import file_line, from_compose, parse_compose
 
     if len(words) == 1 and not words[0].startswith("docker"):
-        return from_compose(Path(words[0]))
-    args = list(words[1:] if words[:1] == ("docker",) else words)
-    if args[:1] != ["compose"]:
-        return from_docker(words)
-    return from_compose(*_compose_file(args[1:]))
-
-
-def _compose_file(args: list[str]) -> tuple[Path, str | None]:
-    """The file and project name of `docker compose [-f FILE] [-p NAME] [--project-directory DIR] …`."""
-    files, project, directory = [], None, Path()
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        name, eq, value = args[i].partition("=")
-        if name in ("-f", "--file", "-p", "--project-name", "--project-directory"):
-            if not eq:
-                i += 1
-                value = args[i] if i < len(args) else ""
-            if name in ("-f", "--file"):
-                files.append(value)
-            elif name == "--project-directory":
-                directory = Path(value)
-            else:
-                project = value
-        i += 1
-    if len(files) > 1:
+        return from_compose(file_line(Path(words[0])))
+    if words[:1] != ("docker",):
         raise ValidationError(
-            "rdc repo check reads one Compose file, not several merged",
-            "check each file alone: rdc repo check REPO FILE",
+            f"rdc repo check reads docker and docker compose command lines only, not {shlex.join(words[:1])}",
+            "write it as: rdc repo check REPO -- docker run|create [OPTIONS] IMAGE [COMMAND], or "
+            "rdc repo check REPO -- docker compose [-f FILE] up, or name a Compose file",
         )
-    if files:
-        return Path(files[0]), project
-    for name in _COMPOSE_FILES:
-        if (directory / name).is_file():
-            return directory / name, project
-    raise ValidationError(
-        f"no Compose file in {directory.resolve()} ({', '.join(_COMPOSE_FILES)})",
-        "name it: rdc repo check REPO -- docker compose -f FILE up",
-    )
+    if words[1:2] == ("compose",):
+        return from_compose(parse_compose(words[2:]))
+    return from_docker(words), []
 
 
 def decide(
@@ -77,9 +49,25 @@ def decide(
 
     decider = Decider(machine, found, get_plugins(), lambda image: None, lambda line: None, pinning=False)
     return [
-        (r, decider.decide(r.method, r.target, "application/json", json.dumps(r.body).encode()))
+        (r, _solve(decider, r))
+        if r.method == "GRPC"
+        else (r, decider.decide(r.method, r.target, "application/json", json.dumps(r.body).encode()))
         for r in requests
     ]
+
+
+def _solve(decider: Decider, request: CheckedRequest) -> Decision:
+    """A build's solve request, judged as the gate judges BuildKit's calls on `/grpc`."""
+    verdict = decider.judge_grpc(request.target, solve_message(request.body))
+    refusals = tuple(finding.refusal for finding in verdict.findings)
+    return Decision(
+        forward=not verdict.refused,
+        status=403,
+        message="; ".join(r.message for r in refusals),
+        endpoint="grpc",
+        rules=tuple(dict.fromkeys(r.rule for r in refusals)),
+        refusals=refusals,
+    )
 
 
 def _refusals(decision: Decision) -> list[dict[str, Any]]:
@@ -109,7 +97,9 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
     Each request they would make (each service's container, each named volume and network) is
     decided by the gate's own rules, against the repo's grants in force and the machine's settings.
     Every refusal is printed with what to use instead; the exit code is 4 when any would be refused.
-    On an SSH machine the check runs there, and a Compose file is read there.
+    A Compose project is read by the installed Compose (docker compose config), with the same
+    options, as `docker compose up` reads it. On an SSH machine the check runs there, and a Compose
+    file is read there.
 
     \b
     Examples:
@@ -119,7 +109,8 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
       rdc repo check gpu-a compose.yaml -o json
     """
     machine, found = resolve_ref(ref, Config.load())
-    decided = decide(machine, found, requests_of(what))
+    requests, notes = requests_of(what)
+    decided = decide(machine, found, requests)
     rows = [
         {
             "request": r.what,
@@ -130,6 +121,8 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
         for r, d in decided
     ]
     emit(rows, fmt, _render)
+    for line in notes:
+        note(line)
     refused = [row for row in rows if not row["admitted"]]
     if refused:
         note(
