@@ -16,8 +16,10 @@ as `python -S -I guard.py` (no site, no user environment: 16 ms here against 85 
 the standard library, and `exec`s runc once it has read the grants file (one small JSON file: a
 repo being emptied for a handover, `grants.release`, may start no container at all) for a container
 without device nodes (moby omits `linux.devices` then). Only a container with devices pays for
-reading the CDI specs (PyYAML, from the directory the wrapper passes in `--yaml-path`), and, when
-the repo has a grant that recorded its hardware, the inventory (`--inventory`; JSON, about 0.1 ms).
+reading the inventory (`--inventory`; JSON, about 0.1 ms: specs rewritten since it was written, a
+driver update or two cards that exchanged slots, refuse until `rdc machine refresh`, as the gate's
+rule `stale-facts` does) and the CDI specs (PyYAML, from the directory the wrapper passes in
+`--yaml-path`).
 
 Its reading is deliberately narrower than the core's (`grants/`, `cdi/`): any shape it does not
 expect is a refusal. A refusal is written to runc's `--log` in runc's own JSON form, which the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,12 +58,14 @@ class Refused(Exception):
         unhealthy: bool = False,
         suspended: bool = False,
         drained: bool = False,
+        stale: bool = False,
     ) -> None:
         super().__init__(why)
         self.names = tuple(names)
         self.unhealthy = unhealthy
         self.suspended = suspended  # the names are granted but suspended: confirm, not grant
         self.drained = drained  # the repo is being emptied for a handover: wait for it
+        self.stale = stale  # the specs changed after the inventory: a refresh, not a grant
 
 
 # --- the command line runc gets ------------------------------------------------------------------
@@ -358,6 +363,46 @@ def held_back_names(health_path: str, settings_path: str) -> frozenset[str]:
     return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
 
 
+def stale_specs(cdi_dir: str, inventory_path: str) -> str | None:
+    """Why the spec files are not those the inventory was written from (`spec_facts.SpecAge`, the
+    gate's rule `stale-facts`), or None. A name may reach other hardware once a spec is rewritten (a
+    driver update, two cards that exchanged slots), and the grants were checked against the facts
+    of the old one: until `rdc machine refresh` re-checks them, a container with devices does not
+    start. Stat only; an inventory that records no specs (an older rdc's) or none at all is not judged."""
+    try:
+        with open(inventory_path, "rb") as f:
+            rows = json.load(f).get("specs")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise Refused(f"the machine's inventory cannot be read ({exc})") from exc
+    if not isinstance(rows, list):
+        return None
+    then = {
+        (r.get("file"), r.get("inode"), r.get("mtimeNs"), r.get("size")) for r in rows if isinstance(r, dict)
+    }
+    now: set[tuple[Any, ...]] = set()
+    try:
+        names = [n for n in os.listdir(cdi_dir) if n.endswith(_SPEC_SUFFIXES)]
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        path = os.path.join(cdi_dir, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            now.add((name, -1, -1, -1))
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            now.add((name, st.st_ino, st.st_mtime_ns, st.st_size))
+    if now == then:
+        return None
+    changed = sorted({str(row[0]) for row in now ^ then})
+    return (
+        f"the CDI specs in {cdi_dir} changed after the machine's inventory was written ({', '.join(changed)})"
+    )
+
+
 def load_specs(cdi_dir: str) -> list[Mapping[str, Any]]:
     """Every spec document in the CDI spec directory (the only one repo daemons read)."""
     try:
@@ -421,8 +466,11 @@ def decide(opts: Mapping[str, str], runc_args: Sequence[str], cwd: str) -> None:
         raise Refused(f"the machine's grants file cannot be read ({unreadable})") from unreadable
     if opts.get("yaml_path"):
         sys.path.append(opts["yaml_path"])
-    specs = load_specs(opts["cdi_dir"])
     inventory = opts.get("inventory") or os.path.join(os.path.dirname(opts["grants"]), "inventory.json")
+    stale = stale_specs(opts["cdi_dir"], inventory)
+    if stale is not None:
+        raise Refused(stale, stale=True)
+    specs = load_specs(opts["cdi_dir"])
     moved = drifted_names(document, opts["repo_id"], inventory)
     try:
         check(nodes, granted_names(document, opts["repo_id"], time.time()) - moved.keys(), specs)
@@ -483,6 +531,11 @@ def main(argv: Sequence[str]) -> int:
         name = exc.names[0] if exc.names else "<name>"
         if exc.drained:
             advice = "start it again once the handover is done"
+        elif exc.stale:
+            machine = repo.rpartition("@")[2]
+            advice = (
+                f"an operator can re-check the grants against the new specs (rdc machine refresh {machine})"
+            )
         elif exc.suspended:
             advice = (
                 f"an operator can accept the hardware it reaches now (rdc repo gpu confirm {repo} --device "

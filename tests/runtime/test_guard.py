@@ -343,3 +343,52 @@ def test_a_paused_container_of_a_repo_being_emptied_may_resume_to_be_stopped(
 def test_another_repo_being_emptied_is_none_of_this_ones_business() -> None:
     mark = {"repoId": "other", "since": "x", "until": "2999-01-01T00:00:00Z", "why": "w"}
     assert guard.drain_of({"grants": [], "draining": [mark]}, REPO_ID, 0.0) is None
+
+
+def record_specs(root: Path) -> None:
+    """An inventory that records the spec files as they are now (what setup and refresh write)."""
+    rows = []
+    for spec in sorted((root / "etc/cdi").iterdir()):
+        st = spec.stat()
+        rows.append({"file": spec.name, "inode": st.st_ino, "mtimeNs": st.st_mtime_ns, "size": st.st_size})
+    (root / "etc/rediacc/gpu/inventory.json").write_text(json.dumps({"devices": [], "specs": rows}))
+
+
+def test_a_spec_rewritten_after_the_inventory_stops_a_container_with_devices_until_a_refresh(
+    machine_root: Path, tmp_path: Path
+) -> None:
+    # A restart policy's start after the toolkit rewrote the spec at boot: the name may reach the other
+    # card now, and the grants were checked against the old spec's facts.
+    grants = grants_doc(
+        {"repoId": REPO_ID, "device": "v.example/gpu=0", "exclusive": False, "grantedAt": "x"}
+    )
+    (machine_root / "etc/rediacc/gpu/grants.json").write_text(json.dumps(grants))
+    record_specs(machine_root)
+    assert run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0]).returncode == 0
+    (tmp_path / "ran").unlink()
+    spec = machine_root / "etc/cdi/v.yaml"
+    spec.write_text(spec.read_text() + "\n")
+    done = run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0])
+    assert done.returncode == 1 and not (tmp_path / "ran").exists()
+    message = json.loads((tmp_path / "log.json").read_text().splitlines()[-1])["msg"]
+    assert "changed after the machine's inventory was written (v.yaml)" in message
+    assert "rdc machine refresh m1" in message
+    done = run_guard(machine_root, tmp_path, ["create", "plain"], [])  # a container without devices runs
+    assert done.returncode == 0 and (tmp_path / "ran").exists()
+    record_specs(machine_root)  # what the refresh writes
+    (tmp_path / "ran").unlink()
+    assert run_guard(machine_root, tmp_path, ["create", "cid"], [DEV0]).returncode == 0
+
+
+def test_a_spec_added_after_the_inventory_counts_and_an_older_inventory_is_not_judged(
+    machine_root: Path, tmp_path: Path
+) -> None:
+    inventory = str(machine_root / "etc/rediacc/gpu/inventory.json")
+    cdi = str(machine_root / "etc/cdi")
+    record_specs(machine_root)
+    assert guard.stale_specs(cdi, inventory) is None
+    (machine_root / "etc/cdi/w.json").write_text("{}")
+    why = guard.stale_specs(cdi, inventory)
+    assert why is not None and "(w.json)" in why
+    (machine_root / "etc/rediacc/gpu/inventory.json").write_text(json.dumps({"devices": []}))
+    assert guard.stale_specs(cdi, inventory) is None  # an older rdc's inventory records no specs
