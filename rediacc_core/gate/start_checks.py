@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rediacc_core.errors import RdcError
 from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
+from rediacc_core.gate.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
 from rediacc_core.gate.decision import Decision, refuse
 from rediacc_core.gate.health_check import HealthReader, health_refusals
 from rediacc_core.gate.live_facts import LiveFacts
@@ -98,7 +98,23 @@ class StartChecks:
             )
             for name in missing
         ]
-        return refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+        decision = refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+        if route.name == "container-start" and held.auto_remove and not held.running:
+            return self._removed(decision, held)
+        return decision
+
+    def _removed(self, decision: Decision, held: Container) -> Decision:
+        """A refused start of a `--rm` container removes it, as the daemon does when its own start
+        fails: `docker run --rm` waits for the removal, and would wait forever for one never made."""
+        why = self.containers.remove(held.id) if isinstance(self.containers, ContainerRemover) else "-"
+        if why == "-":
+            return decision
+        line = (
+            f"container {held.name} was made with --rm, so the gate removed it"
+            if why is None
+            else f"container {held.name} was made with --rm, but the gate could not remove it: {why}"
+        )
+        return dataclasses.replace(decision, message=f"{decision.message}\n{line}", log=(*decision.log, line))
 
     def _held_instead(self, container: str, name: str) -> str:
         """What a container holding `name` without a grant can do: ask for the grant, or, when
@@ -109,8 +125,14 @@ class StartChecks:
             return f"{remove}; {name} cannot be granted to repo {self.repo.label} now: {blocked}"
         return f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or {remove}"
 
-    def _health_problems(self, container: str, names: list[str]) -> list[Refusal]:
-        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`)."""
+    def health_at_create(self, names: list[str]) -> list[Refusal]:
+        """A create naming a GPU held back for its health is refused then, not at its start: a
+        `docker run --rm` whose start is refused would leave a container made for nothing."""
+        return self._health_problems(None, names)
+
+    def _health_problems(self, container: str | None, names: list[str]) -> list[Refusal]:
+        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`);
+        `container` None: of a create, before any container is."""
         if not names or not refuses_unhealthy(self.facts.read_settings()):
             return []
         inventory = self.facts.inventory() or Inventory()
@@ -119,8 +141,8 @@ class StartChecks:
         except RdcError as exc:  # records that cannot be read must not let a faulty card through
             return [
                 Refusal(
-                    message=f"container {container} may not start: the GPU health records cannot be read "
-                    f"({exc.what})",
+                    message=f"{'a container' if container is None else f'container {container}'} may not "
+                    f"start: the GPU health records cannot be read ({exc.what})",
                     replacement=exc.todo or "fix the file, then start it again",
                     rule="gpu-health",
                 )
