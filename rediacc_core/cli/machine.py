@@ -174,7 +174,8 @@ def _note_old_settings(config: Config, name: str) -> None:
 @machine.command("remove")
 @click.argument("name")
 def remove(name: str) -> None:
-    """Forget the machine NAME (nothing under its root is touched).
+    """Forget the machine NAME (nothing under its root is touched). Refused while a repo of it runs:
+    its daemon could no longer be reached by name.
 
     \b
     Examples:
@@ -182,6 +183,10 @@ def remove(name: str) -> None:
     """
     config = Config.load()
     target = config.machine(name, present=False)  # a machine whose root vanished can be forgotten
+    if target.remote is None and target.root.is_dir():
+        from rediacc_core.runtime.lifecycle import refuse_while_running
+
+        refuse_while_running(target, f"forgetting machine {name}")
     config.remove(name)
     config.save()
     if target.remote is not None:

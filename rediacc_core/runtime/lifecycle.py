@@ -327,3 +327,30 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
             f"stop those processes (as root), unmount those paths, then run rdc repo down {repo.ref} again",
         )
     return stopped
+
+
+def running_repos(machine: Machine) -> list[tuple[Repo, list[str]]]:
+    """Every repo of the machine with something running, and what (by `running_parts`, the reading
+    `rdc repo list` shows): what a command must look at before it deletes, re-points or forgets."""
+    from rediacc_core.repos import RepoStore
+
+    found = []
+    for repo in RepoStore(machine).list():
+        parts = running_parts(machine, repo)
+        if parts:
+            found.append((repo, parts))
+    return found
+
+
+def refuse_while_running(machine: Machine, doing: str, *, instead: str = "") -> None:
+    """Raise StateError naming each running repo of the machine and the `rdc repo down` that frees
+    it, so that `doing` never orphans what runs (a daemon whose repo record or machine is gone)."""
+    running = running_repos(machine)
+    if not running:
+        return
+    what = "; ".join(f"{repo.ref}: {', '.join(parts)}" for repo, parts in running)
+    downs = "; ".join(f"rdc repo down {repo.ref}" for repo, _ in running)
+    raise StateError(
+        f"not {doing}: repos of machine {machine.name} are running ({what})",
+        f"stop them first: {downs}" + (f"; or {instead}" if instead else ""),
+    )
