@@ -64,13 +64,6 @@ def _devices_cell(grants: list[dict[str, Any]]) -> str:
     )
 
 
-def _status(running: list[str]) -> str:
-    """`up` when its gate answers for it, `down` when nothing runs, `partial` (a daemon without gate)."""
-    if any(part.startswith("gate") for part in running):
-        return "up"
-    return "partial" if running else "down"
-
-
 # Commands of this group defined elsewhere, imported when used.
 _ELSEWHERE = {
     **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
@@ -133,7 +126,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
-    from rediacc_core.runtime.lifecycle import running_parts
+    from rediacc_core.runtime.lifecycle import repo_status
 
     if every or machine_name is None:
         from rediacc_core.cli.fleet import fleet_repo_list
@@ -146,7 +139,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     data = [
         {
             **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
-            "status": _status(running_parts(machine, r)),
+            "status": repo_status(machine, r)[0],
         }
         for r in repos
     ]

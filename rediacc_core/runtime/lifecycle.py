@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import AUDIT_LOG, Repo, repo_state_dir
-from rediacc_core.runtime import daemon, netns
+from rediacc_core.runtime import daemon, netns, process
 from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
-from rediacc_core.runtime.process import Child
+from rediacc_core.runtime.process import Child, interrupts_deferred
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
 # are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
@@ -200,30 +204,62 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
         )
     from rediacc_core.runtime import filesmount
 
-    filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
     if runtime.owns_daemon:
         _refuse_autoallowed_devices(machine, repo)
     was_down = not running_parts(machine, repo)
+    interrupted: list[bool] = []
     try:
-        return _start(machine, repo, runtime, timeout)
-    except KeyboardInterrupt:
-        if not was_down:
-            raise  # what ran before this command is not its to stop
-        _undo_interrupted_up(machine, repo)
+        with _noting_interrupts(interrupted):
+            filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
+            runtime = _start(machine, repo, runtime, timeout)
+    except BaseException as exc:
+        # A Ctrl-C, or what it caused (a tool it killed failing): undo. Other errors leave what ran,
+        # for their message and the log to explain, as they always did.
+        if not interrupted and not isinstance(exc, KeyboardInterrupt):
+            raise
+        if was_down:
+            _undo_interrupted_up(machine, repo)
+        if not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
         raise
+    finally:
+        process.forget_launched()
+    return runtime
+
+
+@contextlib.contextmanager
+def _noting_interrupts(noted: list[bool]) -> Iterator[None]:
+    """A block in which a Ctrl-C still interrupts, and is noted: `noted` is non-empty once one came
+    (the tools it also reached may fail first, and that failure is its doing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(True)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _undo_interrupted_up(machine: Machine, repo: Repo) -> None:
-    """Ctrl-C during `repo up`: stop what it had started (uplink, containerd, dockerd, gate, mounts),
-    so nothing of the repo runs while `repo list` says it is down; what cannot be stopped is said."""
-    try:
-        repo_down(machine, repo)
-    except (StateError, OSError) as exc:
-        what = exc.what if isinstance(exc, StateError) else str(exc)
-        raise StateError(
-            f"interrupted while starting repo {repo.ref}; what it had started is not all stopped: {what}",
-            f"rdc repo down {repo.ref}",
-        ) from exc
+    """Ctrl-C during `repo up`: stop what it had started (those not recorded yet first, then by
+    their pidfiles: uplink, containerd, dockerd, gate, mounts), so nothing of the repo runs while
+    `repo list` says it is down; what cannot be stopped is said."""
+    with interrupts_deferred():
+        process.stop_launched(5)
+        try:
+            repo_down(machine, repo)
+        except (StateError, OSError) as exc:
+            what = exc.what if isinstance(exc, StateError) else str(exc)
+            raise StateError(
+                f"interrupted while starting repo {repo.ref}; what it had started is not all stopped: {what}",
+                f"rdc repo down {repo.ref}",
+            ) from exc
 
 
 def _start(machine: Machine, repo: Repo, runtime: RepoRuntime, timeout: float) -> RepoRuntime:
@@ -232,10 +268,10 @@ def _start(machine: Machine, repo: Repo, runtime: RepoRuntime, timeout: float) -
         return runtime  # already up
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    process = runtime.gate.start(gate_argv(machine, repo, runtime), record=False)  # outlives this command
-    if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: process.poll() is None):
-        if process.poll() is None:
-            pids.stop_pid(process.pid, 5, process)
+    gate = runtime.gate.start(gate_argv(machine, repo, runtime), record=False)  # outlives this command
+    if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: gate.poll() is None):
+        if gate.poll() is None:
+            pids.stop_pid(gate.pid, 5, gate)
         raise ToolError(
             f"the gate of repo {repo.ref} did not answer on {runtime.gate_socket} within {timeout:.0f}s; "
             "last log lines:\n" + runtime.gate.log_tail(),
@@ -257,20 +293,33 @@ def _refuse_autoallowed_devices(machine: Machine, repo: Repo) -> None:
         )
 
 
-def running_parts(machine: Machine, repo: Repo) -> list[str]:
-    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
-    keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
-    runtime = runtime_for(machine, repo)
+def _parts(runtime: RepoRuntime) -> list[Child]:
+    """Every process of a repo that is up: its gate and, with a daemon of its own, that daemon,
+    its containerd, its uplink and its port keeper."""
     children = [runtime.gate]
     if runtime.owns_daemon:
         paths, net = runtime.daemon_paths, runtime.network
         children += [paths.dockerd, paths.containerd, net.uplink, net.keeper]
+    return children
+
+
+def running_parts(machine: Machine, repo: Repo) -> list[str]:
+    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
+    keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
+    return repo_status(machine, repo)[1]
+
+
+def repo_status(machine: Machine, repo: Repo) -> tuple[str, list[str]]:
+    """`up` when every part of the repo runs, `down` when none does, else `partial`; and what runs."""
+    children = _parts(runtime_for(machine, repo))
     running = []
     for child in children:
         pid = child.pid()
         if pid is not None:
             running.append(f"{child.what} (pid {pid})")
-    return running
+    if not running:
+        return "down", running
+    return ("up" if len(running) == len(children) else "partial"), running
 
 
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
