@@ -89,7 +89,9 @@ def check_named_truthfully(e2e: E2E, repo: Repo, code: int, err: str, doing: str
     named = {int(p.rsplit("pid ", 1)[1].rstrip(")")) for p in parts}
     found = processes_of(repo, runtime)
     unnamed = {pid for pid, parent in found.items() if pid not in named and parent not in named}
-    assert not unnamed, f"{doing} interrupted: processes of the repo that `repo list` does not name: {unnamed}"
+    assert not unnamed, (
+        f"{doing} interrupted: processes of the repo that `repo list` does not name: {unnamed}"
+    )
     if status == "down":
         assert not found, f"{doing} interrupted: listed down, but {found} run"
     if code == 0:
