@@ -8,6 +8,7 @@ then fall at 20 points spread over it, from its first moments to its last."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -51,10 +52,8 @@ def interrupted(e2e: E2E, after: float, *args: str) -> tuple[int, str]:
     """Run rdc, send its process group SIGINT `after` seconds in; its exit code and stderr."""
     running = start(e2e, *args)
     time.sleep(after)
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it finished first
         os.killpg(running.pid, signal.SIGINT)
-    except ProcessLookupError:
-        pass  # it finished first
     _, err = running.communicate(timeout=120)
     return running.returncode, err
 
