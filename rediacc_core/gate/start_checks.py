@@ -88,6 +88,7 @@ class StartChecks:
         why = f" (its grants cannot be read: {error})" if error is not None else ""
         refusals += [
             self._suspended_start(held.name, name)
+            or self._ended_start(held.name, name)
             or Refusal(
                 message=(
                     f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
@@ -179,6 +180,28 @@ class StartChecks:
         return Refusal(
             message=f"container {container} holds {name} and may not run: {why}",
             replacement=f"an operator's {advice}",
+            rule="grant",
+        )
+
+    def _ended_start(self, container: str, name: str) -> Refusal | None:
+        """The refusal of a start whose lease of `name` has ended: said as such, with when."""
+        from rediacc_core.grants.records import ended_lease
+
+        try:
+            lease = ended_lease(self.machine, self.repo.id, name)
+        except Exception:  # only the words depend on it: the refusal stands either way
+            return None
+        if lease is None:
+            return None
+        return Refusal(
+            message=(
+                f"container {container} holds {name}, whose lease to repo {self.repo.label} ended at "
+                f"{lease.expires_at}, so it may not run"
+            ),
+            replacement=(
+                f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name} --for 8h` (an ended "
+                f"lease is granted anew), or `docker rm {container}` and create it again without the device"
+            ),
             rule="grant",
         )
 
