@@ -24,11 +24,14 @@ import click
 FORMATS = ("table", "wide", "json", "yaml")
 _MIN_COLUMN = 8  # narrower than this a wrapped column is unreadable: the table overflows instead
 _SHORT_COLUMN = 16  # columns this narrow are wrapped only when the long ones cannot give more
-# What a person copies from a table into a command must stay whole: CDI device names and PCI
-# addresses. A column is never narrower than the longest of them it holds; other columns give way.
+# What a person copies from a table into a command must stay whole: CDI device names, PCI
+# addresses, ids and times. A column is never narrower than the longest of them it holds; other
+# columns give way.
 _WHOLE = re.compile(
     r"[a-z0-9][a-z0-9.-]*/[A-Za-z0-9_.-]+=[^\s,]+"  # vendor.example/class=name
     r"|\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"  # PCI domain:bus:device.function
+    r"|\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b"  # a UUID (a repo's id)
+    r"|\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d)?Z"  # an rdc UTC time
 )
 _width: ContextVar[int | None] = ContextVar("table_width", default=None)
 

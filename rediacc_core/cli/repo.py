@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import emit, note, output_option, table
+from rediacc_core.cli.output import emit, fitted_width, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants.records import Grant, delete_repo, read_grants
@@ -145,10 +145,21 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     ]
 
     def render(rows: list[dict[str, Any]]) -> str:
+        # On a terminal the id is cut to its first 12 (as the run directory names it; `-o wide` and
+        # `-o json` have it whole), and a DOCKER HOST column no repo fills is left out.
+        short = fitted_width() is not None
+        hosts = any(r["dockerHost"] for r in rows)
         return table(
-            ["REPO", "STATUS", "ID", "DOCKER HOST", "CREATED", "GPU GRANTS"],
+            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"],
             [
-                [r["ref"], r["status"], r["id"], r["dockerHost"], r["createdAt"], _devices_cell(r["grants"])]
+                [
+                    r["ref"],
+                    r["status"],
+                    r["id"][:12] if short else r["id"],
+                    *([r["dockerHost"]] if hosts else []),
+                    r["createdAt"],
+                    _devices_cell(r["grants"]),
+                ]
                 for r in rows
             ],
         )
