@@ -1,4 +1,5 @@
-"""A mistyped repo or machine name is answered with the nearest one that exists."""
+"""A mistyped repo or machine name is answered with the nearest one that exists, and a client
+config that names no machines is said so."""
 
 from __future__ import annotations
 
@@ -32,3 +33,14 @@ def test_a_mistyped_repo_is_answered_with_the_nearest(rdc_config: Path, fake_mac
     assert unnamed.exit_code == EXIT_NOT_FOUND
     assert "What to do: did you mean trainer@m1? name the machine" in unnamed.stderr
     assert "did you mean" not in rdc("repo", "docker-host", "zzz@m1").stderr
+
+
+def test_an_empty_client_config_is_said_not_silent(rdc_config: Path) -> None:
+    rdc_config.write_text("")
+    listed = rdc("machine", "list")
+    assert listed.exit_code == 0
+    assert f"Note: the client config {rdc_config} names no machines, so only localhost is listed" in (
+        listed.stderr
+    )
+    rdc_config.unlink()
+    assert "names no machines" not in rdc("machine", "list").stderr  # no file: nothing to point at

@@ -99,6 +99,12 @@ def list_machines(fmt: str) -> None:
     rows = [_machine_row(m, fmt) for m in config.machines()]
     for name in config.names():
         _note_old_settings(config, name)
+    if config.path.is_file() and not config.entries:
+        # An empty file (or one another $REDIACC_CONFIG points at by mistake) is said, not silent.
+        note(
+            f"Note: the client config {config.path} names no machines, so only localhost is listed; "
+            "add one with `rdc machine add NAME --ssh root@HOST` (or `--root DIR`)."
+        )
     emit(
         rows,
         fmt,
