@@ -1,6 +1,6 @@
 """`rdc machine gpu clear --device` takes a card's PCI bus id in every form a person copies one from
 (the kernel log's `0000:17:00` and `PCI:0000:17:00`, lspci's `17:00.0`, the inventory's
-`0000:17:00.0`), and completion offers the cards held back."""
+`0000:17:00.0`), completion offers the cards held back, and `gpu list -o json` says which are."""
 
 from __future__ import annotations
 
@@ -54,3 +54,21 @@ def test_clear_takes_the_kernel_logs_form_and_completion_offers_the_cards_held_b
     cleared = rdc("machine", "gpu", "clear", "box", "--device", "PCI:0000:02:00")
     assert cleared.exit_code == 0, cleared.output
     assert unhealthy_cards(read_health(machine)) == {}
+
+
+def test_gpu_list_as_data_says_which_card_is_held_back(
+    vendor: FakeVendor, rdc_config: Path, fake_machine: FakeMachine
+) -> None:
+    vendor.gpus = [example_gpu(0), example_gpu(1)]
+    assert rdc("machine", "add", "box", "--root", str(fake_machine.root)).exit_code == 0
+    assert rdc("machine", "setup", "box").exit_code == 0
+    line = "NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."
+    record_events(
+        Config.load().machine("box"),
+        [HealthEvent(pci_bus_id="0000:02:00.0", reason="xid-79", message=line, key=line)],
+    )
+    for fmt in ("json", "yaml"):
+        listed = rdc("machine", "gpu", "list", "box", "-o", fmt)
+        assert listed.exit_code == 0, listed.output
+        assert "Note: the GPU at 0000:02:00.0 is held back for its health (xid-79, seen" in listed.stderr
+        assert "`rdc machine gpu clear box --device 0000:02:00.0`" in listed.stderr

@@ -28,6 +28,15 @@ def unhealthy(target: Machine, *, scan: bool = False) -> dict[str, list[Recorded
     return held_back(record_events(target, get_plugins().health(target, inventory)))
 
 
+def held_back_note(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> list[str]:
+    """One line per card held back, for the data forms (`-o json`), which print the inventory only."""
+    return [
+        f"Note: the GPU at {card} is held back for its health ({events[-1].event.reason}, seen "
+        f"{events[-1].seen_at}); once it is sound: `rdc machine gpu clear {target.name} --device {card}`"
+        for card, events in sorted(cards.items())
+    ]
+
+
 def health_section(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> str:
     """The lines `gpu list` adds under its tables: "" when every GPU is healthy."""
     if not cards:

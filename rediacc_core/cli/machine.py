@@ -469,14 +469,18 @@ def gpu_list(name: str | None, every: bool, scan: bool, fmt: str) -> None:
             f"machine {name} has not been set up: there is no {target.inventory_path}",
             f"run `rdc machine setup {name}`",
         )
-    if fmt == "json":
-        click.echo(text.rstrip("\n"))
+    from rediacc_core.cli.gpu_health import health_section, held_back_note, unhealthy
+
+    if fmt in ("json", "yaml"):
+        # The inventory as recorded; what holds a card back is not in it, so it is said beside it.
+        if fmt == "json":
+            click.echo(text.rstrip("\n"))
+        else:
+            emit(load_inventory(target) or {}, fmt, lambda _: "")
+        for line in held_back_note(target, unhealthy(target, scan=scan)):
+            note(line)
         return
     inventory = load_inventory(target) or {}
-    if fmt == "yaml":
-        emit(inventory, fmt, lambda _: "")
-        return
-    from rediacc_core.cli.gpu_health import health_section, unhealthy
 
     with fitted(fmt):
         held = unhealthy(target, scan=scan)
