@@ -345,6 +345,12 @@ def refresh(name: str, dry_run: bool) -> None:
       sudo rdc machine refresh localhost
     """
     target = Config.load().machine(name)
+    if target.remote is None and not target.inventory_path.exists():
+        # Refresh follows a machine that is set up; on one never set up it would make /etc/rediacc.
+        raise StateError(
+            f"machine {name} has not been set up: there is no {target.inventory_path} to refresh",
+            f"run `rdc machine setup {name}`",
+        )
     from rediacc_core.plugins import get_plugins
     from rediacc_core.setup import run_setup
 

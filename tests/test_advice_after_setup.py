@@ -1,0 +1,47 @@
+"""Advice that follows what was done: a machine whose setup found no GPU is not told to run setup
+again for a grant, and `rdc machine refresh` of a machine never set up refuses (pointing at setup)
+instead of creating its state directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+from setup_kit import FakeVendor
+
+from rediacc_core.cli import cli
+from rediacc_core.errors import EXIT_STATE, EXIT_VALIDATION
+from rediacc_core.testing import FakeMachine
+
+
+def rdc(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_a_grant_on_a_machine_set_up_without_gpus_is_not_told_to_set_it_up(
+    vendor: FakeVendor, rdc_config: Path, fake_machine: FakeMachine
+) -> None:
+    assert rdc("machine", "add", "bare", "--root", str(fake_machine.root)).exit_code == 0
+    set_up = rdc("machine", "setup", "bare")
+    assert set_up.exit_code == 0 and "0 GPU(s)" in set_up.stderr
+    assert rdc("repo", "create", "a@bare").exit_code == 0
+
+    refused = rdc("repo", "gpu", "grant", "a@bare", "--device", "vendor.example/gpu=0")
+
+    assert refused.exit_code == EXIT_VALIDATION
+    assert "machine bare has no GPU that a CDI spec names (its setup found none)" in refused.stderr
+    assert "rdc machine setup" not in refused.stderr
+
+
+def test_refresh_of_a_machine_never_set_up_refuses_and_creates_nothing(
+    vendor: FakeVendor, rdc_config: Path, fake_machine: FakeMachine
+) -> None:
+    assert rdc("machine", "add", "new", "--root", str(fake_machine.root)).exit_code == 0
+    before = sorted(p.relative_to(fake_machine.root) for p in fake_machine.root.rglob("*"))
+
+    for args in (["machine", "refresh", "new"], ["machine", "refresh", "new", "--dry-run"]):
+        refused = rdc(*args)
+        assert refused.exit_code == EXIT_STATE, refused.output
+        assert "machine new has not been set up" in refused.stderr
+        assert "What to do: run `rdc machine setup new`" in refused.stderr
+    assert sorted(p.relative_to(fake_machine.root) for p in fake_machine.root.rglob("*")) == before
