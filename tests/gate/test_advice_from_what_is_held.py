@@ -1,6 +1,6 @@
 """The gate's advice is computed from what it would do: a typo of a name the repo holds already is
 answered with that name (no grant to ask for), and a start whose lease has ended says so, with when
-and the grant that brings it back."""
+and the grant that brings it back (a renew of it too)."""
 
 from __future__ import annotations
 
@@ -48,3 +48,20 @@ def test_a_start_whose_lease_ended_names_the_end(gate: Gate) -> None:
             in decision.message
         )
         assert f"rdc repo gpu grant alpha@m1 --device {GPU0} --for 8h" in decision.message
+
+
+def test_renewing_an_ended_lease_says_when_it_ended_and_grants_it_anew(gate: Gate) -> None:
+    from rediacc_core.errors import NotFoundError
+    from rediacc_core.grants.store import GrantStore
+
+    repo = gate.decider.repo
+    ended = Grant(repo.id, GPU0, False, "2026-01-01T00:00:00Z", expires_at="2026-01-02T00:00:00Z")
+    gate.fm.machine.grants_path.parent.mkdir(parents=True, exist_ok=True)
+    write_grants(gate.fm.machine, [ended])
+    try:
+        GrantStore(gate.fm.machine, gate.decider.plugins).renew(repo, [GPU0], None)
+    except NotFoundError as exc:
+        assert f"the lease of {GPU0} to alpha@m1 ended at 2026-01-02T00:00:00Z" in exc.what
+        assert exc.todo == f"grant it anew: rdc repo gpu grant alpha@m1 --device {GPU0} --for 8h"
+    else:
+        raise AssertionError("an ended lease was renewed")
