@@ -4,12 +4,15 @@ instead of creating its state directory."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from click.testing import CliRunner, Result
 from setup_kit import FakeVendor
 
 from rediacc_core.cli import cli
+from rediacc_core.cli.output import runnable_rdc
 from rediacc_core.errors import EXIT_STATE, EXIT_VALIDATION
 from rediacc_core.testing import FakeMachine
 
@@ -45,3 +48,18 @@ def test_refresh_of_a_machine_never_set_up_refuses_and_creates_nothing(
         assert "machine new has not been set up" in refused.stderr
         assert "What to do: run `rdc machine setup new`" in refused.stderr
     assert sorted(p.relative_to(fake_machine.root) for p in fake_machine.root.rglob("*")) == before
+
+
+def test_setups_next_line_runs_as_printed_from_a_shell(
+    vendor: FakeVendor, rdc_config: Path, fake_machine: FakeMachine
+) -> None:
+    """With $REDIACC_CONFIG naming the config (as the demo's lines do), setup's "Next:" names it and
+    the rdc that ran, so it runs as printed from a shell without $REDIACC_CONFIG."""
+    assert rdc("machine", "add", "box", "--root", str(fake_machine.root)).exit_code == 0
+    set_up = rdc("machine", "setup", "box")
+    [line] = [line for line in set_up.stderr.splitlines() if line.startswith("Next: ")]
+    assert line == f"Next: REDIACC_CONFIG={rdc_config} {runnable_rdc()} machine gpu list box"
+    env = {"PATH": os.environ["PATH"], "HOME": str(rdc_config.parent), "REDIACC_LOAD_PLUGINS": ""}
+    ran = subprocess.run(["bash", "-c", line.removeprefix("Next: ")], capture_output=True, text=True, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert "Example GPU" in ran.stdout or "GPU" in ran.stdout

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,9 +9,10 @@ from typing import Any
 
 import click
 
+from rediacc_core.cli import output
 from rediacc_core.cli.machine import live_grants, render_gpu_table
 from rediacc_core.cli.output import TerminalProgress, note
-from rediacc_core.config import CONFIG_ENV, Config
+from rediacc_core.config import Config
 from rediacc_core.errors import StateError
 from rediacc_core.inventory import load_inventory
 from rediacc_core.machine import Machine
@@ -101,13 +99,10 @@ def demo(workdir: Path | None, stop: bool) -> None:
             click.echo(f"        {line}")
     click.echo("")
     # A config other than the default must be named, or the next command would not find `demo`.
-    prefix = f"REDIACC_CONFIG={config.path} " if os.environ.get(CONFIG_ENV) else ""
-    rdc = runnable_rdc()
-    click.echo(f"Next: {prefix}{rdc} machine gpu list {DEMO_MACHINE}   # grants now in force")
-    click.echo(f"      {prefix}{rdc} repo gpu list alpha@{DEMO_MACHINE}")
-    click.echo(
-        f"      {prefix}{rdc} machine setup {DEMO_MACHINE}   # setup again: its tools are under its root"
-    )
+    rdc = output.rdc_as_typed()
+    click.echo(f"Next: {rdc} machine gpu list {DEMO_MACHINE}   # grants now in force")
+    click.echo(f"      {rdc} repo gpu list alpha@{DEMO_MACHINE}")
+    click.echo(f"      {rdc} machine setup {DEMO_MACHINE}   # setup again: its tools are under its root")
 
 
 def _stop_or_refuse(machine: Machine, stop: bool) -> None:
@@ -125,12 +120,5 @@ def _stop_or_refuse(machine: Machine, stop: bool) -> None:
 
 
 def runnable_rdc() -> str:
-    """How to run this rdc from the user's shell: `rdc` when PATH finds this one, else its full
-    path (after `tox -e demo`, rdc lives in the env's bin, which is on PATH only while tox runs)."""
-    here = Path(sys.executable).parent / "rdc"
-    found = shutil.which("rdc")
-    # Under tox the env's bin is on PATH only while tox runs: the user's shell will not find it.
-    in_tox = bool(os.environ.get("TOX_ENV_DIR"))
-    if found is not None and not in_tox and (not here.exists() or Path(found).resolve() == here.resolve()):
-        return "rdc"
-    return shlex.quote(str(here)) if here.exists() else f"{shlex.quote(sys.executable)} -m rediacc_core.cli"
+    """How to run this rdc from the user's shell (see `output.runnable_rdc`)."""
+    return output.runnable_rdc()

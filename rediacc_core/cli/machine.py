@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import TerminalProgress, emit, fitted, fitted_width, note, output_option, table
+from rediacc_core.cli.output import (
+    TerminalProgress,
+    emit,
+    fitted,
+    fitted_width,
+    note,
+    output_option,
+    rdc_as_typed,
+    table,
+)
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants.records import prune_orphans, read_grants
@@ -401,7 +410,7 @@ def print_result(report: SetupReport, dry_run: bool) -> None:
     for path in report.removed:
         note(f"  removed {path}")
     _report_grant_changes(report)
-    note(f"Next: rdc machine gpu list {name}")
+    note(f"Next: {rdc_as_typed()} machine gpu list {name}")
 
 
 def _report_grant_changes(report: SetupReport) -> None:
