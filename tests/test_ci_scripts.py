@@ -36,3 +36,13 @@ def test_install_docker_installs_only_what_is_missing_and_pins_trixie_once() -> 
     pin = text.index("> /etc/apt/preferences.d/trixie-low")
     guard = text.rindex("if ! grep -rqsE '^Pin: release (n|a)=trixie' /etc/apt/preferences", 0, pin)
     assert "\nfi\n" not in text[guard:pin]
+
+
+def test_tox_installs_the_engines_before_the_unit_envs_read_their_swaggers() -> None:
+    import configparser
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(CI.parent / "tox.ini")
+    order = [env.strip() for env in tox["tox"]["env_list"].split(",")]
+    for unit in ("core", "nvidia", "dri", "amd", "all"):
+        assert order.index("e2e") < order.index(unit) and order.index("e2e-28") < order.index(unit), order
