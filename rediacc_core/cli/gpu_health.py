@@ -64,7 +64,7 @@ def health_section(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> 
 
 def bus_ids_named(text: str, buses: set[str]) -> set[str]:
     """The bus ids `text` names, in every form a person copies one from: `0000:17:00.0` (the
-    inventory's), `0000:17:00` and `PCI:0000:17:00` (the kernel log's, as in an NVIDIA Xid line),
+    inventory's), `0000:17:00` and `PCI:0000:17:00` (the kernel log's, as a driver's event line has it),
     `17:00.0` (lspci's, without the domain)."""
     wanted = text.strip().lower().removeprefix("pci:")
     forms = {wanted, f"0000:{wanted}"}
