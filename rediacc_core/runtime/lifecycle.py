@@ -231,8 +231,11 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
 def _noting_interrupts(noted: list[bool]) -> Iterator[None]:
     """A block in which a Ctrl-C still interrupts, and is noted: `noted` is non-empty once one came
     (the tools it also reached may fail first, and that failure is its doing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        None,
+    ):
+        yield  # no Ctrl-C reaches this process (a background job's SIGINT is ignored)
         return
 
     def note(signum: int, frame: FrameType | None) -> None:

@@ -31,8 +31,11 @@ _launched: list[tuple[str, subprocess.Popen[bytes]]] = []
 def interrupts_deferred() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) back until the end of the block, then raise it: a child is never
     started without being known. Only the main thread receives signals; elsewhere it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        None,
+    ):
+        yield  # no Ctrl-C reaches this process (a background job's SIGINT is ignored)
         return
     caught: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))

@@ -25,6 +25,7 @@ from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 
 POINTS = 20
+LANDED: list[str] = []  # the commands an interrupt reached while they worked, one entry each
 LABEL = "intr"
 
 
@@ -34,9 +35,11 @@ def rdc_argv(*args: str) -> list[str]:
 
 def start(e2e: E2E, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "REDIACC_CONFIG": str(e2e.config_path)}
+    # SIGINT as a terminal leaves it to a foreground command, even where this test runs as a
+    # background job (whose SIGINT the shell ignores, and Python would keep ignoring).
     return subprocess.Popen(
         rdc_argv(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
@@ -101,6 +104,7 @@ def check_named_truthfully(e2e: E2E, repo: Repo, code: int, err: str, doing: str
         assert status == before, f"{doing} interrupted with no word, and the repo went {before} -> {status}"
         return
     assert f"Interrupted while {doing} repo {LABEL}@m1" in err, err
+    LANDED.append(doing)
     assert (f"it is {status}" if parts else "nothing of it runs (down)") in err, err
 
 
@@ -139,3 +143,10 @@ def test_ctrl_c_during_down(e2e: E2E, repo: tuple[Repo, float, float], point: in
     finally:
         cleaned = e2e.rdc("repo", "down", found.ref)
         assert cleaned.returncode == 0, cleaned.stderr
+
+
+def test_the_interrupts_landed_while_the_commands_worked() -> None:
+    """Run after the two above (file order): most points fall inside each command, not after it."""
+    if len(LANDED) == 0:
+        pytest.skip("run with the tests above")
+    assert LANDED.count("starting") >= POINTS // 2 and LANDED.count("stopping") >= POINTS // 2, LANDED
