@@ -1,6 +1,6 @@
 """Advice that follows what was done: a machine whose setup found no GPU is not told to run setup
 again for a grant, and `rdc machine refresh` of a machine never set up refuses (pointing at setup)
-instead of creating its state directory."""
+instead of creating its state directory; and an ended lease is named where a lease matters.
 
 from __future__ import annotations
 
@@ -63,3 +63,25 @@ def test_setups_next_line_runs_as_printed_from_a_shell(
     ran = subprocess.run(["bash", "-c", line.removeprefix("Next: ")], capture_output=True, text=True, env=env)
     assert ran.returncode == 0, ran.stderr
     assert "Example GPU" in ran.stdout or "GPU" in ran.stdout
+
+
+def test_repo_gpu_list_names_an_ended_lease(rdc_config: Path, fake_machine: FakeMachine) -> None:
+    from rediacc_core.config import Config
+    from rediacc_core.grants.records import Grant, write_grants
+    from rediacc_core.repos import RepoStore
+
+    assert rdc("machine", "add", "box", "--root", str(fake_machine.root)).exit_code == 0
+    assert rdc("repo", "create", "a@box").exit_code == 0
+    machine = Config.load().machine("box")
+    repo = RepoStore(machine).get_by_label("a")
+    machine.grants_path.parent.mkdir(parents=True, exist_ok=True)
+    ended = Grant(repo.id, "vendor.example/gpu=0", False, "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")
+    write_grants(machine, [ended])
+
+    listed = rdc("repo", "gpu", "list", "a@box")
+
+    assert listed.exit_code == 0, listed.output
+    assert "The lease of vendor.example/gpu=0 to a@box ended at 2026-01-02T00:00:00Z; grant it anew: " in (
+        listed.stderr
+    )
+    assert "rdc repo gpu grant a@box --device vendor.example/gpu=0 --for 8h" in listed.stderr
