@@ -1,6 +1,6 @@
 """Advice that follows what was done: a machine whose setup found no GPU is not told to run setup
 again for a grant, and `rdc machine refresh` of a machine never set up refuses (pointing at setup)
-instead of creating its state directory; and an ended lease is named where a lease matters.
+instead of creating its state directory; and an ended lease is named where a lease matters."""
 
 from __future__ import annotations
 
