@@ -85,3 +85,24 @@ def test_repo_gpu_list_names_an_ended_lease(rdc_config: Path, fake_machine: Fake
         listed.stderr
     )
     assert "rdc repo gpu grant a@box --device vendor.example/gpu=0 --for 8h" in listed.stderr
+
+
+def test_machine_gpu_list_names_an_ended_lease(
+    vendor: FakeVendor, rdc_config: Path, fake_machine: FakeMachine
+) -> None:
+    from rediacc_core.config import Config
+    from rediacc_core.grants.records import Grant, write_grants
+    from rediacc_core.repos import RepoStore
+
+    assert rdc("machine", "add", "box", "--root", str(fake_machine.root)).exit_code == 0
+    assert rdc("machine", "setup", "box").exit_code == 0
+    assert rdc("repo", "create", "a@box").exit_code == 0
+    machine = Config.load().machine("box")
+    repo = RepoStore(machine).get_by_label("a")
+    ended = Grant(repo.id, "vendor.example/gpu=0", False, "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")
+    write_grants(machine, [ended])
+
+    listed = rdc("machine", "gpu", "list", "box")
+
+    assert listed.exit_code == 0, listed.output
+    assert "The lease of vendor.example/gpu=0 to a@box ended at 2026-01-02T00:00:00Z" in listed.stderr
