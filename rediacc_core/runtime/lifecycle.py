@@ -219,6 +219,9 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
             raise
         if was_down:
             _undo_interrupted_up(machine, repo)
+        else:  # what ran before is not this command's to stop; what it started itself is
+            with interrupts_deferred():
+                process.stop_launched(5)
         if not isinstance(exc, KeyboardInterrupt):
             raise KeyboardInterrupt from exc
         raise
