@@ -47,6 +47,7 @@ class StartChecks:
         facts: LiveFacts,
         allowances: AllowanceReader,
         health: HealthReader,
+        recorded_health: HealthReader,
         containers: ContainerLookup | None,
         in_the_way: Callable[[str], str | None],
     ) -> None:
@@ -55,7 +56,8 @@ class StartChecks:
         self.plugins = plugins
         self.facts = facts
         self.allowances = allowances
-        self.health = health
+        self.health = health  # brought up to date from the plugins first (a start waits for it)
+        self.recorded_health = recorded_health  # the records only, re-read when changed (a create)
         # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
         self.containers = containers
         self.in_the_way = in_the_way  # the decider's, so that what it is told reaches every refusal
@@ -128,17 +130,21 @@ class StartChecks:
 
     def health_at_create(self, names: list[str]) -> list[Refusal]:
         """A create naming a GPU held back for its health is refused then, not at its start: a
-        `docker run --rm` whose start is refused would leave a container made for nothing."""
-        return self._health_problems(None, names)
+        `docker run --rm` whose start is refused would leave a container made for nothing. The
+        records as they are (the gate's rounds and each start bring them up to date): a create
+        reads no kernel log."""
+        return self._health_problems(None, names, self.recorded_health)
 
-    def _health_problems(self, container: str | None, names: list[str]) -> list[Refusal]:
+    def _health_problems(
+        self, container: str | None, names: list[str], health: HealthReader | None = None
+    ) -> list[Refusal]:
         """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`);
         `container` None: of a create, before any container is."""
         if not names or not refuses_unhealthy(self.facts.read_settings()):
             return []
         inventory = self.facts.inventory() or Inventory()
         try:
-            cards = self.health()
+            cards = (health or self.health)()
         except RdcError as exc:  # records that cannot be read must not let a faulty card through
             return [
                 Refusal(

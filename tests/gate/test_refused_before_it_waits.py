@@ -94,3 +94,24 @@ def test_an_admitted_start_removes_nothing(gate: Gate) -> None:
     granted = decider(gate, containers, dict, frozenset({GPU0}))
     assert granted.decide("POST", "/v1.45/containers/job/start", None, b"").forward
     assert containers.removed == []
+
+
+def test_a_create_reads_the_health_records_inline_and_no_kernel_log(gate: Gate) -> None:
+    """At create the records as they are decide (re-read when the file changed): no plugin is asked
+    for events, so the decision stays on the gate's event loop, as a create without devices does."""
+    from rediacc_core.blocking import decisions_must_not_block
+
+    record_events(gate.fm.machine, [FAULT])
+    default = Decider(
+        gate.fm.machine,
+        gate.decider.repo,
+        gate.decider.plugins,
+        lambda image: None,
+        gate.logs.append,
+        grants=lambda repo_id: frozenset({GPU0}),
+        inventory=lambda: INVENTORY,
+        containers=Containers(),
+    )
+    with decisions_must_not_block():
+        refused = default.decide("POST", "/v1.45/containers/create", "application/json", create_body(GPU0))
+    assert not refused.forward and refused.rules == ("gpu-health",)
