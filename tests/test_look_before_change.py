@@ -42,6 +42,7 @@ def run_gate(machine: Machine, repo: Repo, started: list[subprocess.Popen[bytes]
     process = subprocess.Popen(["sleep", "600"])
     started.append(process)
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
+    lifecycle._record_fallback(machine, repo, runtime)  # as `repo up` does, where the root is deep
     runtime.gate.record(process.pid)
     return process.pid
 
@@ -125,3 +126,24 @@ def test_machine_remove_refuses_while_a_repo_runs(
     stand_ins[0].kill()
     stand_ins[0].wait()
     assert rdc("machine", "remove", "box").exit_code == 0
+
+
+def test_a_deleted_repos_running_parts_are_named_and_refuse_the_rebuild(
+    vendor: FakeVendor, rdc_config: Path, tmp_path: Path, stand_ins: list[subprocess.Popen[bytes]]
+) -> None:
+    """Processes of a repo whose record was deleted by hand (or by an older rdc) while it ran: no
+    `rdc repo down` can name them, so `repo list` and the refusal give their pids."""
+    from rediacc_core.grants.records import delete_repo
+
+    assert rdc("demo", "--workdir", str(tmp_path / "d")).exit_code == 0
+    machine, repo = demo_repo()
+    pid = run_gate(machine, repo, stand_ins)
+    delete_repo(machine, repo)  # the record only, as an older rdc's walkthrough did
+    run_dir = lifecycle.runtime_for(machine, repo).run_dir
+
+    listed = rdc("repo", "list", "demo")
+    assert f"Note: a deleted repo's gate (pid {pid}) (under {run_dir}) still run on demo" in listed.stderr
+    assert f"no repo names them: kill {pid}" in listed.stderr
+    again = rdc("demo")
+    assert again.exit_code == EXIT_STATE
+    assert f"stop them first: kill {pid}" in again.stderr and "rdc demo --stop" not in again.stderr

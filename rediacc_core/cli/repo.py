@@ -126,7 +126,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
-    from rediacc_core.runtime.lifecycle import repo_status
+    from rediacc_core.runtime.lifecycle import orphan_text, orphaned_parts, repo_status
 
     if every or machine_name is None:
         from rediacc_core.cli.fleet import fleet_repo_list
@@ -165,6 +165,10 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
         )
 
     emit(data, fmt, render)
+    for run_dir, parts in orphaned_parts(machine):
+        pids = " ".join(part.rsplit("pid ", 1)[1].rstrip(")") for part in parts)
+        what = orphan_text(run_dir, parts)
+        note(f"Note: {what} still run on {machine.name}; no repo names them: kill {pids}")
     if not repos and fmt == "table":
         note(f"No repos on {machine.name}; create one with `rdc repo create <name>@{machine.name}`.")
 

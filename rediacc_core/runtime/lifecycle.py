@@ -397,15 +397,51 @@ def running_repos(machine: Machine) -> list[tuple[Repo, list[str]]]:
     return found
 
 
+def orphaned_parts(machine: Machine) -> list[tuple[Path, list[str]]]:
+    """What runs of repos the machine no longer records (deleted by hand or by an older rdc while
+    up): each run directory with the parts still running there, found by the same pidfiles."""
+    from rediacc_core.repos import RepoStore
+
+    known = {repo.id.replace("-", "")[:12] for repo in RepoStore(machine).list()}
+    places: dict[str, Path] = {}
+    if machine.run_dir.is_dir():
+        for entry in machine.run_dir.iterdir():
+            is_short_id = len(entry.name) == 12 and all(c in "0123456789abcdef" for c in entry.name)
+            if entry.is_dir() and is_short_id and entry.name not in known:
+                places[entry.name] = entry
+            elif entry.suffix == ".rundir" and entry.stem.replace("-", "")[:12] not in known:
+                with contextlib.suppress(OSError):  # a run directory moved for its socket paths
+                    places[entry.stem.replace("-", "")[:12]] = Path(entry.read_text().strip())
+    found = []
+    for short, run_dir in sorted(places.items()):
+        # Its daemon's own parts too: which it had is not recorded any more, so every kind is read.
+        runtime = RepoRuntime(run_dir, machine.root / "var/lib/rediacc/repos" / short, None)
+        children = [runtime.gate, runtime.daemon_paths.dockerd, runtime.daemon_paths.containerd]
+        children += [runtime.network.uplink, runtime.network.keeper]
+        running = [f"{c.what} (pid {pid})" for c in children if (pid := c.pid()) is not None]
+        if running:
+            found.append((run_dir, running))
+    return found
+
+
 def refuse_while_running(machine: Machine, doing: str, *, instead: str = "") -> None:
     """Raise StateError naming each running repo of the machine and the `rdc repo down` that frees
     it, so that `doing` never orphans what runs (a daemon whose repo record or machine is gone)."""
     running = running_repos(machine)
-    if not running:
+    orphans = orphaned_parts(machine)
+    if not running and not orphans:
         return
     what = "; ".join(f"{repo.ref}: {', '.join(parts)}" for repo, parts in running)
-    downs = "; ".join(f"rdc repo down {repo.ref}" for repo, _ in running)
+    todo = "; ".join(f"rdc repo down {repo.ref}" for repo, _ in running)
+    if orphans:  # no repo record names them, so no `rdc repo down` can: their pids are the way
+        what = "; ".join([*([what] if what else []), *(orphan_text(d, parts) for d, parts in orphans)])
+        pids = " ".join(part.rsplit("pid ", 1)[1].rstrip(")") for _, parts in orphans for part in parts)
+        todo = "; ".join([*([todo] if todo else []), f"kill {pids}"])
     raise StateError(
         f"not {doing}: repos of machine {machine.name} are running ({what})",
-        f"stop them first: {downs}" + (f"; or {instead}" if instead else ""),
+        f"stop them first: {todo}" + (f"; or {instead}" if instead and not orphans else ""),
     )
+
+
+def orphan_text(run_dir: Path, parts: list[str]) -> str:
+    return f"a deleted repo's {', '.join(parts)} (under {run_dir})"
