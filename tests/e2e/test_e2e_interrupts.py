@@ -100,8 +100,10 @@ def check_named_truthfully(e2e: E2E, repo: Repo, code: int, err: str, doing: str
         return
     assert code in (EXIT_INTERRUPTED, -signal.SIGINT), f"{doing}: exit {code}: {err}"
     if f"Interrupted while {doing} repo" not in err:
-        # Cut short before the command began (Python starting, rdc importing): nothing changed.
-        assert status == before, f"{doing} interrupted with no word, and the repo went {before} -> {status}"
+        # Cut short before the command began (Python starting, rdc importing): nothing changed; or
+        # after it finished (Python exiting), its last word said so.
+        finished = f"Repo {LABEL}@m1 is up." if doing == "starting" else f"of repo {LABEL}@m1."
+        assert status == before or finished in err, f"{doing} interrupted with no word: {before} -> {status}"
         return
     assert f"Interrupted while {doing} repo {LABEL}@m1" in err, err
     LANDED.append(doing)
