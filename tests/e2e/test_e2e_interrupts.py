@@ -98,7 +98,9 @@ def check_named_truthfully(e2e: E2E, repo: Repo, code: int, err: str, doing: str
         assert not found, f"{doing} interrupted: listed down, but {found} run"
     if code == 0:
         return
-    assert code in (EXIT_INTERRUPTED, -signal.SIGINT), f"{doing}: exit {code}: {err}"
+    # Python itself, cut short while it starts (importing `site`), exits 1 saying KeyboardInterrupt.
+    starting_python = code == 1 and "init_import_site" in err and "KeyboardInterrupt" in err
+    assert code in (EXIT_INTERRUPTED, -signal.SIGINT) or starting_python, f"{doing}: exit {code}: {err}"
     if f"Interrupted while {doing} repo" not in err:
         # Cut short before the command began (Python starting, rdc importing): nothing changed; or
         # after it finished (Python exiting), its last word said so.
