@@ -14,7 +14,7 @@ install_api_swagger() {
   [ -s "$dest/swagger.yaml" ] && return 0
   local v tmp; tmp=$(mktemp -d)
   v=$(apt-cache madison golang-github-docker-docker-dev | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -E '^26\.' | head -n1)
-  (cd "$tmp" && apt-get download -qq "golang-github-docker-docker-dev=$v" >/dev/null)
+  (cd "$tmp" && apt-get -o DPkg::Lock::Timeout=600 download -qq "golang-github-docker-docker-dev=$v" >/dev/null)
   dpkg-deb -x "$tmp"/golang-github-docker-docker-dev_*.deb "$tmp/x"
   mkdir -p "$dest"
   cp "$tmp/x/usr/share/gocode/src/github.com/docker/docker/api/swagger.yaml" "$dest/swagger.yaml"
@@ -38,9 +38,13 @@ if ! grep -rqsE '(^|[[:space:]])trixie([[:space:]]|$)' /etc/apt/sources.list /et
     > /tmp/trixie.head
   { cat /tmp/trixie.head; echo "Suites: trixie"; echo "Components: main"; } > /etc/apt/sources.list.d/trixie.sources
 fi
-[ -f /etc/apt/preferences.d/trixie-low ] || printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' \
-  > /etc/apt/preferences.d/trixie-low
-apt-get update -qq
+# Pinned once: not again where any preferences file already pins trixie.
+if ! grep -rqsE '^Pin: release (n|a)=trixie' /etc/apt/preferences /etc/apt/preferences.d/; then
+  printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' > /etc/apt/preferences.d/trixie-low
+fi
+# A freshly booted host runs unattended-upgrades: wait for the dpkg lock rather than fail.
+lock=(-o DPkg::Lock::Timeout=600)
+apt-get "${lock[@]}" update -qq
 # The versions README names, taken from trixie only: a host that also lists sid (or backports) would
 # otherwise get whatever is highest there.
 from_trixie() {  # PACKAGE VERSION-PREFIX
@@ -55,7 +59,12 @@ if [ -z "$dv" ] || [ -z "$cv" ] || [ -z "$bv" ]; then
   exit 1
 fi
 echo "installing docker.io=$dv docker-compose=$cv docker-buildx=$bv"
-apt-get install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" "docker-buildx=$bv" busybox-static haproxy \
-  slirp4netns iptables iproute2 >/dev/null
+# Only what is missing: an installed haproxy, iptables ... stays the version the host chose.
+extra=()
+for pkg in busybox-static haproxy slirp4netns iptables iproute2; do
+  [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] || extra+=("$pkg")
+done
+apt-get "${lock[@]}" install -y -qq --no-install-recommends "docker.io=$dv" "docker-compose=$cv" "docker-buildx=$bv" \
+  "${extra[@]}" >/dev/null
 install_api_swagger
 dockerd --version

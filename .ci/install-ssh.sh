@@ -7,11 +7,11 @@ if command -v ssh >/dev/null 2>&1 && command -v ssh-keyscan >/dev/null 2>&1 \
   echo "openssh: $(ssh -V 2>&1)"; exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
+apt-get -o DPkg::Lock::Timeout=600 update -qq
 # policy-rc.d keeps the package's postinst from starting the system sshd service.
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; added_policy=1
 fi
-apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null
 [ "${added_policy:-0}" = 1 ] && rm -f /usr/sbin/policy-rc.d
 ssh -V

@@ -21,6 +21,7 @@ effect, and `old_settings` lets the CLI tell the operator how to move them.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import re
@@ -162,9 +163,11 @@ class Config:
             return Machine(LOCALHOST, Path("/"))
         entry = self.entries.get(name)
         if entry is None:
+            close = difflib.get_close_matches(name, [LOCALHOST, *self.entries], n=1)
             raise NotFoundError(
                 f"no machine named {name!r}{self._where()}",
-                "run `rdc machine list` to see the machines, or add it: "
+                (f"did you mean {close[0]}? " if close else "")
+                + "run `rdc machine list` to see the machines, or add it: "
                 f"`rdc machine add {name} --ssh root@<host>` (or `--root <dir>` for a simulated machine)",
             )
         ssh = entry.get("ssh")

@@ -26,6 +26,14 @@ def confirm_delete(ref: str) -> bool:
 
 
 def main() -> None:
+    try:
+        _main()
+    except KeyboardInterrupt:  # before a command began (its own Ctrl-C is the CLI's to report)
+        sys.stderr.write("Interrupted.\n")
+        sys.exit(130)
+
+
+def _main() -> None:
     argv = sys.argv[1:]
     if not argv or argv[0] in LOCAL_ONLY:
         from rediacc_core.cli import main as cli_main

@@ -7,6 +7,7 @@ the machine's state lock and checked against `schema/repos.schema.json` on every
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import uuid
@@ -164,9 +165,11 @@ class RepoStore:
     def get_by_label(self, label: str) -> Repo:
         repo = self.find(label)
         if repo is None:
+            close = difflib.get_close_matches(label, [r.label for r in self._read()], n=1)
+            meant = f"did you mean {close[0]}@{self.machine.name}? " if close else ""
             raise NotFoundError(
                 f"no repo {label!r} on machine {self.machine.name!r}",
-                f"see the repos there with `rdc repo list {self.machine.name}`",
+                f"{meant}see the repos there with `rdc repo list {self.machine.name}`",
             )
         return repo
 
@@ -258,6 +261,16 @@ def make_state_dirs(machine: Machine, repo_id: str) -> Path:
     return files
 
 
+def _did_you_mean(label: str, config: MachineSource) -> str:
+    """`did you mean b@m1? ` for the nearest labels of the local machines' repos; empty for none."""
+    close = []
+    for machine in config.machines():
+        if machine.remote is None:
+            labels = [repo.label for repo in RepoStore(machine).list()]
+            close += [f"{found}@{machine.name}" for found in difflib.get_close_matches(label, labels, n=1)]
+    return f"did you mean {' or '.join(close)}? " if close else ""
+
+
 def resolve_ref(ref_text: str, config: MachineSource) -> tuple[Machine, Repo]:
     """The machine and repo a reference names; `@machine` may be left out when the name is unique."""
     ref = RepoRef.parse(ref_text)
@@ -272,10 +285,12 @@ def resolve_ref(ref_text: str, config: MachineSource) -> tuple[Machine, Repo]:
         if repo is not None:
             found.append((machine, repo))
     if not found:
+        meant = _did_you_mean(ref.label, config)
         raise NotFoundError(
             f"no repo {ref.label!r} on any configured local machine",
-            f"name the machine as {ref.label}@<machine> (needed for one reached over SSH); check the name "
-            f"with `rdc repo list <machine>`, or create it with `rdc repo create {ref.label}@<machine>`",
+            f"{meant}name the machine as {ref.label}@<machine> (needed for one reached over SSH); "
+            "check the name with `rdc repo list <machine>`, or create it with "
+            f"`rdc repo create {ref.label}@<machine>`",
         )
     if len(found) > 1:
         candidates = ", ".join(repo.ref for _, repo in found)

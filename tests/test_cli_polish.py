@@ -75,14 +75,18 @@ def test_changes_print_nothing_on_stdout_by_default(box: Machine) -> None:
 
 
 def test_repo_list_shows_whether_each_repo_is_up(box: Machine) -> None:
-    ok("repo", "create", "alpha@box")
+    """`up` only when every part runs (a repo on an existing daemon has one: its gate), `partial`
+    while some do (a gate alone, left by a `repo up` cut short, is not a repo that is up)."""
+    ok("repo", "create", "alpha@box", "--docker-host", "unix:///run/other/docker.sock")
     ok("repo", "create", "beta@box")
     ok("repo", "create", "gamma@box")
+    ok("repo", "create", "delta@box")
     store = RepoStore(box)
     # A live process in the pidfiles, as `rdc repo up` leaves them (this test's own pid).
-    alpha = runtime_for(box, store.get_by_label("alpha"))
-    alpha.gate_pidfile.parent.mkdir(parents=True)
-    alpha.gate_pidfile.write_text(f"{os.getpid()}\n")
+    for label in ("alpha", "delta"):
+        gate = runtime_for(box, store.get_by_label(label))
+        gate.gate_pidfile.parent.mkdir(parents=True)
+        gate.gate_pidfile.write_text(f"{os.getpid()}\n")
     gamma = runtime_for(box, store.get_by_label("gamma"))
     gamma.daemon_paths.pidfile.parent.mkdir(parents=True)
     gamma.daemon_paths.pidfile.write_text(f"{os.getpid()}\n")
@@ -92,11 +96,12 @@ def test_repo_list_shows_whether_each_repo_is_up(box: Machine) -> None:
     assert [(r["ref"], r["status"]) for r in rows] == [
         ("alpha@box", "up"),
         ("beta@box", "down"),
+        ("delta@box", "partial"),
         ("gamma@box", "partial"),
     ]
     lines = ok("repo", "list", "box").stdout.splitlines()
     assert lines[0].split()[:2] == ["REPO", "STATUS"]
-    assert [line.split()[1] for line in lines[1:]] == ["up", "down", "partial"]
+    assert [line.split()[1] for line in lines[1:]] == ["up", "down", "partial", "partial"]
 
 
 # --- --version ---------------------------------------------------------------------------------------

@@ -154,6 +154,22 @@ def complete_granted(ctx: click.Context, param: click.Parameter, incomplete: str
         return []
 
 
+def complete_held_back(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """For `machine gpu clear --device`: the bus ids of the cards held back for their health."""
+    name = ctx.params.get("name") or next((arg for arg in ctx.args if not arg.startswith("-")), None)
+    if not isinstance(name, str):
+        return []
+    try:
+        machine = Config.load().machine(name)
+        if machine.remote is not None:
+            return []  # its records are on the SSH machine: not fetched for a completion
+        from rediacc_core.health import read_health, unhealthy_cards
+
+        return _items(unhealthy_cards(read_health(machine)), incomplete)
+    except RdcError:
+        return []
+
+
 def complete_setting_keys(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
@@ -175,6 +191,8 @@ def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer |
     names_a_machine = param.name == "name" and path[:1] == ("machine",) and path[-1] != "add"
     if param.name == "machine_name" or names_a_machine:
         return complete_machines
+    if param.name == "device" and path[-2:] == ("gpu", "clear"):
+        return complete_held_back
     if param.name == "devices":
         return complete_granted if path[-1] in ("revoke", "renew", "confirm") else complete_devices
     if path[-2:] == ("machine", "config") and param.name in ("assignments", "unset"):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,11 +9,13 @@ from typing import Any
 
 import click
 
+from rediacc_core.cli import output
 from rediacc_core.cli.machine import live_grants, render_gpu_table
 from rediacc_core.cli.output import TerminalProgress, note
-from rediacc_core.config import CONFIG_ENV, Config
+from rediacc_core.config import Config
 from rediacc_core.errors import StateError
 from rediacc_core.inventory import load_inventory
+from rediacc_core.machine import Machine
 
 
 @click.command("demo")
@@ -24,17 +23,26 @@ from rediacc_core.inventory import load_inventory
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where to build the simulated machine (default: a new temporary directory).",
+    help="Where to build the simulated machine (default: where the last demo was, else a new temporary "
+    "directory).",
 )
-def demo(workdir: Path | None) -> None:
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Stop the demo machine's running repos first (`rdc repo down` of each), instead of refusing.",
+)
+def demo(workdir: Path | None, stop: bool) -> None:
     """Build a simulated machine, register it as `demo`, set it up and list its GPUs.
 
     It is a walkthrough, so everything but warnings goes to stdout, in order. Run again, it rebuilds
-    the demo machine where it was rather than leaving one temporary directory per run.
+    the demo machine where it was rather than leaving one temporary directory per run. It rebuilds
+    (or moves) a demo machine only while none of its repos runs: it refuses, naming each, unless
+    --stop, which stops them first.
 
     \b
     Examples:
       rdc demo
+      rdc demo --stop
       REDIACC_CONFIG=/tmp/rdc.yaml rdc demo --workdir /tmp/rdc-demo
     """
     # Here, not at the top: `rdc --help` lists this command without loading the walkthrough.
@@ -44,6 +52,9 @@ def demo(workdir: Path | None) -> None:
 
     config = Config.load()
     old_root = config.machine(DEMO_MACHINE, present=False).root if config.has(DEMO_MACHINE) else None
+    if old_root is not None and old_root.is_dir():
+        # Before anything is deleted or re-pointed: what runs there must be stopped, not orphaned.
+        _stop_or_refuse(config.machine(DEMO_MACHINE), stop)
     if workdir is None:
         reusable = old_root is not None and is_demo_root(old_root)
         workdir = old_root.parent if reusable and old_root else Path(tempfile.mkdtemp(prefix="rdc-demo-"))
@@ -64,6 +75,8 @@ def demo(workdir: Path | None) -> None:
                 "or point REDIACC_CONFIG at another file",
             )
         config.remove(DEMO_MACHINE)
+        if old_root != fake.root and old_root.exists():
+            note(f"The demo machine moves from {old_root} to {fake.root}; {old_root} is left as it was.")
     target = config.add(DEMO_MACHINE, fake.root)
     config.save()
 
@@ -86,22 +99,26 @@ def demo(workdir: Path | None) -> None:
             click.echo(f"        {line}")
     click.echo("")
     # A config other than the default must be named, or the next command would not find `demo`.
-    prefix = f"REDIACC_CONFIG={config.path} " if os.environ.get(CONFIG_ENV) else ""
-    rdc = runnable_rdc()
-    click.echo(f"Next: {prefix}{rdc} machine gpu list {DEMO_MACHINE}   (grants now in force)")
-    click.echo(f"      {prefix}{rdc} repo gpu list alpha@{DEMO_MACHINE}")
-    click.echo(
-        f"      {prefix}{rdc} machine setup {DEMO_MACHINE}   (setup again: its tools are under its root)"
-    )
+    rdc = output.rdc_as_typed()
+    click.echo(f"Next: {rdc} machine gpu list {DEMO_MACHINE}   # grants now in force")
+    click.echo(f"      {rdc} repo gpu list alpha@{DEMO_MACHINE}")
+    click.echo(f"      {rdc} machine setup {DEMO_MACHINE}   # setup again: its tools are under its root")
+
+
+def _stop_or_refuse(machine: Machine, stop: bool) -> None:
+    """Stop the demo machine's running repos (`--stop`), or refuse naming them: rebuilding its root
+    under a running daemon fails half-way (its mounts are busy) and orphans the daemon."""
+    from rediacc_core.runtime import lifecycle
+
+    if not stop:
+        lifecycle.refuse_while_running(machine, "rebuilding the demo machine", instead="rdc demo --stop")
+        return
+    for repo, _parts in lifecycle.running_repos(machine):
+        for what in lifecycle.repo_down(machine, repo):
+            note(f"  {what[0].upper()}{what[1:]}")
+        note(f"Stopped repo {repo.ref}.")
 
 
 def runnable_rdc() -> str:
-    """How to run this rdc from the user's shell: `rdc` when PATH finds this one, else its full
-    path (after `tox -e demo`, rdc lives in the env's bin, which is on PATH only while tox runs)."""
-    here = Path(sys.executable).parent / "rdc"
-    found = shutil.which("rdc")
-    # Under tox the env's bin is on PATH only while tox runs: the user's shell will not find it.
-    in_tox = bool(os.environ.get("TOX_ENV_DIR"))
-    if found is not None and not in_tox and (not here.exists() or Path(found).resolve() == here.resolve()):
-        return "rdc"
-    return shlex.quote(str(here)) if here.exists() else f"{shlex.quote(sys.executable)} -m rediacc_core.cli"
+    """How to run this rdc from the user's shell (see `output.runnable_rdc`)."""
+    return output.runnable_rdc()

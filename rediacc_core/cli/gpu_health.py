@@ -28,6 +28,15 @@ def unhealthy(target: Machine, *, scan: bool = False) -> dict[str, list[Recorded
     return held_back(record_events(target, get_plugins().health(target, inventory)))
 
 
+def held_back_note(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> list[str]:
+    """One line per card held back, for the data forms (`-o json`), which print the inventory only."""
+    return [
+        f"Note: the GPU at {card} is held back for its health ({events[-1].event.reason}, seen "
+        f"{events[-1].seen_at}); once it is sound: `rdc machine gpu clear {target.name} --device {card}`"
+        for card, events in sorted(cards.items())
+    ]
+
+
 def health_section(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> str:
     """The lines `gpu list` adds under its tables: "" when every GPU is healthy."""
     if not cards:
@@ -53,13 +62,23 @@ def health_section(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> 
     )
 
 
+def bus_ids_named(text: str, buses: set[str]) -> set[str]:
+    """The bus ids `text` names, in every form a person copies one from: `0000:17:00.0` (the
+    inventory's), `0000:17:00` and `PCI:0000:17:00` (the kernel log's, as a driver's event line has it),
+    `17:00.0` (lspci's, without the domain)."""
+    wanted = text.strip().lower().removeprefix("pci:")
+    forms = {wanted, f"0000:{wanted}"}
+    return {bus for bus in buses for form in forms if bus == form or bus.startswith(form + ".")}
+
+
 def cards_of_device(target: Machine, device: str, inventory: Inventory) -> set[str]:
     """The cards `device` names: a PCI bus id of the inventory, or a CDI name reaching cards."""
     from rediacc_core.plugins import get_plugins
 
     buses = {gpu.pci_bus_id.lower() for gpu in inventory.gpus if gpu.pci_bus_id}
-    if device.lower() in buses:
-        return {device.lower()}
+    found = bus_ids_named(device, buses)
+    if found:
+        return found
     cards = cards_of_name(device, inventory, lambda n: get_plugins().hardware_units(n, inventory) or ())
     if not cards:
         raise ValidationError(

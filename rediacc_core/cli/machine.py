@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import TerminalProgress, emit, fitted, fitted_width, note, output_option, table
+from rediacc_core.cli.output import (
+    TerminalProgress,
+    emit,
+    fitted,
+    fitted_width,
+    note,
+    output_option,
+    rdc_as_typed,
+    table,
+)
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants.records import prune_orphans, read_grants
@@ -99,6 +108,12 @@ def list_machines(fmt: str) -> None:
     rows = [_machine_row(m, fmt) for m in config.machines()]
     for name in config.names():
         _note_old_settings(config, name)
+    if config.path.is_file() and not config.entries:
+        # An empty file (or one another $REDIACC_CONFIG points at by mistake) is said, not silent.
+        note(
+            f"Note: the client config {config.path} names no machines, so only localhost is listed; "
+            "add one with `rdc machine add NAME --ssh root@HOST` (or `--root DIR`)."
+        )
     emit(
         rows,
         fmt,
@@ -174,7 +189,8 @@ def _note_old_settings(config: Config, name: str) -> None:
 @machine.command("remove")
 @click.argument("name")
 def remove(name: str) -> None:
-    """Forget the machine NAME (nothing under its root is touched).
+    """Forget the machine NAME (nothing under its root is touched). Refused while a repo of it runs:
+    its daemon could no longer be reached by name.
 
     \b
     Examples:
@@ -182,6 +198,10 @@ def remove(name: str) -> None:
     """
     config = Config.load()
     target = config.machine(name, present=False)  # a machine whose root vanished can be forgotten
+    if target.remote is None and target.root.is_dir():
+        from rediacc_core.runtime.lifecycle import refuse_while_running
+
+        refuse_while_running(target, f"forgetting machine {name}")
     config.remove(name)
     config.save()
     if target.remote is not None:
@@ -335,6 +355,12 @@ def refresh(name: str, dry_run: bool) -> None:
       sudo rdc machine refresh localhost
     """
     target = Config.load().machine(name)
+    if target.remote is None and not target.inventory_path.exists():
+        # Refresh follows a machine that is set up; on one never set up it would make /etc/rediacc.
+        raise StateError(
+            f"machine {name} has not been set up: there is no {target.inventory_path} to refresh",
+            f"run `rdc machine setup {name}`",
+        )
     from rediacc_core.plugins import get_plugins
     from rediacc_core.setup import run_setup
 
@@ -396,7 +422,7 @@ def print_result(report: SetupReport, dry_run: bool) -> None:
     for path in report.removed:
         note(f"  removed {path}")
     _report_grant_changes(report)
-    note(f"Next: rdc machine gpu list {name}")
+    note(f"Next: {rdc_as_typed()} machine gpu list {name}")
 
 
 def _report_grant_changes(report: SetupReport) -> None:
@@ -470,20 +496,43 @@ def gpu_list(name: str | None, every: bool, scan: bool, fmt: str) -> None:
             f"machine {name} has not been set up: there is no {target.inventory_path}",
             f"run `rdc machine setup {name}`",
         )
-    if fmt == "json":
-        click.echo(text.rstrip("\n"))
+    from rediacc_core.cli.gpu_health import health_section, held_back_note, unhealthy
+
+    if fmt in ("json", "yaml"):
+        # The inventory as recorded; what holds a card back is not in it, so it is said beside it.
+        if fmt == "json":
+            click.echo(text.rstrip("\n"))
+        else:
+            emit(load_inventory(target) or {}, fmt, lambda _: "")
+        for line in held_back_note(target, unhealthy(target, scan=scan)):
+            note(line)
         return
     inventory = load_inventory(target) or {}
-    if fmt == "yaml":
-        emit(inventory, fmt, lambda _: "")
-        return
-    from rediacc_core.cli.gpu_health import health_section, unhealthy
 
     with fitted(fmt):
         held = unhealthy(target, scan=scan)
         click.echo(render_gpu_table(inventory, live_grants(target)) + health_section(target, held))
     for line in suspended_lines(target):
         note(line)
+    for line in ended_lease_lines(target):
+        note(line)
+
+
+def ended_lease_lines(target: Machine) -> list[str]:
+    """A line per lease that has ended while the grants file still records it (the next change to
+    the file drops it), with the grant that brings it back."""
+    from rediacc_core.grants.records import read_file, read_grants
+    from rediacc_core.repos import RepoStore
+
+    recorded = read_file(target.grants_path)
+    in_force = {(g.repo_id, g.device) for g in read_grants(target)}
+    refs = {repo.id: repo.ref for repo in RepoStore(target).list()}
+    return [
+        f"The lease of {g.device} to {refs[g.repo_id]} ended at {g.expires_at}; grant it anew: "
+        f"rdc repo gpu grant {refs[g.repo_id]} --device {g.device} --for 8h"
+        for g in sorted(recorded[1] if recorded else (), key=lambda g: (g.repo_id, g.device))
+        if (g.repo_id, g.device) not in in_force and g.repo_id in refs
+    ]
 
 
 @gpu.command("clear")

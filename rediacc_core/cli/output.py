@@ -8,7 +8,9 @@ width, wrapping the widest cells; `wide` never wraps (and off a terminal nothing
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import sys
 import textwrap
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import click
@@ -24,11 +27,14 @@ import click
 FORMATS = ("table", "wide", "json", "yaml")
 _MIN_COLUMN = 8  # narrower than this a wrapped column is unreadable: the table overflows instead
 _SHORT_COLUMN = 16  # columns this narrow are wrapped only when the long ones cannot give more
-# What a person copies from a table into a command must stay whole: CDI device names and PCI
-# addresses. A column is never narrower than the longest of them it holds; other columns give way.
+# What a person copies from a table into a command must stay whole: CDI device names, PCI
+# addresses, ids and times. A column is never narrower than the longest of them it holds; other
+# columns give way.
 _WHOLE = re.compile(
     r"[a-z0-9][a-z0-9.-]*/[A-Za-z0-9_.-]+=[^\s,]+"  # vendor.example/class=name
     r"|\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"  # PCI domain:bus:device.function
+    r"|\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b"  # a UUID (a repo's id)
+    r"|\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d)?Z"  # an rdc UTC time
 )
 _width: ContextVar[int | None] = ContextVar("table_width", default=None)
 
@@ -88,6 +94,30 @@ def emit(data: Any, fmt: str, table_fn: Callable[[Any], str]) -> None:
             text = table_fn(data)
     if text:
         click.echo(text)
+
+
+def runnable_rdc() -> str:
+    """How to run this rdc from the user's shell: `rdc` when PATH finds this one, else its full
+    path (after `tox -e demo`, rdc lives in the env's bin, which is on PATH only while tox runs)."""
+    here = Path(sys.executable).parent / "rdc"
+    found = shutil.which("rdc")
+    # Under tox the env's bin is on PATH only while tox runs: the user's shell will not find it.
+    in_tox = bool(os.environ.get("TOX_ENV_DIR"))
+    if found is not None and not in_tox and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "rdc"
+    return shlex.quote(str(here)) if here.exists() else f"{shlex.quote(sys.executable)} -m rediacc_core.cli"
+
+
+def rdc_as_typed() -> str:
+    """`rdc` as a "Next:" line must say it to run as printed from the user's shell: this rdc, and the
+    client config when $REDIACC_CONFIG names one (else the next command would not find the machine).
+    For a client elsewhere (an SSH machine's agent) plain `rdc`: the client runs its own."""
+    from rediacc_core.config import CONFIG_ENV, default_path, serving_client
+
+    if serving_client():
+        return "rdc"
+    prefix = f"REDIACC_CONFIG={shlex.quote(str(default_path()))} " if os.environ.get(CONFIG_ENV) else ""
+    return f"{prefix}{runnable_rdc()}"
 
 
 def note(message: str) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rediacc_core.cli.groups import HintingGroup
-from rediacc_core.cli.output import emit, note, output_option, table
+from rediacc_core.cli.output import emit, fitted_width, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants.records import Grant, delete_repo, read_grants
@@ -66,13 +66,6 @@ def _devices_cell(grants: list[dict[str, Any]]) -> str:
         )
         or "-"
     )
-
-
-def _status(running: list[str]) -> str:
-    """`up` when its gate answers for it, `down` when nothing runs, `partial` (a daemon without gate)."""
-    if any(part.startswith("gate") for part in running):
-        return "up"
-    return "partial" if running else "down"
 
 
 # Slurm leases of a repo (`rdc repo gpu request|release|leases`), defined elsewhere.
@@ -141,7 +134,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
-    from rediacc_core.runtime.lifecycle import running_parts
+    from rediacc_core.runtime.lifecycle import orphan_text, orphaned_parts, repo_status
 
     if every or machine_name is None:
         from rediacc_core.cli.fleet import fleet_repo_list
@@ -154,21 +147,36 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     data = [
         {
             **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
-            "status": _status(running_parts(machine, r)),
+            "status": repo_status(machine, r)[0],
         }
         for r in repos
     ]
 
     def render(rows: list[dict[str, Any]]) -> str:
+        # On a terminal the id is cut to its first 12 (as the run directory names it; `-o wide` and
+        # `-o json` have it whole), and a DOCKER HOST column no repo fills is left out.
+        short = fitted_width() is not None
+        hosts = any(r["dockerHost"] for r in rows)
         return table(
-            ["REPO", "STATUS", "ID", "DOCKER HOST", "CREATED", "GPU GRANTS"],
+            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"],
             [
-                [r["ref"], r["status"], r["id"], r["dockerHost"], r["createdAt"], _devices_cell(r["grants"])]
+                [
+                    r["ref"],
+                    r["status"],
+                    r["id"][:12] if short else r["id"],
+                    *([r["dockerHost"]] if hosts else []),
+                    r["createdAt"],
+                    _devices_cell(r["grants"]),
+                ]
                 for r in rows
             ],
         )
 
     emit(data, fmt, render)
+    for run_dir, parts in orphaned_parts(machine):
+        pids = " ".join(part.rsplit("pid ", 1)[1].rstrip(")") for part in parts)
+        what = orphan_text(run_dir, parts)
+        note(f"Note: {what} still run on {machine.name}; no repo names them: kill {pids}")
     if not repos and fmt == "table":
         note(f"No repos on {machine.name}; create one with `rdc repo create <name>@{machine.name}`.")
 
@@ -641,5 +649,17 @@ def list_grants(ref: str, fmt: str) -> None:
                     f"{suspension_text(grant_, found.ref)}; it reaches nothing until resolved: "
                     f"{suspension_advice(grant_, found.ref)}."
                 )
+    from rediacc_core.grants.records import read_file
+
+    recorded = read_file(machine.grants_path)
+    in_force = {g.device for g in grants}
+    for ended in sorted(
+        (g for g in (recorded[1] if recorded else ()) if g.repo_id == found.id), key=lambda g: g.device
+    ):
+        if ended.device not in in_force:  # a lease that has ended, while the file still records it
+            note(
+                f"The lease of {ended.device} to {found.ref} ended at {ended.expires_at}; grant it anew: "
+                f"rdc repo gpu grant {found.ref} --device {ended.device} --for 8h"
+            )
     if not grants and fmt == "table":
         note(f"{found.ref} has no GPU grants; add one with `rdc repo gpu grant {found.ref} --device <name>`.")

@@ -50,7 +50,11 @@ def up(ref: str, foreground: bool, fmt: str) -> None:
     if foreground:
         _up_foreground(machine, found)
         return
-    runtime = lifecycle.repo_up(machine, found)
+    try:
+        runtime = lifecycle.repo_up(machine, found)
+    except KeyboardInterrupt:
+        _say_where_it_stands(machine, found, "starting")
+        raise
     emit({"repo": found.ref, "repoId": found.id, "dockerHost": runtime.docker_host_url}, fmt, lambda _: "")
     if serving_client():  # the client prints the DOCKER_HOST of where it is: a tunnel's socket
         return
@@ -84,8 +88,12 @@ def down(ref: str) -> None:
     """
     machine, found = _resolve(ref)
     # A container that ignores SIGTERM holds this up for the daemon's whole stop timeout.
-    with waiting(f"Stopping repo {found.ref}", only_terminal=True):
-        done = lifecycle.repo_down(machine, found)
+    try:
+        with waiting(f"Stopping repo {found.ref}", only_terminal=True):
+            done = lifecycle.repo_down(machine, found)
+    except KeyboardInterrupt:
+        _say_where_it_stands(machine, found, "stopping")
+        raise
     stopped = [what for what in done if not what.startswith(("killed ", "unmounted "))]
     note(
         f"Stopped {', '.join(stopped)} of repo {found.ref}."
@@ -95,6 +103,19 @@ def down(ref: str) -> None:
     for what in done:
         if what not in stopped:  # what stopping the daemon left behind, now gone
             note(f"  {what[0].upper()}{what[1:]}")
+
+
+def _say_where_it_stands(machine: Machine, found: Repo, doing: str) -> None:
+    """After a Ctrl-C: what of the repo runs now, as `rdc repo list` will say, and the way on."""
+    status, running = lifecycle.repo_status(machine, found)
+    if not running:
+        note(f"Interrupted while {doing} repo {found.ref}: nothing of it runs (down).")
+        return
+    again = f"`rdc repo down {found.ref}`" + (f" (or `rdc repo up {found.ref}`)" if status != "up" else "")
+    note(
+        f"Interrupted while {doing} repo {found.ref}: it is {status}, with {', '.join(running)} running; "
+        f"stop it with {again}."
+    )
 
 
 @repo.command("docker-host")

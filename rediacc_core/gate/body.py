@@ -61,6 +61,9 @@ class BodyDecider:
         if grants_error:
             log.append(f"grants unreadable: {grants_error}")
         refusals = self.grant_refusals.grant_problems(cdi, grants, grants_error)
+        if endpoint == "container-create" and cdi and not refusals:
+            # Known now, so refused now: a start refused later leaves a container made for nothing.
+            refusals += self.grant_refusals.checks.health_at_create(list(cdi))
         inventory = self.facts.inventory()  # before the spec check, which compares what this read found
         stale = self.grant_refusals.stale_facts(cdi) if cdi else []
         if stale:  # no rule decides on the old facts, so none is asked (its answer would mislead)

@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rediacc_core import unixhttp
 from rediacc_core.blocking import may_block
@@ -47,6 +47,15 @@ class Container:
     ports: tuple[Binding, ...] = ()
     running: bool = False
     state: str = ""  # the daemon's State.Status: running, paused, exited, created, ...
+    # Made with `--rm`: the daemon removes it when it stops, or when its own start fails.
+    auto_remove: bool = False
+
+
+@runtime_checkable
+class ContainerRemover(Protocol):
+    def remove(self, container_id: str) -> str | None:
+        """Remove the container with its anonymous volumes, as the daemon removes a `--rm` container
+        whose start failed; None when removed, else why not."""
 
 
 class ContainerLookup(Protocol):
@@ -73,6 +82,7 @@ def container_from_inspect(document: Mapping[str, Any]) -> Container:
         ports=tuple(ports),
         running=isinstance(state, dict) and state.get("Running") is True,
         state=str(state.get("Status", "")) if isinstance(state, dict) else "",
+        auto_remove=host.get("AutoRemove") is True,
     )
 
 
@@ -108,6 +118,17 @@ class DaemonContainers:
         listed = self._get("/containers/json?all=1")
         entries = listed if isinstance(listed, list) else []
         return [e["Id"] for e in entries if isinstance(e, dict) and isinstance(e.get("Id"), str)]
+
+    def remove(self, container_id: str) -> str | None:
+        may_block()
+        target = f"/containers/{urllib.parse.quote(container_id, safe='')}?force=1&v=1"
+        try:
+            status, body = unixhttp.request(self.upstream, "DELETE", target, timeout=self.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            return f"the repo's daemon did not answer ({exc})"
+        if status in (204, 404, 409):  # 409: the daemon is removing it already
+            return None
+        return f"the repo's daemon answered {status}: {body.decode(errors='replace')[:200]}"
 
     def exec_container(self, exec_id: str) -> str | None:
         document = self._get(f"/exec/{urllib.parse.quote(exec_id, safe='')}/json")

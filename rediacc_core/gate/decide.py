@@ -48,6 +48,7 @@ from rediacc_core.gate.wire.decode import (
     check_content_type,
     parse_target,
 )
+from rediacc_core.health import LiveHealth
 from rediacc_core.model import Refusal
 from rediacc_core.publishing import Policy
 
@@ -125,6 +126,7 @@ class Decider:
             self.facts,
             self.allowances,
             health or live_health(machine, plugins, self.facts.inventory, log),
+            health or LiveHealth(machine).unhealthy,
             containers,
             lambda name: self.in_the_way(name),
         )

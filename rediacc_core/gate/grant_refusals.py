@@ -35,9 +35,9 @@ class GrantRefusals:
             )
             return [Refusal(message=message, rule="grant")]
         missing = [name for name in names if name not in grants]
-        return [Refusal(message=self._no_grant(name), rule="grant") for name in missing]
+        return [Refusal(message=self._no_grant(name, grants), rule="grant") for name in missing]
 
-    def _no_grant(self, name: str) -> str:
+    def _no_grant(self, name: str, held: frozenset[str] = frozenset()) -> str:
         """Why `name` is refused, and advice that leads somewhere: a grant of a device the machine
         has, or the names it does have when `name` is none of them (a grant of a typo is refused)."""
         from rediacc_core.cdi.registry import Registry, suggest
@@ -67,6 +67,12 @@ class GrantRefusals:
         close = suggest(name, defined)
         if not close:
             return f"{name} is not a device on machine {where} (its devices: rdc machine gpu list {where})"
+        mine = [c for c in close if c in held]
+        if mine:  # the repo holds the name meant already: no grant to ask for
+            return (
+                f"{name} is not a device on machine {where}; did you mean {' or '.join(close)}? "
+                f"(repo {self.repo.label} holds {mine[0]} already: --device {mine[0]})"
+            )
         return (
             f"{name} is not a device on machine {where}; did you mean {' or '.join(close)}? "
             f"(rdc repo gpu grant {self.repo.ref} --device {close[0]}; "

@@ -44,32 +44,31 @@ def live_health(
 
 
 def health_refusals(
-    container: str,
+    container: str | None,
     names: Sequence[str],
     cards: Mapping[str, Sequence[Recorded]],
     inventory: Inventory,
     units: Callable[[str], Sequence[str]],
     machine_name: str,
 ) -> list[Refusal]:
-    """A refusal per CDI name of `container` that reaches a card held back."""
+    """A refusal per CDI name of `container` (None: of a create) that reaches a card held back."""
     refusals = []
     for name in names:
         for card in sorted(cards_of_name(name, inventory, units) & set(cards)):
             events = cards[card]
             latest = events[-1].event
             more = f" and {len(events) - 1} more event(s)" if len(events) > 1 else ""
-            refusals.append(
-                Refusal(
-                    message=(
-                        f"container {container} holds {name}, which reaches the GPU at {card}: its driver "
-                        f"reported {latest.reason} ({latest.message}){more}, so it may not start"
-                    ),
-                    replacement=(
-                        f"once the card is sound again, an operator's `rdc machine gpu clear {machine_name} "
-                        f"--device {name}` (`rdc machine gpu list {machine_name}` shows its events); or "
-                        f"`docker rm {container}` and create it with another GPU"
-                    ),
-                    rule="gpu-health",
-                )
+            reported = f"its driver reported {latest.reason} ({latest.message}){more}"
+            clear = (
+                f"once the card is sound again, an operator's `rdc machine gpu clear {machine_name} "
+                f"--device {name}` (`rdc machine gpu list {machine_name}` shows its events)"
             )
+            if container is None:
+                message = f"{name} reaches the GPU at {card}: {reported}, so no container may start with it"
+                instead = f"{clear}; or another GPU"
+            else:
+                message = f"container {container} holds {name}, which reaches the GPU at {card}: {reported}, "
+                message += "so it may not start"
+                instead = f"{clear}; or `docker rm {container}` and create it with another GPU"
+            refusals.append(Refusal(message=message, replacement=instead, rule="gpu-health"))
     return refusals

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rediacc_core.errors import RdcError
 from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.containers import Container, ContainerLookup, LookupFailed
+from rediacc_core.gate.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
 from rediacc_core.gate.decision import Decision, refuse
 from rediacc_core.gate.health_check import HealthReader, health_refusals
 from rediacc_core.gate.live_facts import LiveFacts
@@ -47,6 +47,7 @@ class StartChecks:
         facts: LiveFacts,
         allowances: AllowanceReader,
         health: HealthReader,
+        recorded_health: HealthReader,
         containers: ContainerLookup | None,
         in_the_way: Callable[[str], str | None],
     ) -> None:
@@ -55,7 +56,8 @@ class StartChecks:
         self.plugins = plugins
         self.facts = facts
         self.allowances = allowances
-        self.health = health
+        self.health = health  # brought up to date from the plugins first (a start waits for it)
+        self.recorded_health = recorded_health  # the records only, re-read when changed (a create)
         # None only where no daemon is behind the decider (unit tests): the runtime guard still holds.
         self.containers = containers
         self.in_the_way = in_the_way  # the decider's, so that what it is told reaches every refusal
@@ -88,6 +90,7 @@ class StartChecks:
         why = f" (its grants cannot be read: {error})" if error is not None else ""
         refusals += [
             self._suspended_start(held.name, name)
+            or self._ended_start(held.name, name)
             or Refusal(
                 message=(
                     f"container {held.name} holds {name}, which repo {self.repo.label} has no grant for "
@@ -98,7 +101,23 @@ class StartChecks:
             )
             for name in missing
         ]
-        return refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+        decision = refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
+        if route.name == "container-start" and held.auto_remove and not held.running:
+            return self._removed(decision, held)
+        return decision
+
+    def _removed(self, decision: Decision, held: Container) -> Decision:
+        """A refused start of a `--rm` container removes it, as the daemon does when its own start
+        fails: `docker run --rm` waits for the removal, and would wait forever for one never made."""
+        why = self.containers.remove(held.id) if isinstance(self.containers, ContainerRemover) else "-"
+        if why == "-":
+            return decision
+        line = (
+            f"container {held.name} was made with --rm, so the gate removed it"
+            if why is None
+            else f"container {held.name} was made with --rm, but the gate could not remove it: {why}"
+        )
+        return dataclasses.replace(decision, message=f"{decision.message}\n{line}", log=(*decision.log, line))
 
     def _held_instead(self, container: str, name: str) -> str:
         """What a container holding `name` without a grant can do: ask for the grant, or, when
@@ -109,18 +128,28 @@ class StartChecks:
             return f"{remove}; {name} cannot be granted to repo {self.repo.label} now: {blocked}"
         return f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or {remove}"
 
-    def _health_problems(self, container: str, names: list[str]) -> list[Refusal]:
-        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`)."""
+    def health_at_create(self, names: list[str]) -> list[Refusal]:
+        """A create naming a GPU held back for its health is refused then, not at its start: a
+        `docker run --rm` whose start is refused would leave a container made for nothing. The
+        records as they are (the gate's rounds and each start bring them up to date): a create
+        reads no kernel log."""
+        return self._health_problems(None, names, self.recorded_health)
+
+    def _health_problems(
+        self, container: str | None, names: list[str], health: HealthReader | None = None
+    ) -> list[Refusal]:
+        """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`);
+        `container` None: of a create, before any container is."""
         if not names or not refuses_unhealthy(self.facts.read_settings()):
             return []
         inventory = self.facts.inventory() or Inventory()
         try:
-            cards = self.health()
+            cards = (health or self.health)()
         except RdcError as exc:  # records that cannot be read must not let a faulty card through
             return [
                 Refusal(
-                    message=f"container {container} may not start: the GPU health records cannot be read "
-                    f"({exc.what})",
+                    message=f"{'a container' if container is None else f'container {container}'} may not "
+                    f"start: the GPU health records cannot be read ({exc.what})",
                     replacement=exc.todo or "fix the file, then start it again",
                     rule="gpu-health",
                 )
@@ -166,6 +195,28 @@ class StartChecks:
         return Refusal(
             message=f"container {container} holds {name} and may not run: {why}",
             replacement=f"an operator's {advice}",
+            rule="grant",
+        )
+
+    def _ended_start(self, container: str, name: str) -> Refusal | None:
+        """The refusal of a start whose lease of `name` has ended: said as such, with when."""
+        from rediacc_core.grants.records import ended_lease
+
+        try:
+            lease = ended_lease(self.machine, self.repo.id, name)
+        except Exception:  # only the words depend on it: the refusal stands either way
+            return None
+        if lease is None:
+            return None
+        return Refusal(
+            message=(
+                f"container {container} holds {name}, whose lease to repo {self.repo.label} ended at "
+                f"{lease.expires_at}, so it may not run"
+            ),
+            replacement=(
+                f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name} --for 8h` (an ended "
+                f"lease is granted anew), or `docker rm {container}` and create it again without the device"
+            ),
             rule="grant",
         )
 

@@ -70,7 +70,12 @@ class GrantChecks:
         if problems:
             if not defined:
                 name = self.machine.name
-                todo = f"no CDI devices are defined on {name}: run `rdc machine setup {name}`"
+                todo = (
+                    f"machine {name} has no GPU that a CDI spec names (its setup found none): grant "
+                    "on a machine that has one (`rdc machine gpu list --all`)"
+                    if self.machine.inventory_path.exists()  # set up already: setup again finds none
+                    else f"no CDI devices are defined on {name}: run `rdc machine setup {name}`"
+                )
             broken = registry.errors
             if broken:
                 problems.append("spec files that could not be read: " + "; ".join(broken))

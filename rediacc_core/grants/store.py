@@ -16,7 +16,7 @@ from rediacc_core.errors import NotFoundError, ValidationError
 from rediacc_core.grants import release
 from rediacc_core.grants.checks import NAME_ONE, GrantChecks, nearest, owner_ref
 from rediacc_core.grants.handover import Handover, RunningParts
-from rediacc_core.grants.records import Grant, read_grants, suspension_advice, write_grants
+from rediacc_core.grants.records import Grant, ended_lease, read_grants, suspension_advice, write_grants
 from rediacc_core.grants.units import HardwareUnits
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore, now_iso
@@ -217,12 +217,26 @@ class GrantStore:
             raise ValidationError(f"{expires_at} is not in the future", "give a later --until, or --for")
         with state_lock(self.machine, self.lock_timeout):
             current = read_grants(self.machine)
+            self._refuse_ended(
+                repo, [d for d in wanted if not any(g.repo_id == repo.id and g.device == d for g in current)]
+            )
             granted = self._granted(repo, wanted, current, "renewed")
             renewed = {d: dataclasses.replace(g, expires_at=expires_at) for d, g in granted.items()}
             write_grants(
                 self.machine, [renewed.get(g.device, g) if g.repo_id == repo.id else g for g in current]
             )
         return [renewed[d] for d in wanted]
+
+    def _refuse_ended(self, repo: Repo, missing: Sequence[str]) -> None:
+        """A lease that has ended is not held, so not renewed: say when it ended and grant it anew."""
+        for device in missing:
+            lease = ended_lease(self.machine, repo.id, device)
+            if lease is not None:
+                raise NotFoundError(
+                    f"the lease of {device} to {repo.ref} ended at {lease.expires_at}; an ended lease is "
+                    "not renewed, nothing was renewed",
+                    f"grant it anew: rdc repo gpu grant {repo.ref} --device {device} --for 8h",
+                )
 
     def _granted(
         self, repo: Repo, wanted: Sequence[str], current: Sequence[Grant], what: str

@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import AUDIT_LOG, Repo, repo_state_dir
-from rediacc_core.runtime import daemon, netns
+from rediacc_core.runtime import daemon, netns, process
 from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
-from rediacc_core.runtime.process import Child
+from rediacc_core.runtime.process import Child, interrupts_deferred
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
 # are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
@@ -200,30 +204,68 @@ def repo_up(machine: Machine, repo: Repo, *, timeout: float = GATE_START_TIMEOUT
         )
     from rediacc_core.runtime import filesmount
 
-    filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
     if runtime.owns_daemon:
         _refuse_autoallowed_devices(machine, repo)
     was_down = not running_parts(machine, repo)
+    interrupted: list[bool] = []
     try:
-        return _start(machine, repo, runtime, timeout)
-    except KeyboardInterrupt:
-        if not was_down:
-            raise  # what ran before this command is not its to stop
-        _undo_interrupted_up(machine, repo)
+        with _noting_interrupts(interrupted):
+            filesmount.secure_repo(machine, repo.id)  # before anything of the repo runs, and on every up
+            runtime = _start(machine, repo, runtime, timeout)
+    except BaseException as exc:
+        # A Ctrl-C, or what it caused (a tool it killed failing): undo. Other errors leave what ran,
+        # for their message and the log to explain, as they always did.
+        if not interrupted and not isinstance(exc, KeyboardInterrupt):
+            raise
+        if was_down:
+            _undo_interrupted_up(machine, repo)
+        else:  # what ran before is not this command's to stop; what it started itself is
+            with interrupts_deferred():
+                process.stop_launched(5)
+        if not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
         raise
+    finally:
+        process.forget_launched()
+    return runtime
+
+
+@contextlib.contextmanager
+def _noting_interrupts(noted: list[bool]) -> Iterator[None]:
+    """A block in which a Ctrl-C still interrupts, and is noted: `noted` is non-empty once one came
+    (the tools it also reached may fail first, and that failure is its doing)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        None,
+    ):
+        yield  # no Ctrl-C reaches this process (a background job's SIGINT is ignored)
+        return
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(True)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _undo_interrupted_up(machine: Machine, repo: Repo) -> None:
-    """Ctrl-C during `repo up`: stop what it had started (uplink, containerd, dockerd, gate, mounts),
-    so nothing of the repo runs while `repo list` says it is down; what cannot be stopped is said."""
-    try:
-        repo_down(machine, repo)
-    except (StateError, OSError) as exc:
-        what = exc.what if isinstance(exc, StateError) else str(exc)
-        raise StateError(
-            f"interrupted while starting repo {repo.ref}; what it had started is not all stopped: {what}",
-            f"rdc repo down {repo.ref}",
-        ) from exc
+    """Ctrl-C during `repo up`: stop what it had started (those not recorded yet first, then by
+    their pidfiles: uplink, containerd, dockerd, gate, mounts), so nothing of the repo runs while
+    `repo list` says it is down; what cannot be stopped is said."""
+    with interrupts_deferred():
+        process.stop_launched(5)
+        try:
+            repo_down(machine, repo)
+        except (StateError, OSError) as exc:
+            what = exc.what if isinstance(exc, StateError) else str(exc)
+            raise StateError(
+                f"interrupted while starting repo {repo.ref}; what it had started is not all stopped: {what}",
+                f"rdc repo down {repo.ref}",
+            ) from exc
 
 
 def _start(machine: Machine, repo: Repo, runtime: RepoRuntime, timeout: float) -> RepoRuntime:
@@ -232,10 +274,10 @@ def _start(machine: Machine, repo: Repo, runtime: RepoRuntime, timeout: float) -
         return runtime  # already up
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    process = runtime.gate.start(gate_argv(machine, repo, runtime), record=False)  # outlives this command
-    if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: process.poll() is None):
-        if process.poll() is None:
-            pids.stop_pid(process.pid, 5, process)
+    gate = runtime.gate.start(gate_argv(machine, repo, runtime), record=False)  # outlives this command
+    if not daemon.wait_for_ping(runtime.gate_socket, timeout, lambda: gate.poll() is None):
+        if gate.poll() is None:
+            pids.stop_pid(gate.pid, 5, gate)
         raise ToolError(
             f"the gate of repo {repo.ref} did not answer on {runtime.gate_socket} within {timeout:.0f}s; "
             "last log lines:\n" + runtime.gate.log_tail(),
@@ -257,20 +299,33 @@ def _refuse_autoallowed_devices(machine: Machine, repo: Repo) -> None:
         )
 
 
-def running_parts(machine: Machine, repo: Repo) -> list[str]:
-    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
-    keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
-    runtime = runtime_for(machine, repo)
+def _parts(runtime: RepoRuntime) -> list[Child]:
+    """Every process of a repo that is up: its gate and, with a daemon of its own, that daemon,
+    its containerd, its uplink and its port keeper."""
     children = [runtime.gate]
     if runtime.owns_daemon:
         paths, net = runtime.daemon_paths, runtime.network
         children += [paths.dockerd, paths.containerd, net.uplink, net.keeper]
+    return children
+
+
+def running_parts(machine: Machine, repo: Repo) -> list[str]:
+    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
+    keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
+    return repo_status(machine, repo)[1]
+
+
+def repo_status(machine: Machine, repo: Repo) -> tuple[str, list[str]]:
+    """`up` when every part of the repo runs, `down` when none does, else `partial`; and what runs."""
+    children = _parts(runtime_for(machine, repo))
     running = []
     for child in children:
         pid = child.pid()
         if pid is not None:
             running.append(f"{child.what} (pid {pid})")
-    return running
+    if not running:
+        return "down", running
+    return ("up" if len(running) == len(children) else "partial"), running
 
 
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
@@ -327,3 +382,66 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
             f"stop those processes (as root), unmount those paths, then run rdc repo down {repo.ref} again",
         )
     return stopped
+
+
+def running_repos(machine: Machine) -> list[tuple[Repo, list[str]]]:
+    """Every repo of the machine with something running, and what (by `running_parts`, the reading
+    `rdc repo list` shows): what a command must look at before it deletes, re-points or forgets."""
+    from rediacc_core.repos import RepoStore
+
+    found = []
+    for repo in RepoStore(machine).list():
+        parts = running_parts(machine, repo)
+        if parts:
+            found.append((repo, parts))
+    return found
+
+
+def orphaned_parts(machine: Machine) -> list[tuple[Path, list[str]]]:
+    """What runs of repos the machine no longer records (deleted by hand or by an older rdc while
+    up): each run directory with the parts still running there, found by the same pidfiles."""
+    from rediacc_core.repos import RepoStore
+
+    known = {repo.id.replace("-", "")[:12] for repo in RepoStore(machine).list()}
+    places: dict[str, Path] = {}
+    if machine.run_dir.is_dir():
+        for entry in machine.run_dir.iterdir():
+            is_short_id = len(entry.name) == 12 and all(c in "0123456789abcdef" for c in entry.name)
+            if entry.is_dir() and is_short_id and entry.name not in known:
+                places[entry.name] = entry
+            elif entry.suffix == ".rundir" and entry.stem.replace("-", "")[:12] not in known:
+                with contextlib.suppress(OSError):  # a run directory moved for its socket paths
+                    places[entry.stem.replace("-", "")[:12]] = Path(entry.read_text().strip())
+    found = []
+    for short, run_dir in sorted(places.items()):
+        # Its daemon's own parts too: which it had is not recorded any more, so every kind is read.
+        runtime = RepoRuntime(run_dir, machine.root / "var/lib/rediacc/repos" / short, None)
+        children = [runtime.gate, runtime.daemon_paths.dockerd, runtime.daemon_paths.containerd]
+        children += [runtime.network.uplink, runtime.network.keeper]
+        running = [f"{c.what} (pid {pid})" for c in children if (pid := c.pid()) is not None]
+        if running:
+            found.append((run_dir, running))
+    return found
+
+
+def refuse_while_running(machine: Machine, doing: str, *, instead: str = "") -> None:
+    """Raise StateError naming each running repo of the machine and the `rdc repo down` that frees
+    it, so that `doing` never orphans what runs (a daemon whose repo record or machine is gone)."""
+    running = running_repos(machine)
+    orphans = orphaned_parts(machine)
+    if not running and not orphans:
+        return
+    what = "; ".join(f"{repo.ref}: {', '.join(parts)}" for repo, parts in running)
+    todo = "; ".join(f"rdc repo down {repo.ref}" for repo, _ in running)
+    if orphans:  # no repo record names them, so no `rdc repo down` can: their pids are the way
+        what = "; ".join([*([what] if what else []), *(orphan_text(d, parts) for d, parts in orphans)])
+        pids = " ".join(part.rsplit("pid ", 1)[1].rstrip(")") for _, parts in orphans for part in parts)
+        todo = "; ".join([*([todo] if todo else []), f"kill {pids}"])
+    raise StateError(
+        f"not {doing}: repos of machine {machine.name} are running ({what})",
+        f"stop them first: {todo}" + (f"; or {instead}" if instead and not orphans else ""),
+    )
+
+
+def orphan_text(run_dir: Path, parts: list[str]) -> str:
+    return f"a deleted repo's {', '.join(parts)} (under {run_dir})"

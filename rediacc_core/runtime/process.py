@@ -11,13 +11,59 @@ the process to be gone (`pids.stop_pid`) and removes the pidfile.
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rediacc_core.files import atomic_write_text
 from rediacc_core.pids import pid_alive, stop_pid
+
+# Every child this process started, in order: a command cut short by Ctrl-C stops those it started
+# (`stop_launched`), even one whose pidfile is not written yet (the gate and dockerd write their own
+# once ready, the uplink is recorded once it is).
+_launched: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the end of the block, then raise it: a child is never
+    started without being known. Only the main thread receives signals; elsewhere it does nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        None,
+    ):
+        yield  # no Ctrl-C reaches this process (a background job's SIGINT is ignored)
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):  # Python's own handler, or one that also notes it (`repo_up`)
+            previous(signal.SIGINT, None)
+        raise KeyboardInterrupt
+
+
+def stop_launched(timeout: float) -> list[str]:
+    """Stop every child this process started that still runs, the last started first; returns what
+    was stopped ("dockerd (pid N)")."""
+    stopped = []
+    while _launched:
+        what, process = _launched.pop()
+        if process.poll() is None:
+            stop_pid(process.pid, timeout, process)
+            stopped.append(f"{what} (pid {process.pid})")
+    return stopped
+
+
+def forget_launched() -> None:
+    """The children started so far are the machine's now (a command that finished its work)."""
+    _launched.clear()
 
 
 def read_pid(pidfile: Path) -> int | None:
@@ -93,19 +139,21 @@ class Child:
         unless the child writes its pidfile itself. OSError when it cannot be run."""
         out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - the child's
         try:
-            process = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=out if out is not None else subprocess.DEVNULL,
-                stderr=subprocess.STDOUT,
-                start_new_session=detach,
-                pass_fds=tuple(pass_fds),
-            )
+            with interrupts_deferred():  # started and known, or not started
+                process = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out if out is not None else subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=detach,
+                    pass_fds=tuple(pass_fds),
+                )
+                _launched.append((self.what, process))
+                if record:
+                    self.record(process.pid)
         finally:
             if out is not None:
                 out.close()
-        if record:
-            self.record(process.pid)
         return process
 
     def log_tail(self, lines: int = 15) -> str:
