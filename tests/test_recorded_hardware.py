@@ -23,6 +23,7 @@ from rediacc_core.bindings import MOVED, UnitIdentity, drift
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_REFUSED, RefusedError
+from rediacc_core.gate.containers import Container
 from rediacc_core.gate.decide import Decider, Decision
 from rediacc_core.grants.live import LiveGrants
 from rediacc_core.grants.records import Grant, read_grants, write_grants
@@ -364,3 +365,34 @@ def test_a_device_request_on_facts_older_than_the_specs_is_refused_until_a_refre
     assert "rdc machine refresh box" in refused.message
     refresh(box, plugins)
     assert create(decider, GPU0).forward
+
+
+class OneContainer:
+    """The repo daemon as the gate's start check sees it: one container made with `GPU0`."""
+
+    def lookup(self, ref: str) -> Container | None:
+        return Container("c" * 64, "trainer", (GPU0,)) if ref in ("trainer", "c" * 64) else None
+
+    def exec_container(self, exec_id: str) -> str | None:
+        return None
+
+
+def test_a_start_of_a_container_holding_a_name_on_facts_older_than_the_specs_is_refused_until_a_refresh(
+    box: Machine, plugins: Plugins, store: GrantStore, alpha: Repo
+) -> None:
+    # The daemon injects the name from the spec as it is at the start: rewritten at boot after two cards
+    # exchanged slots, `GPU0` may reach the other card, and the grant was checked on the old spec.
+    store.grant(alpha, [GPU0])
+    decider = Decider(box, alpha, plugins, lambda _image: None, lambda _line: None, containers=OneContainer())
+
+    def start() -> Decision:
+        return decider.decide("POST", "/v1.45/containers/trainer/start", None, b"")
+
+    assert start().forward
+    spec = box.cdi_dir / "vendor-example.yaml"
+    spec.write_text(spec.read_text() + "\n")
+    refused = start()
+    assert not refused.forward and refused.rules == ("stale-facts",)
+    assert "rdc machine refresh box" in refused.message
+    refresh(box, plugins)
+    assert start().forward

@@ -80,16 +80,5 @@ class GrantRefusals:
         )
 
     def stale_facts(self, cdi: tuple[str, ...]) -> list[Refusal]:
-        """A device request is not decided on facts older than the specs it would be served from:
-        refused until the inventory is refreshed (the safe choice; the gate never runs discovery)."""
-        why = self.facts.spec_age()
-        if why is None:
-            return []
-        return [
-            Refusal(
-                message=f"{', '.join(cdi)} cannot be decided now: {why}",
-                replacement=f"ask the machine's operator to run `rdc machine refresh {self.machine.name}`, "
-                "then try again",
-                rule="stale-facts",
-            )
-        ]
+        """A device request is not decided on facts older than the specs (`StartChecks.stale_facts`)."""
+        return self.checks.stale_facts(cdi)

@@ -65,6 +65,13 @@ class _LiveInventoryReader:
         self._reaches: Reaches | None = None
         self.spec_age = SpecAge(machine, lambda: self._specs)
 
+    def stale(self) -> str | None:
+        """Why the inventory as it is now is older than the specs (`spec_facts.SpecAge`), or None.
+        Read first: a start check may come before any rule read the inventory (one `stat` when
+        unchanged), and a refresh must be seen at once."""
+        self()
+        return self.spec_age.check()
+
     def reaches(self) -> Reaches | None:
         """What each name reaches in the inventory as it is now (one `stat` when unchanged); None
         when there is none, it is unreadable (logged) or it records nothing of it (an older rdc's)."""
@@ -122,7 +129,7 @@ class LiveFacts:
         self.inventory: InventoryReader = inventory
         # Why the inventory's facts are older than the specs the daemon injects from, or None. A
         # caller that hands the inventory in (unit tests, the demo) decides on it as given.
-        self.spec_age: SpecAgeReader = spec_age or (live.spec_age.check if live else _same_age)
+        self.spec_age: SpecAgeReader = spec_age or (live.stale if live else _same_age)
         # What each name reaches in that inventory, which a grant's recorded hardware must be: a
         # handed-in inventory is decided on as given, so its grants are not compared.
         self.reaches: ReachesReader = live.reaches if live else _no_reaches

@@ -62,6 +62,23 @@ class StartChecks:
         self.containers = containers
         self.in_the_way = in_the_way  # the decider's, so that what it is told reaches every refusal
 
+    def stale_facts(self, cdi: tuple[str, ...]) -> list[Refusal]:
+        """Names to be injected are not decided on facts older than the specs they would be served
+        from: a request naming them, or a start of a container holding them (the spec rewritten at
+        boot may make a name reach other hardware than its grant was checked on), is refused until
+        the inventory is refreshed (the safe choice; the gate never runs discovery)."""
+        why = self.facts.spec_age()
+        if why is None:
+            return []
+        return [
+            Refusal(
+                message=f"{', '.join(cdi)} cannot be decided now: {why}",
+                replacement=f"ask the machine's operator to run `rdc machine refresh {self.machine.name}`, "
+                "then try again",
+                rule="stale-facts",
+            )
+        ]
+
     def held_check(self, where: str, target: Target, route: Route) -> Decision | None:
         """The refusal of a request that would run a container holding CDI names the repo lacks now,
         or publishing host ports that today's policy or another repo's keeper leaves it no room for."""
@@ -82,6 +99,8 @@ class StartChecks:
         if held is None:
             return None  # no such container: the daemon says so
         refusals = self._port_problems(held) if route.binds_ports else []
+        if held.cdi:
+            refusals += self.stale_facts(held.cdi)
         grants, error = self.facts.read_grants() if held.cdi else (frozenset(), None)
         missing = [name for name in held.cdi if error is not None or name not in grants]
         refusals += self._health_problems(held.name, [name for name in held.cdi if name not in missing])
