@@ -19,6 +19,10 @@ relayed both ways. A call's method decides what happens (`buildkit.METHODS`):
 
 Compressed messages on checked calls are refused (BuildKit's clients send none): the gate would
 judge bytes the daemon reads differently.
+
+The client's side is held to `h2limits`: its frames are metered before `h2` reads them, its header
+blocks bounded, encoded and decoded; a client past a bound gets GOAWAY ENHANCE_YOUR_CALM (or
+COMPRESSION_ERROR) and the connection ends on both sides.
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ import h2.settings
 
 from rediacc_core.gate import buildkit
 from rediacc_core.gate.buildkit import Verdict
+from rediacc_core.gate.buildkit.h2limits import (
+    MAX_HEADER_LIST,
+    MAX_REQUEST_FIELDS,
+    MAX_TRAILER_FIELDS,
+    Abuse,
+    BoundedDecoder,
+    FrameMeter,
+)
 
 MAX_MESSAGE = 16 * 1024 * 1024  # BuildKit's own limit on a received message
 WINDOW = 1024 * 1024  # each side's flow-control window, per stream and per connection
@@ -91,10 +103,14 @@ class GrpcRelay:
         self.report: Report = report or (lambda path, status, message, rules: None)
         self.client = h2.connection.H2Connection(_config(False))
         self.upstream = h2.connection.H2Connection(_config(True))
+        self.client.decoder = BoundedDecoder()
+        self.meter = FrameMeter()
         for conn in (self.client, self.upstream):
             settings = {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW}
             if conn is self.upstream:
                 settings[h2.settings.SettingCodes.ENABLE_PUSH] = 0
+            else:
+                settings[h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE] = MAX_HEADER_LIST
             conn.local_settings = h2.settings.Settings(client=conn is self.upstream, initial_values=settings)
             conn.initiate_connection()
             conn.increment_flow_control_window(WINDOW - 65535)
@@ -105,6 +121,13 @@ class GrpcRelay:
 
     # --- bytes in -------------------------------------------------------------------------------
     def client_data(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.meter.feed(data)
+        except Abuse as exc:
+            self._calm(str(exc))
+            return
         try:
             events = self.client.receive_data(data)
         except h2.exceptions.ProtocolError:
@@ -147,7 +170,12 @@ class GrpcRelay:
             call = self.calls.get(event.stream_id or 0)
             if call is not None and not call.refused:
                 call.client_ended = True  # trailers end the request: its StreamEnded adds nothing
-                call.to_upstream.append(("trailers", list(event.headers or []), 0))
+                trailers = list(event.headers or [])
+                if len(trailers) > MAX_TRAILER_FIELDS:
+                    why = f"rdc gate: {call.path}: more than {MAX_TRAILER_FIELDS} trailer fields"
+                    self._refuse(call, RESOURCE_EXHAUSTED, why, ("limit",))
+                else:
+                    call.to_upstream.append(("trailers", trailers, 0))
         elif isinstance(event, h2.events.StreamEnded):
             self._request_ended(event.stream_id or 0)
         elif isinstance(event, h2.events.StreamReset):
@@ -164,7 +192,10 @@ class GrpcRelay:
         action = buildkit.action(path)
         call = _Call(stream_id, path, action == "check", headers)
         self.calls[stream_id] = call
-        if action is None:
+        if len(headers) > MAX_REQUEST_FIELDS:
+            why = f"rdc gate: {path}: more than {MAX_REQUEST_FIELDS} header fields"
+            self._refuse(call, RESOURCE_EXHAUSTED, why, ("limit",))
+        elif action is None:
             why = f"rdc gate: {path} is not a BuildKit call the gate knows, so it is refused"
             self._refuse(call, PERMISSION_DENIED, why, ("endpoint",))
         elif action == "forward":
@@ -320,6 +351,13 @@ class GrpcRelay:
             self.by_upstream.pop(call.upstream_id, None)
         self.held -= len(call.inbound)
         call.inbound.clear()
+
+    def _calm(self, why: str) -> None:
+        """End a client that went past a bound of `h2limits`: GOAWAY, then both sides close."""
+        self.report("/grpc", RESOURCE_EXHAUSTED, f"rdc gate: HTTP/2 connection ended: {why}", ("limit",))
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.client.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, why.encode())
+        self._close()
 
     def _close(self) -> None:
         if self.closed:
