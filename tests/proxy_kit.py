@@ -137,7 +137,6 @@ class Handler(BaseHTTPRequestHandler):
         sock.shutdown(socket.SHUT_WR)
         self.close_connection = True
 
-
     def _grpc(self) -> None:
         """BuildKit's /grpc as the daemon serves it: 101, then HTTP/2; each call is answered with
         grpc-status 0 once its request ended (and counted, with the trailers it brought)."""

@@ -287,7 +287,9 @@ def test_a_header_block_that_never_ends_is_cut_off(env: Env, size: int, code: in
         sent = client.flood(lambda i: piece)
         assert client.closed_with() == code
     if size:
-        assert sent * size <= MAX_HEADER_BLOCK + 8 * 1024 * 1024  # the gate's share, the rest in socket buffers
+        assert (
+            sent * size <= MAX_HEADER_BLOCK + 8 * 1024 * 1024
+        )  # the gate's share, the rest in socket buffers
     assert env.upstream is not None and env.upstream.grpc_calls == 0
 
 

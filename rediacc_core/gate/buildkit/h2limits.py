@@ -102,6 +102,12 @@ class FrameMeter:
             )
 
 
+def too_many_fields(path: str, count: int, *, trailers: bool) -> str | None:
+    """Why a call's headers (or trailers) of `count` fields are refused, or None."""
+    limit, what = (MAX_TRAILER_FIELDS, "trailer") if trailers else (MAX_REQUEST_FIELDS, "header")
+    return f"rdc gate: {path}: more than {limit} {what} fields" if count > limit else None
+
+
 class BoundedDecoder(hpack.Decoder):
     """hpack's decoder, refusing a header block with more dynamic table size updates than
     `MAX_TABLE_SIZE_UPDATES` (h2 ends the connection with GOAWAY PROTOCOL_ERROR)."""
