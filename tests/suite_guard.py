@@ -42,7 +42,9 @@ def read_allowed(path: Path) -> list[AllowedSkip]:
             continue
         parts = [part.strip() for part in text.split(" | ")]
         if len(parts) != 3 or not all(parts):
-            raise ValueError(f"{path}:{number}: not `test | what its skip says | why it is allowed`: {line!r}")
+            raise ValueError(
+                f"{path}:{number}: not `test | what its skip says | why it is allowed`: {line!r}"
+            )
         allowed.append(AllowedSkip(*parts))
     return allowed
 

@@ -36,7 +36,8 @@ def _create(e2e: E2E, host_ip: str, host_port: str) -> tuple[int, Any]:
         "ExposedPorts": {"8080/tcp": {}},
         "HostConfig": {"PortBindings": {"8080/tcp": [{"HostIp": host_ip, "HostPort": host_port}]}},
     }
-    return docker_api(e2e.alpha.gate, "POST", "/containers/create", json.dumps(body).encode(), Content_Type=JSON)
+    data = json.dumps(body).encode()
+    return docker_api(e2e.alpha.gate, "POST", "/containers/create", data, Content_Type=JSON)
 
 
 def _recorded(e2e: E2E, container: str) -> set[str]:

@@ -95,7 +95,9 @@ def test_each_host_ip_binds_the_address_the_daemon_binds(host_ip: str, bound: st
 
 
 @given(st.ip_addresses())
-def test_every_address_python_writes_reads_back_as_itself(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+def test_every_address_python_writes_reads_back_as_itself(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> None:
     raw = parse_ip(str(address))
     assert raw is not None
     as16 = address.packed if address.version == 6 else bytes(10) + b"\xff\xff" + address.packed

@@ -83,7 +83,7 @@ ONE_ADDRESS = ["127.0.0.1", "::1", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1", "10.0.
 
 @pytest.mark.parametrize("host_ip", EVERY_ADDRESS)
 def test_a_host_ip_the_daemon_binds_on_every_address_is_held_to_the_policy(gate: Gate, host_ip: str) -> None:
-    body = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": _one("80", host_ip)}}}
+    body: dict[str, Any] = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": _one("80", host_ip)}}}
     assert "host port 80/tcp is refused" in refused(gate.create(body))
     body["HostConfig"]["PortBindings"]["80/tcp"] = _one("8080", host_ip)
     assert gate.create(body).forward
@@ -92,7 +92,7 @@ def test_a_host_ip_the_daemon_binds_on_every_address_is_held_to_the_policy(gate:
 
 @pytest.mark.parametrize("host_ip", ONE_ADDRESS)
 def test_a_host_ip_of_one_address_stays_inside_the_namespace(gate: Gate, host_ip: str) -> None:
-    body = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": _one("80", host_ip)}}}
+    body: dict[str, Any] = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": _one("80", host_ip)}}}
     assert gate.create(body).forward
     assert bindings(body["HostConfig"], []) == ([], [])
 
@@ -109,14 +109,15 @@ def test_a_host_ip_of_one_address_stays_inside_the_namespace(gate: Gate, host_ip
 )
 def test_binding_keys_are_read_as_go_matches_them(gate: Gate, entry: str) -> None:
     """Go's encoding/json matches `hostport` to HostPort; the gate reads the same field, or refuses."""
-    raw = '{"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": [%s]}}}' % entry
+    raw = f'{{"Image": "bb", "HostConfig": {{"PortBindings": {{"80/tcp": [{entry}]}}}}}}'
     decision = gate.create({}, raw=raw.encode())
     assert not decision.forward
     assert decision.status == 400 or decision.rules == ("publish-port",)
 
 
 def test_a_binding_field_the_daemon_does_not_know_is_refused(gate: Gate) -> None:
-    body = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": [{"HostPort": "8080", "HostIface": "eth0"}]}}}
+    binding = {"HostPort": "8080", "HostIface": "eth0"}
+    body = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": [binding]}}}
     decision = gate.create(body)
     assert not decision.forward and decision.status == 400
     assert "unknown field in PortBinding" in str(decision.message)

@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ssh_kit import REQUIRED, MACHINES, Client, Fleet, install_agent, skip_reason, unmet_requirement
+from ssh_kit import MACHINES, REQUIRED, Client, Fleet, install_agent, skip_reason, unmet_requirement
 from suite_guard import RequiredSuite
 
 from rediacc_core.demo import build_demo_machine
 from rediacc_core.remote import resident
 from rediacc_core.testing.fakemachine import FakeMachine
 from rediacc_core.testing.sshd import running_sshd
-
 
 # Where RDC_SSH_REQUIRED=1 (tox -e ssh, CI): a machine that cannot run the suite is a usage error,
 # and a skipped test a failure unless allowed_skips.txt names it.

@@ -94,7 +94,7 @@ def parse_ip(text: str) -> bytes | None:
             four = _ipv4_fields(text)
             return None if four is None else bytes(10) + b"\xff\xff" + four
         if char == ":":
-            address, percent, zone = text.partition("%")
+            address, percent, _zone = text.partition("%")
             # A zone makes netip's address valid, and net.ParseIP refuse it; an empty zone is an error.
             return None if percent else _ipv6(address)
         if char == "%":
