@@ -23,6 +23,7 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import h2.exceptions
 import pytest
 from grpc_kit import frame, request_headers
 from hpack import Encoder
@@ -348,6 +349,36 @@ def test_a_ping_flood_ends_the_connection(env: Env) -> None:
         sent = client.flood(lambda i: PingFrame(0, opaque_data=i.to_bytes(8, "big")).serialize())
         assert client.closed_with() == CALM
     assert sent < 20000
+
+
+def test_a_client_downloading_fast_acknowledges_as_it_reads_and_is_served_to_the_end(env: Env) -> None:
+    """Control: a client that sends a WINDOW_UPDATE for its stream and its connection and a PING
+    for every DATA frame it reads (Go and gRPC's way, and more) is not taken for a flood: what the
+    gate sends it pays for its acknowledgements."""
+    size = 48 * 1024 * 1024
+    sock = _upgraded(env)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    conn.initiate_connection()
+    conn.send_headers(1, [*request_headers(LIST_WORKERS), (b"x-answer-bytes", str(size).encode())])
+    conn.send_data(1, frame(b""), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(10)
+    got, frames, ended = 0, 0, False
+    while not ended:
+        piece = sock.recv(1 << 20)
+        assert piece, f"closed after {got} bytes"
+        for event in conn.receive_data(piece):
+            assert not isinstance(event, h2.events.ConnectionTerminated), event
+            if isinstance(event, h2.events.DataReceived) and event.data:
+                got, frames = got + len(event.data), frames + 1
+                with contextlib.suppress(h2.exceptions.StreamClosedError):  # read past its end
+                    conn.increment_flow_control_window(len(event.data), 1)
+                conn.increment_flow_control_window(len(event.data))
+                conn.ping(frames.to_bytes(8, "big"))
+            ended = ended or isinstance(event, h2.events.StreamEnded)
+        sock.sendall(conn.data_to_send())
+    sock.close()
+    assert got == size and frames * 3 > 2 * FRAME_BURST  # far more frames than the budget alone holds
 
 
 def test_a_build_sized_conversation_stays_within_every_bound(env: Env) -> None:

@@ -8,6 +8,7 @@ from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFra
 
 from rediacc_core.gate.buildkit.h2limits import (
     COSTLY,
+    CREDIT_BYTES,
     FRAME_BURST,
     FRAME_RATE,
     MAX_HEADER_BLOCK,
@@ -39,6 +40,20 @@ def test_the_budget_holds_a_burst_then_refills_at_its_rate() -> None:
     for _ in range(10):  # ten seconds at the sustained rate: never past the bound
         meter.feed(PING * int(FRAME_RATE))
         clock.now += 1.0
+
+
+def test_what_the_gate_sends_the_client_pays_for_its_acknowledgements() -> None:
+    meter = FrameMeter(Clock())
+    meter.feed(PREFACE + PING * int(FRAME_BURST))
+    assert meter.credited(b"x" * CREDIT_BYTES * 100) == b"x" * CREDIT_BYTES * 100
+    meter.feed(PING * 100)
+    with pytest.raises(Abuse):
+        meter.feed(PING)
+    meter = FrameMeter(Clock())  # (an abused meter's connection is gone)
+    meter.credited(b"x" * CREDIT_BYTES * 10 * int(FRAME_BURST))  # never more than a burst banked
+    meter.feed(PREFACE + PING * int(FRAME_BURST))
+    with pytest.raises(Abuse):
+        meter.feed(PING)
 
 
 def test_resets_cost_more_than_pings() -> None:

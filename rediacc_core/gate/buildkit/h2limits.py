@@ -5,8 +5,10 @@ servers are its own to hold, each to a bound that a BuildKit client never comes 
 
 - Frames that carry no request data and cost work (RST_STREAM, SETTINGS, PING, WINDOW_UPDATE,
   PRIORITY, HEADERS, CONTINUATION, empty DATA, unknown types) spend a per-connection budget
-  (`FRAME_BURST`, refilled at `FRAME_RATE` a second), a reset or a SETTINGS frame `COSTLY` times a
-  plain one: rapid reset (opening streams and resetting them, CVE-2023-44487), window-size churn
+  (`FRAME_BURST`, refilled at `FRAME_RATE` a second, and by one frame for every `CREDIT_BYTES` the
+  gate sends the client: a client downloading fast acknowledges what it reads, Go's every 4 KiB,
+  and gRPC's pings measure the link while data flows), a reset or a SETTINGS frame `COSTLY` times
+  a plain one: rapid reset (opening streams and resetting them, CVE-2023-44487), window-size churn
   (WINDOW_UPDATE floods, SETTINGS_INITIAL_WINDOW_SIZE changes that touch every open stream) and
   PING or SETTINGS floods whose acknowledgements pile up end with a GOAWAY ENHANCE_YOUR_CALM.
   The frames are counted from their 9-byte heads before `h2` reads them, so a flood costs the
@@ -36,6 +38,7 @@ MAX_TRAILER_FIELDS = 64
 FRAME_BURST = 2000.0  # frames without request data a connection may send at once
 FRAME_RATE = 1000.0  # ... and a second after that
 COSTLY = 10.0  # what a RST_STREAM or a SETTINGS frame counts for
+CREDIT_BYTES = 2048  # bytes sent to the client that earn it one more frame
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 _DATA, _HEADERS, _RST_STREAM, _SETTINGS, _CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x9
@@ -77,6 +80,12 @@ class FrameMeter:
             if len(self.head) == _HEAD:
                 self._frame(bytes(self.head))
                 self.head.clear()
+
+    def credited(self, sent: bytes) -> bytes:
+        """`sent`, which the gate sends the client, after making room for the frames that
+        acknowledge it."""
+        self.tokens = min(FRAME_BURST, self.tokens + len(sent) / CREDIT_BYTES)
+        return sent
 
     def _frame(self, head: bytes) -> None:
         length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]

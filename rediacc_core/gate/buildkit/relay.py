@@ -172,7 +172,7 @@ class GrpcRelay:
 
     # --- bytes out ------------------------------------------------------------------------------
     def for_client(self) -> bytes:
-        return self.client.data_to_send()
+        return self.meter.credited(self.client.data_to_send())
 
     def for_upstream(self) -> bytes:
         return self.upstream.data_to_send()
