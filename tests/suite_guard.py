@@ -49,13 +49,13 @@ def read_allowed(path: Path) -> list[AllowedSkip]:
     return allowed
 
 
-def skip_reason_of(report: pytest.TestReport) -> str:
+def skip_reason_of(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
     return reason.removeprefix("Skipped: ")
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin: pytest keeps plugins in sets, by identity
 class RequiredSuite:
     """A pytest plugin holding one suite (the tests under `here`) to having run where it is required."""
 
@@ -91,6 +91,12 @@ class RequiredSuite:
             raise pytest.UsageError(unmet)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._note(report)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self._note(report)  # a module skipped whole (`pytest.importorskip`, a module-level skip)
+
+    def _note(self, report: pytest.TestReport | pytest.CollectReport) -> None:
         mine = Path(str(report.fspath)).resolve().is_relative_to(self.here.resolve())
         if mine and report.skipped and not hasattr(report, "wasxfail"):
             self.skipped.append((report.nodeid, skip_reason_of(report)))

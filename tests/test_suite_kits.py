@@ -133,6 +133,9 @@ def sample(tmp_path: Path) -> Path:
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "conftest.py").write_text(_CONFTEST)
     (tmp_path / "suite" / "test_sample.py").write_text(_TESTS)
+    (tmp_path / "suite" / "test_vendor.py").write_text(
+        'import pytest\n\npytest.importorskip("rdc_no_such_vendor_kit")\n\ndef test_card():\n    pass\n'
+    )
     (tmp_path / "suite" / "allowed_skips.txt").write_text(
         "# comment\n\nsuite/test_sample.py::test_new_* | an old Engine | the new Engine's env runs it\n"
     )
@@ -146,8 +149,9 @@ def _sample(sample: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def test_a_skip_not_on_the_allowed_list_fails_a_required_run_naming_it(sample: Path) -> None:
     run = _sample(sample, SAMPLE_REQUIRED="1")
     assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout + run.stderr
-    assert "SAMPLE_REQUIRED=1: 1 sample test(s) skipped that must run here" in run.stdout
+    assert "SAMPLE_REQUIRED=1: 2 sample test(s) skipped that must run here" in run.stdout
     assert "suite/test_sample.py::test_port_80_taken: the host has a service on port 80" in run.stdout
+    assert "suite/test_vendor.py: could not import 'rdc_no_such_vendor_kit'" in run.stdout  # skipped whole
     assert "test_new_engine_only:" not in run.stdout.split("must run here")[1]  # allowed, with its reason
 
 
@@ -155,6 +159,7 @@ def test_allowed_skips_and_unrequired_runs_pass(sample: Path) -> None:
     (sample / "suite" / "allowed_skips.txt").write_text(
         "suite/test_sample.py::test_new_* | an old Engine | the new Engine's env runs it\n"
         "suite/test_sample.py::test_port_80_taken | port 80 | a host service, in this sample\n"
+        "suite/test_vendor.py | rdc_no_such_vendor_kit | no such kit, in this sample\n"
     )
     assert _sample(sample, SAMPLE_REQUIRED="1").returncode == pytest.ExitCode.OK
     (sample / "suite" / "allowed_skips.txt").write_text("")
