@@ -17,8 +17,8 @@ servers are its own to hold, each to a bound that a BuildKit client never comes 
   (CONTINUATION floods, CVE-2024-27316 style), decodes to at most `MAX_HEADER_LIST` bytes as RFC
   7541 counts them (HPACK bombs: a small block naming a large table entry again and again), and
   starts with at most two dynamic table size updates, as many as RFC 7541 4.2 ever needs (table
-  size churn). Past the first two bounds h2 itself ends the connection (GOAWAY ENHANCE_YOUR_CALM
-  for an oversized list), past the third with GOAWAY PROTOCOL_ERROR.
+  size churn). The meter ends a connection past the first bound and h2 one past the second (both
+  GOAWAY ENHANCE_YOUR_CALM), the decoder one past the third (GOAWAY PROTOCOL_ERROR).
 - A call's headers hold at most `MAX_REQUEST_FIELDS` fields and its trailers `MAX_TRAILER_FIELDS`;
   more is refused with grpc-status 8 (RESOURCE_EXHAUSTED).
 """
