@@ -7,6 +7,7 @@ decider's interface, so the tests that use this pin down the proxy alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import shutil
@@ -22,6 +23,10 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
 import pytest
 
 from rediacc_core.blocking import may_block
@@ -37,6 +42,8 @@ class Upstream(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     connections = 0
     stream_gate: threading.Event
+    grpc_calls = 0  # calls opened on /grpc
+    grpc_trailers: list[int]  # the number of fields of each request's trailers
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client the gate let go: expected
@@ -104,6 +111,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Upgrade") == "tcp":
             self._hijack()
             return
+        if self.path.endswith("/grpc") and self.headers.get("Upgrade") == "h2c":
+            self._grpc()
+            return
         report = {
             "path": self.path,
             "te": self.headers.get("Transfer-Encoding"),
@@ -125,6 +135,54 @@ class Handler(BaseHTTPRequestHandler):
             received += piece
         sock.sendall(received.upper() + b"<eof>")
         sock.shutdown(socket.SHUT_WR)
+        self.close_connection = True
+
+    def _grpc(self) -> None:
+        """BuildKit's /grpc as the daemon serves it: 101, then HTTP/2; each call is answered with
+        grpc-status 0 once its request ended (and counted, with the trailers it brought), after as
+        many bytes of data as its `x-answer-bytes` header asks, sent as the windows allow."""
+        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+        self.wfile.flush()
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        conn.initiate_connection()
+        sock = self.connection
+        sock.sendall(conn.data_to_send())
+        answer = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"0")]
+        asked: dict[int, int] = {}  # stream -> bytes of data its answer carries
+        owed: dict[int, int] = {}  # stream -> bytes of data still to send
+        while piece := sock.recv(65536):
+            try:
+                events = conn.receive_data(piece)
+            except h2.exceptions.ProtocolError:
+                break
+            for event in events:
+                if isinstance(event, h2.events.RequestReceived) and event.stream_id:
+                    self.server.grpc_calls += 1
+                    asked[event.stream_id] = int(dict(event.headers or []).get(b"x-answer-bytes", b"0"))
+                elif isinstance(event, h2.events.TrailersReceived):
+                    self.server.grpc_trailers.append(len(event.headers or []))
+                elif isinstance(event, h2.events.DataReceived) and event.stream_id:
+                    conn.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id:
+                    with contextlib.suppress(h2.exceptions.ProtocolError):
+                        if asked.get(event.stream_id):
+                            conn.send_headers(event.stream_id, answer[:2])
+                            owed[event.stream_id] = asked[event.stream_id]
+                        else:
+                            conn.send_headers(event.stream_id, answer, end_stream=True)
+            for stream, left in list(owed.items()):
+                with contextlib.suppress(h2.exceptions.ProtocolError):
+                    while left:
+                        room = min(left, conn.local_flow_control_window(stream), conn.max_outbound_frame_size)
+                        if room <= 0:
+                            break
+                        conn.send_data(stream, bytes(room))
+                        left -= room
+                    owed[stream] = left
+                    if not left:
+                        del owed[stream]
+                        conn.send_headers(stream, answer[2:], end_stream=True)
+            sock.sendall(conn.data_to_send())
         self.close_connection = True
 
 
@@ -252,6 +310,7 @@ def gate_env(
     if with_upstream:
         upstream = Upstream(str(short_dir / "up.sock"), Handler)
         upstream.stream_gate = threading.Event()
+        upstream.grpc_trailers = []
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
     decider = StandInDecider()
     gate = GateServer(

@@ -227,11 +227,16 @@ class _Client(asyncio.BufferedProtocol):
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.pause_reading()
+        if self.relay is not None:
+            # HTTP/2 answers some frames itself (PING, SETTINGS): a client that does not read stops
+            # being read, so what the gate owes it cannot grow.
+            self.pause("client-reads")
 
     def resume_writing(self) -> None:
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.resume_reading()
+        self.resume("client-reads")
 
     # --- the exchange's actions -----------------------------------------------------------------
     def route(self, method: str, target: str) -> tuple[DecisionLike | None, bool]:

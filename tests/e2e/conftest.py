@@ -17,6 +17,7 @@ import pytest
 from e2e_kit import (
     E2E,
     IMAGE,
+    REQUIRED,
     RepoEnv,
     build_machine_root,
     client_env,
@@ -24,6 +25,7 @@ from e2e_kit import (
     unmet_requirement,
     use_engine,
 )
+from suite_guard import RequiredSuite
 
 from rediacc_core.config import Config
 from rediacc_core.repos import Repo, RepoStore
@@ -33,11 +35,17 @@ from rediacc_core.testing.dockerenv import import_busybox
 
 use_engine()
 
+# Where RDC_E2E_REQUIRED=1 (tox's e2e envs, CI): a machine that cannot run the suite is a usage
+# error, and a skipped test a failure unless allowed_skips.txt names it.
+GUARD = RequiredSuite("end-to-end", Path(__file__).parent, REQUIRED, unmet_requirement)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.is_registered(GUARD):
+        config.pluginmanager.register(GUARD, "rdc-e2e-required")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    unmet = unmet_requirement()
-    if unmet is not None:
-        raise pytest.UsageError(unmet)
     here = Path(__file__).parent
     reason = skip_reason()
     for item in items:

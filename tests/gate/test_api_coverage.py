@@ -94,6 +94,7 @@ def _documented(swagger: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "NetworkCreateRequest": _body(swagger, "/networks/create", "post"),
         "IPAM": _properties(swagger, definitions["IPAM"]),
         "Ulimit": host["Ulimits"]["items"]["properties"],
+        "PortBinding": _properties(swagger, definitions["PortBinding"]),
         "AuthConfig": _body(swagger, "/auth", "post"),
     }
 

@@ -71,6 +71,58 @@ def test_a_host_port_that_does_not_read_is_refused(port: str) -> None:
     assert f"host port {port!r} is not a port or LOW-HIGH range" in problems[0].refusal.message
 
 
+# Each HostIp spelling of every address, as the daemon binds it (tests/gate/test_goip.py has the
+# reader's table): what Go's net.ParseIP does not read binds the daemon's default, every address.
+EVERY_ADDRESS = [
+    "", "0.0.0.0", "::", "[::1]", "[::]", "[0.0.0.0]", "0.0.0.0 ", " ::", "\t0.0.0.0", "127.000.000.001",
+    "127.0.0.01", "::1%lo", "fe80::1%eth0", "::%lo", "::ffff:0.0.0.0", "::ffff:0:0", "0:0:0:0:0:0:0:0",
+    "::0", "0::", "::0.0.0.0", "localhost", "127.1",
+]  # fmt: skip
+ONE_ADDRESS = ["127.0.0.1", "::1", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1", "10.0.2.100", "fe80::1"]
+
+
+@pytest.mark.parametrize("host_ip", EVERY_ADDRESS)
+def test_a_host_ip_the_daemon_binds_on_every_address_is_held_to_the_policy(gate: Gate, host_ip: str) -> None:
+    body: dict[str, Any] = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": _one("80", host_ip)}}}
+    assert "host port 80/tcp is refused" in refused(gate.create(body))
+    body["HostConfig"]["PortBindings"]["80/tcp"] = _one("8080", host_ip)
+    assert gate.create(body).forward
+    assert bindings(body["HostConfig"], []) == ([Binding("80/tcp", "tcp", 8080, 8080)], [])
+
+
+@pytest.mark.parametrize("host_ip", ONE_ADDRESS)
+def test_a_host_ip_of_one_address_stays_inside_the_namespace(gate: Gate, host_ip: str) -> None:
+    body: dict[str, Any] = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": _one("80", host_ip)}}}
+    assert gate.create(body).forward
+    assert bindings(body["HostConfig"], []) == ([], [])
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '{"hostport": "80"}',
+        '{"HOSTPORT": "80", "HostIp": ""}',
+        '{"hostip": "", "hostPort": "80"}',
+        '{"HostIp": "127.0.0.1", "HostPort": "80", "hostip": ""}',  # fold variants: ambiguous
+        '{"HostIP": "[::1]", "HostPort": "80"}',
+    ],
+)
+def test_binding_keys_are_read_as_go_matches_them(gate: Gate, entry: str) -> None:
+    """Go's encoding/json matches `hostport` to HostPort; the gate reads the same field, or refuses."""
+    raw = f'{{"Image": "bb", "HostConfig": {{"PortBindings": {{"80/tcp": [{entry}]}}}}}}'
+    decision = gate.create({}, raw=raw.encode())
+    assert not decision.forward
+    assert decision.status == 400 or decision.rules == ("publish-port",)
+
+
+def test_a_binding_field_the_daemon_does_not_know_is_refused(gate: Gate) -> None:
+    binding = {"HostPort": "8080", "HostIface": "eth0"}
+    body = {"Image": "bb", "HostConfig": {"PortBindings": {"80/tcp": [binding]}}}
+    decision = gate.create(body)
+    assert not decision.forward and decision.status == 400
+    assert "unknown field in PortBinding" in str(decision.message)
+
+
 def create(gate: Gate, *specs: tuple[str, str], all_ports: bool = False, image: str = "bb") -> Any:
     """A create publishing `(container port, host port)` pairs on every address."""
     table: dict[str, Any] = {}

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from grants_kit import GPU, build_machine, fake_plugins
 
+from rediacc_core import telemetry
 from rediacc_core.bindings import MOVED, Suspension
 from rediacc_core.grants.records import Grant, read_all, read_grants, residue, write_grants
 from rediacc_core.grants.store import GrantStore
@@ -19,6 +20,7 @@ from rediacc_core.runtime.holdings import Holder, Holdings
 from rediacc_core.runtime.lapsed import stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.openers import Opener
+from rediacc_core.runtime.serve import log_keeper
 from rediacc_core.settings import set_setting
 from rediacc_core.statelock import state_lock
 from rediacc_core.testing import FakeMachine
@@ -157,3 +159,22 @@ def test_the_gate_runs_it_with_its_log_housekeeping(tmp_path: object) -> None:
     )
     keeper.check()
     assert rounds == [1, 2]  # a failing chore is reported and the round goes on
+
+
+def test_a_lease_that_ended_leaves_the_telemetry_at_the_gates_next_housekeeping_round(
+    box: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease ends without a write to the grants file: the round every gate runs each 30 s
+    (`serve.log_keeper`) brings the GPU telemetry up to date."""
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
+    alpha = RepoStore(box).create("alpha")
+    nobody = Holdings(box, holders=lambda repo: [], stop=lambda holder: None)  # no daemon runs
+    GrantStore(box, fake_plugins(), running=nobody).grant(
+        alpha, [f"{GPU}=0"], expires_at="2999-01-01T00:00:00Z"
+    )
+    series = f'rediacc_gpu_grant_info{{repo="alpha",device="{GPU}=0"'
+    assert series in telemetry.metrics_path(box).read_text()
+    monkeypatch.setattr("rediacc_core.grants.records.now_iso", lambda: "3000-01-01T00:00:00Z")
+    said: list[str] = []
+    log_keeper(box, alpha, said.append).check()
+    assert series not in telemetry.metrics_path(box).read_text(), said

@@ -14,20 +14,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ssh_kit import MACHINES, Client, Fleet, install_agent, skip_reason, unmet_requirement
+from ssh_kit import MACHINES, REQUIRED, Client, Fleet, install_agent, skip_reason, unmet_requirement
+from suite_guard import RequiredSuite
 
 from rediacc_core.demo import build_demo_machine
 from rediacc_core.remote import resident
 from rediacc_core.testing.fakemachine import FakeMachine
 from rediacc_core.testing.sshd import running_sshd
 
+# Where RDC_SSH_REQUIRED=1 (tox -e ssh, CI): a machine that cannot run the suite is a usage error,
+# and a skipped test a failure unless allowed_skips.txt names it.
+GUARD = RequiredSuite("SSH", Path(__file__).parent, REQUIRED, lambda: unmet_requirement(skip_reason()))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.is_registered(GUARD):
+        config.pluginmanager.register(GUARD, "rdc-ssh-required")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     reason = skip_reason()
-    unmet = unmet_requirement(reason)
-    if unmet is not None:
-        raise pytest.UsageError(unmet)
     for item in items:
         if here in item.path.parents and reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -13,7 +13,7 @@ from rediacc_core.grants.store import GrantStore
 from rediacc_core.plugins import Plugins, load_plugins
 from rediacc_core.repos import RepoStore
 from rediacc_core.runtime.holdings import Holdings
-from rediacc_core.runtime.lapsed import refresh_telemetry
+from rediacc_core.runtime.serve import log_keeper
 from rediacc_core.settings import set_setting
 from rediacc_core.testing import FakeMachine
 
@@ -77,11 +77,13 @@ def test_mapping_files_follow_grant_revoke_lease_end_and_handover(
     store.revoke(alpha, ["nvidia.com/gpu=0", "nvidia.com/gpu=0:0"])
     assert mapping(a100) == {"0": "gamma\n", "0.2": "beta\n"}
 
-    # A lease ends without a write: the gate's housekeeping round brings the files up to date.
+    # A lease ends without a write: the gate's housekeeping round (every 30 s, of any repo's gate)
+    # brings the files up to date.
     monkeypatch.setattr("rediacc_core.grants.records.now_iso", lambda: "3000-01-01T00:00:00Z")
-    problems: list[str] = []
-    refresh_telemetry(a100.machine, problems.append)
-    assert problems == [] and mapping(a100) == {"0": "gamma\n"}
+    said: list[str] = []
+    log_keeper(a100.machine, gamma, said.append).check()
+    assert mapping(a100) == {"0": "gamma\n"}, said
+    assert not [line for line in said if "telemetry" in line or "housekeeping failed" in line]
     monkeypatch.undo()
 
     # A handover: the other repo's grant goes, the new holder's comes, in one step.

@@ -19,6 +19,10 @@ relayed both ways. A call's method decides what happens (`buildkit.METHODS`):
 
 Compressed messages on checked calls are refused (BuildKit's clients send none): the gate would
 judge bytes the daemon reads differently.
+
+The client's side is held to `h2limits`: its frames are metered before `h2` reads them, its header
+blocks bounded, encoded and decoded; a client past a bound gets GOAWAY ENHANCE_YOUR_CALM (or
+COMPRESSION_ERROR) and the connection ends on both sides.
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ import h2.settings
 
 from rediacc_core.gate import buildkit
 from rediacc_core.gate.buildkit import Verdict
+from rediacc_core.gate.buildkit.h2limits import (
+    MAX_HEADER_LIST,
+    Abuse,
+    BoundedDecoder,
+    FrameMeter,
+    too_many_fields,
+)
 
 MAX_MESSAGE = 16 * 1024 * 1024  # BuildKit's own limit on a received message
 WINDOW = 1024 * 1024  # each side's flow-control window, per stream and per connection
@@ -78,8 +89,35 @@ def grpc_message(text: str) -> bytes:
     return bytes(out)
 
 
-def _config(client_side: bool) -> h2.config.H2Configuration:
-    return h2.config.H2Configuration(client_side=client_side, header_encoding=None)
+def _connection(client_side: bool) -> h2.connection.H2Connection:
+    """One side's HTTP/2 connection, its preface queued: windows of `WINDOW`; toward the daemon no
+    push, toward the client `h2limits`' decoder and header list size."""
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=client_side, header_encoding=None)
+    )
+    settings = {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW}
+    if client_side:
+        settings[h2.settings.SettingCodes.ENABLE_PUSH] = 0
+    else:
+        settings[h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE] = MAX_HEADER_LIST
+        conn.decoder = BoundedDecoder()
+    conn.local_settings = h2.settings.Settings(client=client_side, initial_values=settings)
+    conn.initiate_connection()
+    conn.increment_flow_control_window(WINDOW - 65535)
+    return conn
+
+
+def _refusal(verdict: Verdict) -> tuple[str, tuple[str, ...]]:
+    """The grpc-message of a refused verdict, and its rules' ids."""
+    text = "\n".join(
+        f"{f.refusal.message}; use instead: {f.refusal.replacement}"
+        if f.refusal.replacement
+        else f.refusal.message
+        for f in verdict.findings
+    )
+    return f"rdc gate: {text}", tuple(
+        dict.fromkeys(f.refusal.rule for f in verdict.findings if f.refusal.rule)
+    )
 
 
 class GrpcRelay:
@@ -89,15 +127,8 @@ class GrpcRelay:
     def __init__(self, judge: Judge, report: Report | None = None) -> None:
         self.judge = judge
         self.report: Report = report or (lambda path, status, message, rules: None)
-        self.client = h2.connection.H2Connection(_config(False))
-        self.upstream = h2.connection.H2Connection(_config(True))
-        for conn in (self.client, self.upstream):
-            settings = {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW}
-            if conn is self.upstream:
-                settings[h2.settings.SettingCodes.ENABLE_PUSH] = 0
-            conn.local_settings = h2.settings.Settings(client=conn is self.upstream, initial_values=settings)
-            conn.initiate_connection()
-            conn.increment_flow_control_window(WINDOW - 65535)
+        self.client, self.upstream = _connection(False), _connection(True)
+        self.meter = FrameMeter()
         self.calls: dict[int, _Call] = {}  # by client stream id
         self.by_upstream: dict[int, _Call] = {}
         self.held = 0  # bytes of checked messages read and not yet judged
@@ -105,8 +136,17 @@ class GrpcRelay:
 
     # --- bytes in -------------------------------------------------------------------------------
     def client_data(self, data: bytes) -> None:
+        if self.closed:
+            return
         try:
+            self.meter.feed(data)  # first: a flood is cut off before h2 parses any of it
             events = self.client.receive_data(data)
+        except Abuse as exc:  # past a bound of h2limits: GOAWAY, then both sides close
+            self.report("/grpc", RESOURCE_EXHAUSTED, f"rdc gate: HTTP/2 connection ended: {exc}", ("limit",))
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.client.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, str(exc).encode())
+            self._close()
+            return
         except h2.exceptions.ProtocolError:
             self._close()
             return
@@ -132,7 +172,7 @@ class GrpcRelay:
 
     # --- bytes out ------------------------------------------------------------------------------
     def for_client(self) -> bytes:
-        return self.client.data_to_send()
+        return self.meter.credited(self.client.data_to_send())
 
     def for_upstream(self) -> bytes:
         return self.upstream.data_to_send()
@@ -147,7 +187,12 @@ class GrpcRelay:
             call = self.calls.get(event.stream_id or 0)
             if call is not None and not call.refused:
                 call.client_ended = True  # trailers end the request: its StreamEnded adds nothing
-                call.to_upstream.append(("trailers", list(event.headers or []), 0))
+                trailers = list(event.headers or [])
+                over = too_many_fields(call.path, len(trailers), trailers=True)
+                if over:
+                    self._refuse(call, RESOURCE_EXHAUSTED, over, ("limit",))
+                else:
+                    call.to_upstream.append(("trailers", trailers, 0))
         elif isinstance(event, h2.events.StreamEnded):
             self._request_ended(event.stream_id or 0)
         elif isinstance(event, h2.events.StreamReset):
@@ -164,7 +209,10 @@ class GrpcRelay:
         action = buildkit.action(path)
         call = _Call(stream_id, path, action == "check", headers)
         self.calls[stream_id] = call
-        if action is None:
+        over = too_many_fields(path, len(headers), trailers=False)
+        if over:
+            self._refuse(call, RESOURCE_EXHAUSTED, over, ("limit",))
+        elif action is None:
             why = f"rdc gate: {path} is not a BuildKit call the gate knows, so it is refused"
             self._refuse(call, PERMISSION_DENIED, why, ("endpoint",))
         elif action == "forward":
@@ -201,14 +249,7 @@ class GrpcRelay:
 
     def _judged(self, call: _Call, verdict: Verdict) -> None:
         if verdict.refused:
-            text = "\n".join(
-                f"{f.refusal.message}; use instead: {f.refusal.replacement}"
-                if f.refusal.replacement
-                else f.refusal.message
-                for f in verdict.findings
-            )
-            rules = tuple(dict.fromkeys(f.refusal.rule for f in verdict.findings if f.refusal.rule))
-            self._refuse(call, PERMISSION_DENIED, f"rdc gate: {text}", rules)
+            self._refuse(call, PERMISSION_DENIED, *_refusal(verdict))
             return
         self.report(call.path, 0, "; ".join(verdict.notes), ())
         if call.upstream_id is None:

@@ -146,6 +146,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "LogConfig": {"Type": "log-driver", "Config": FREE},  # options of an admitted driver
     "UpdateConfig": {**_RESOURCES, "RestartPolicy": FREE},
     "Ulimit": {"Name": "ulimit", "Hard": "ulimit", "Soft": "ulimit"},
+    "PortBinding": {"HostIp": "publish-port", "HostPort": "publish-port"},
     "DeviceMapping": {
         "PathOnHost": "raw-device",
         "PathInContainer": "raw-device",

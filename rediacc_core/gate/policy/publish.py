@@ -5,7 +5,10 @@
 (`8000-8100`), or empty (or 0) for a port dockerd picks itself from its namespace's ephemeral range.
 `PublishAllPorts` (`-P`) adds such an ephemeral binding for every exposed port without one. Only
 tcp and udp bindings on every address (`-p 8080:80`) reach the host through the port keeper; the
-rest stay inside the repo's namespace and are not this policy's business.
+rest stay inside the repo's namespace and are not this policy's business. Which address a binding
+is on is the daemon's reading of `HostIp` (`wire/goip.py`): what Go's `net.ParseIP` does not read
+(`[::1]`, `0.0.0.0 ` with a space, `127.000.0.1`, `fe80::1%eth0`) binds every address, and
+`::ffff:0.0.0.0` is `0.0.0.0`.
 
 Checked at create and again at start (from the daemon's record of the container, where the image's
 exposed ports are merged in): the host ports against `publish-ports`, the repo's count against
@@ -21,6 +24,7 @@ from typing import Any
 
 from rediacc_core import publishing
 from rediacc_core.gate.policy.findings import Finding, refuse
+from rediacc_core.gate.wire.goip import bound_address
 from rediacc_core.publishing import EPHEMERAL, Policy, Port
 
 RULE = "publish-port"
@@ -78,7 +82,7 @@ def bindings(host: Mapping[str, Any], exposed: Iterable[str]) -> tuple[list[Bind
         proto = _proto(key)
         for entry in entries if isinstance(entries, list) else []:
             entry = entry if isinstance(entry, dict) else {}
-            address = entry.get("HostIp") or ""
+            address = bound_address(entry.get("HostIp") or "")
             if proto not in publishing.PROTOCOLS or address not in publishing.ANY_ADDRESS:
                 continue
             raw = entry.get("HostPort") or ""

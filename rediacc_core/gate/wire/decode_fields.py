@@ -114,7 +114,7 @@ _HOST_CONFIG: dict[str, FieldType] = {
     "ContainerIDFile": STR,
     "LogConfig": _s("LogConfig"),
     "NetworkMode": STR,
-    "PortBindings": ANY,
+    "PortBindings": MapOf(ListOf(_s("PortBinding"))),
     "RestartPolicy": ANY,
     "AutoRemove": BOOL,
     "VolumeDriver": STR,
@@ -230,6 +230,8 @@ _add(
 )
 _add("EndpointIPAMConfig", {"IPv4Address": ANY, "IPv6Address": ANY, "LinkLocalIPs": ANY}, strict=True)
 _add("HostConfig", _HOST_CONFIG, strict=True)
+# go-connections' nat.PortBinding: read as a struct, so that `hostport` is the HostPort Go fills.
+_add("PortBinding", {"HostIp": STR, "HostPort": STR}, strict=True)
 _add("UpdateConfig", {**_RESOURCES, "RestartPolicy": ANY}, strict=True)
 _add("Ulimit", {"Name": STR, "Hard": INT, "Soft": INT}, strict=True)
 _add("DeviceMapping", {"PathOnHost": STR, "PathInContainer": STR, "CgroupPermissions": STR}, strict=True)
