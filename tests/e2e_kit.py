@@ -245,6 +245,38 @@ def build_machine_root(root: Path) -> None:
         (cdi / "rediacc-render.json").write_text(json.dumps(render, indent=2))
 
 
+CARD = "0000:01:00.0"  # where `placed_gpu0` places GPU 0
+XID = "[ 5123.456789] NVRM: Xid (PCI:0000:01:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
+
+
+@contextlib.contextmanager
+def placed_gpu0(machine: Machine) -> Iterator[None]:
+    """An inventory placing GPU0 on the card at `CARD`, as setup would record it; the previous one
+    (or none) is back after."""
+    from rediacc_core.inventory import gpu_record, write_inventory
+    from rediacc_core.model import Gpu
+
+    path = machine.inventory_path
+    before = path.read_text() if path.exists() else None
+    gpu = Gpu(vendor="vendor", source="e2e", name="Fake", index=0, pci_bus_id=CARD, cdi_names=(GPU0,))
+    document = {
+        "schemaVersion": 1,
+        "machine": machine.name,
+        "platform": "native",
+        "generatedAt": "2026-12-04T00:00:00Z",
+        "gpus": [gpu_record(gpu, frozenset({GPU0}))],
+        "devices": [{"name": GPU0, "kind": "vendor.example/gpu", "spec": "vendor-example.json"}],
+    }
+    write_inventory(machine, document)
+    try:
+        yield
+    finally:
+        if before is None:
+            path.unlink()
+        else:
+            path.write_text(before)
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Whether `predicate` came true before `timeout` seconds (polled: what it waits on runs apart)."""
     deadline = time.monotonic() + timeout

@@ -10,37 +10,18 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2e_kit import E2E, GPU0, IMAGE, refused
+from e2e_kit import CARD, E2E, GPU0, IMAGE, XID, placed_gpu0, refused
 
 from rediacc_core.health import clear, record_events
-from rediacc_core.inventory import gpu_record, write_inventory
-from rediacc_core.model import Gpu, HealthEvent
-
-CARD = "0000:01:00.0"  # where the inventory below places the fake GPU 0
-XID = "[ 5123.456789] NVRM: Xid (PCI:0000:01:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
+from rediacc_core.model import HealthEvent
 
 
 @pytest.fixture
 def placed(e2e: E2E) -> Iterator[None]:
     """An inventory placing GPU0 on a card, as setup would record it."""
-    path = e2e.machine.inventory_path
-    before = path.read_text() if path.exists() else None
-    gpu = Gpu(vendor="vendor", source="e2e", name="Fake", index=0, pci_bus_id=CARD, cdi_names=(GPU0,))
-    document = {
-        "schemaVersion": 1,
-        "machine": e2e.machine.name,
-        "platform": "native",
-        "generatedAt": "2026-12-04T00:00:00Z",
-        "gpus": [gpu_record(gpu, frozenset({GPU0}))],
-        "devices": [{"name": GPU0, "kind": "vendor.example/gpu", "spec": "vendor-example.json"}],
-    }
-    write_inventory(e2e.machine, document)
-    yield
-    clear(e2e.machine)
-    if before is None:
-        path.unlink()
-    else:
-        path.write_text(before)
+    with placed_gpu0(e2e.machine):
+        yield
+        clear(e2e.machine)
 
 
 @pytest.fixture

@@ -11,42 +11,24 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2e_kit import E2E, GPU0, IMAGE, refused, wait_for
+from e2e_kit import CARD, E2E, GPU0, IMAGE, XID, placed_gpu0, refused, wait_for
 
 from rediacc_core.health import clear, record_events
-from rediacc_core.inventory import gpu_record, write_inventory
-from rediacc_core.model import Gpu, HealthEvent
+from rediacc_core.model import HealthEvent
 
-CARD = "0000:01:00.0"
-XID = "[ 5123.456789] NVRM: Xid (PCI:0000:01:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
 QUICK = 5.0  # seconds: a refusal is an answer, not a wait
 
 
 @pytest.fixture
 def granted(e2e: E2E) -> Iterator[None]:
     """GPU0 placed on a card (as setup records it) and granted to alpha; all undone after."""
-    path = e2e.machine.inventory_path
-    before = path.read_text() if path.exists() else None
-    gpu = Gpu(vendor="vendor", source="e2e", name="Fake", index=0, pci_bus_id=CARD, cdi_names=(GPU0,))
-    document = {
-        "schemaVersion": 1,
-        "machine": e2e.machine.name,
-        "platform": "native",
-        "generatedAt": "2026-12-04T00:00:00Z",
-        "gpus": [gpu_record(gpu, frozenset({GPU0}))],
-        "devices": [{"name": GPU0, "kind": "vendor.example/gpu", "spec": "vendor-example.json"}],
-    }
-    write_inventory(e2e.machine, document)
-    e2e.grant(e2e.alpha, GPU0)
-    try:
-        yield
-    finally:
-        clear(e2e.machine)
-        e2e.rdc("repo", "gpu", "revoke", e2e.alpha.repo.ref, "--device", GPU0)
-        if before is None:
-            path.unlink()
-        else:
-            path.write_text(before)
+    with placed_gpu0(e2e.machine):
+        e2e.grant(e2e.alpha, GPU0)
+        try:
+            yield
+        finally:
+            clear(e2e.machine)
+            e2e.rdc("repo", "gpu", "revoke", e2e.alpha.repo.ref, "--device", GPU0)
 
 
 def fault(e2e: E2E) -> None:
