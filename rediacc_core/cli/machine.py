@@ -519,19 +519,17 @@ def gpu_list(name: str | None, every: bool, scan: bool, fmt: str) -> None:
 
 
 def ended_lease_lines(target: Machine) -> list[str]:
-    """A line per lease that has ended while the grants file still records it (the next change to
-    the file drops it), with the grant that brings it back."""
-    from rediacc_core.grants.records import read_file, read_grants
+    """A line per lease that ended within a day (`records.ended_leases`), with the grant that brings
+    it back."""
+    from rediacc_core.grants.records import ended_leases, read_all
     from rediacc_core.repos import RepoStore
 
-    recorded = read_file(target.grants_path)
-    in_force = {(g.repo_id, g.device) for g in read_grants(target)}
     refs = {repo.id: repo.ref for repo in RepoStore(target).list()}
     return [
-        f"The lease of {g.device} to {refs[g.repo_id]} ended at {g.expires_at}; grant it anew: "
-        f"rdc repo gpu grant {refs[g.repo_id]} --device {g.device} --for 8h"
-        for g in sorted(recorded[1] if recorded else (), key=lambda g: (g.repo_id, g.device))
-        if (g.repo_id, g.device) not in in_force and g.repo_id in refs
+        f"The lease of {e.device} to {refs[e.repo_id]} ended at {e.expires_at}; grant it anew: "
+        f"rdc repo gpu grant {refs[e.repo_id]} --device {e.device} --for 8h"
+        for e in ended_leases(read_all(target))
+        if e.repo_id in refs
     ]
 
 

@@ -649,14 +649,10 @@ def list_grants(ref: str, fmt: str) -> None:
                     f"{suspension_text(grant_, found.ref)}; it reaches nothing until resolved: "
                     f"{suspension_advice(grant_, found.ref)}."
                 )
-    from rediacc_core.grants.records import read_file
+    from rediacc_core.grants.records import ended_leases, read_all
 
-    recorded = read_file(machine.grants_path)
-    in_force = {g.device for g in grants}
-    for ended in sorted(
-        (g for g in (recorded[1] if recorded else ()) if g.repo_id == found.id), key=lambda g: g.device
-    ):
-        if ended.device not in in_force:  # a lease that has ended, while the file still records it
+    for ended in ended_leases(read_all(machine)):
+        if ended.repo_id == found.id:  # a lease that ended within a day
             note(
                 f"The lease of {ended.device} to {found.ref} ended at {ended.expires_at}; grant it anew: "
                 f"rdc repo gpu grant {found.ref} --device {ended.device} --for 8h"

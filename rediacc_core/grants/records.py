@@ -5,7 +5,8 @@ The grants live in `<root>/etc/rediacc/gpu/grants.json`, replaced atomically and
 callers here take it, or say that their caller holds it).
 
 A grant may be a lease (`expires_at`): from its end on it is absent for every reader (the gate, the
-runtime guard, the checks) with no process needed to remove it; the next write drops it. A suspended
+runtime guard, the checks) with no process needed to remove it; the next write drops it, keeping
+for a day only what names it (`ended`: "the lease of … ended at …", never a grant). A suspended
 grant (`suspended`, set by setup's re-check) stays in the file but reaches nothing. So does, for
 the gate and the runtime guard, a grant whose recorded hardware (`bound_to`) is not what its name
 reaches in the inventory they decide on (`binding_drift`), whatever wrote the grants file.
@@ -81,15 +82,27 @@ class Residue:
 
 
 @dataclass(frozen=True)
+class EndedLease:
+    """A lease of `device` to `repo_id` that ended at `expires_at`: named wherever a lease matters (a
+    start, a renew, the GPU lists) for `ENDED_KEPT` after its end, then forgotten."""
+
+    repo_id: str
+    device: str
+    expires_at: str
+
+
+@dataclass(frozen=True)
 class GrantsFile:
     """Everything the grants file holds, as read."""
 
     grants: tuple[Grant, ...] = ()
     draining: tuple[Drain, ...] = ()
     residue: tuple[Residue, ...] = ()
+    ended: tuple[EndedLease, ...] = ()
 
 
 DRAIN_BOUND = timedelta(minutes=10)  # the longest a drain mark is honoured (see `grants.release`)
+ENDED_KEPT = timedelta(days=1)  # how long an ended lease is still named, once its grant left the file
 
 
 def later_iso(delta: timedelta) -> str:
@@ -146,7 +159,8 @@ def parse_file(text: str, path: Path) -> GrantsFile:
     residue = tuple(
         Residue(r["repoId"], r["device"], r["ended"], r["how"]) for r in document.get("residue", ())
     )
-    return GrantsFile(tuple(grants), draining, residue)
+    ended = tuple(EndedLease(e["repoId"], e["device"], e["ended"]) for e in document.get("ended", ()))
+    return GrantsFile(tuple(grants), draining, residue, ended)
 
 
 def read_file(path: Path) -> tuple[StatKey, list[Grant]] | None:
@@ -243,17 +257,39 @@ def suspension_advice(grant: Grant, repo_ref: str) -> str:
     return f"to accept the hardware it reaches now: `{confirm}`; or `{revoke}`"
 
 
-def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> Grant | None:
-    """The repo's lease of `device` that has ended, while the grants file still records it (the
-    next change to the file drops it); None when there is none."""
-    found = read_file(machine.grants_path)
+def ended_leases(found: GrantsFile, now: str | None = None) -> list[EndedLease]:
+    """The leases that have ended: those whose grant the file still records (however long ago), and
+    those moved to `ended` by a write within `ENDED_KEPT` of their end; latest per repo and name,
+    none that was granted again since."""
     stamp = now or now_iso()
-    ended = [
-        g
-        for g in (found[1] if found else ())
-        if g.repo_id == repo_id and g.device == device and not g.in_force(stamp)
+    since = _earlier_iso(stamp, ENDED_KEPT)
+    again = {(g.repo_id, g.device) for g in found.grants if g.in_force(stamp)}
+    candidates = [
+        *(e for e in found.ended if e.expires_at > since),
+        *(
+            EndedLease(g.repo_id, g.device, g.expires_at)
+            for g in found.grants
+            if g.expires_at is not None and not g.in_force(stamp)
+        ),
     ]
-    return max(ended, key=lambda g: g.expires_at or "", default=None)
+    latest: dict[tuple[str, str], EndedLease] = {}
+    for lease in candidates:
+        key = (lease.repo_id, lease.device)
+        if key not in again and (key not in latest or latest[key].expires_at < lease.expires_at):
+            latest[key] = lease
+    return sorted(latest.values(), key=lambda e: (e.repo_id, e.device))
+
+
+def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None = None) -> EndedLease | None:
+    """The repo's lease of `device` that ended within a day (`ended_leases`); None when there is none."""
+    return next(
+        (e for e in ended_leases(read_all(machine), now) if e.repo_id == repo_id and e.device == device), None
+    )
+
+
+def _earlier_iso(stamp: str, delta: timedelta) -> str:
+    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (moment - delta).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def write_grants(
@@ -286,6 +322,9 @@ def write_grants(
             )
         )
     unique = list({(r.repo_id, r.device): r for r in left}.values())
+    # An ended lease's grant leaves the file; what names it stays for a day after its end.
+    day = _earlier_iso(stamp, ENDED_KEPT)
+    lapsed = [e for e in ended_leases(old, stamp) if (e.repo_id, e.device) not in kept and e.expires_at > day]
     marks = [d for d in (old.draining if drains is None else drains) if d.in_force(stamp)]
     document = {
         "schemaVersion": SCHEMA_VERSION,
@@ -305,6 +344,11 @@ def write_grants(
                 ]
             }
             if unique
+            else {}
+        ),
+        **(
+            {"ended": [{"repoId": e.repo_id, "device": e.device, "ended": e.expires_at} for e in lapsed]}
+            if lapsed
             else {}
         ),
         "grants": [
