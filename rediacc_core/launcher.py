@@ -67,11 +67,29 @@ def agent_main() -> None:
     if sys.argv[1:2] == ["--resident"]:  # as `remote.resident.start` runs it
         from rediacc_core.remote import resident
 
-        resident.main(sys.argv[2:], run_cli)
+        resident.main(sys.argv[2:], run_cli, warm_every_module)
         return
     from rediacc_core.remote import agent
 
     agent.main(run_cli, start_resident)
+
+
+def warm_every_module() -> None:
+    """Import every module a command may import and load the plugins, so no child of the resident
+    agent pays for an import (a child's own imports would not outlive it)."""
+    import importlib
+    import pkgutil
+
+    import rediacc_core
+    from rediacc_core.plugins import get_plugins
+
+    for module in pkgutil.walk_packages(rediacc_core.__path__, "rediacc_core."):
+        if not module.name.startswith("rediacc_core.testing") and not module.name.endswith("__main__"):
+            try:
+                importlib.import_module(module.name)
+            except ImportError:
+                continue  # an optional extra not installed: the command that needs it says so
+    get_plugins()
 
 
 def start_resident(root: str, idle: float, agent_script: str) -> Path | None:

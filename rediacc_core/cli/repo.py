@@ -71,11 +71,18 @@ def _devices_cell(grants: list[dict[str, Any]]) -> str:
 # Slurm leases of a repo (`rdc repo gpu request|release|leases`), defined elsewhere.
 _LEASES = {name: f"rediacc_core.cli.repo_lease:{name}" for name in ("request", "release", "leases")}
 
-# Commands of this group defined elsewhere, imported when used.
+# Commands of this group defined elsewhere, imported when used ("module:command"): the group adds
+# each one, so those modules never import this one.
 _ELSEWHERE = {
-    **dict.fromkeys(("up", "down", "docker-host", "gate", "dockerd", "units"), "rediacc_core.cli.repo_run"),
-    **dict.fromkeys(("env", "tunnel"), "rediacc_core.cli.repo_ssh"),
-    "check": "rediacc_core.cli.repo_check",
+    "up": "rediacc_core.cli.repo_run:up",
+    "down": "rediacc_core.cli.repo_run:down",
+    "docker-host": "rediacc_core.cli.repo_run:docker_host",
+    "gate": "rediacc_core.cli.repo_run:gate",
+    "dockerd": "rediacc_core.cli.repo_run:dockerd",
+    "units": "rediacc_core.cli.repo_run:units",
+    "env": "rediacc_core.cli.repo_ssh:env",
+    "tunnel": "rediacc_core.cli.repo_ssh:tunnel_command",
+    "check": "rediacc_core.cli.repo_check:check",
     "slurm": "rediacc_core.cli.repo_slurm:slurm",
 }
 

@@ -13,7 +13,6 @@ import click
 from rediacc_core.cli.check_docker import CheckedRequest, from_docker
 from rediacc_core.cli.compose_bodies import solve_message
 from rediacc_core.cli.output import emit, note, output_option
-from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_REFUSED, ValidationError
 from rediacc_core.gate.decide import Decider, Decision
@@ -87,7 +86,7 @@ def _render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-@repo.command("check", context_settings={"ignore_unknown_options": True})
+@click.command("check", context_settings={"ignore_unknown_options": True})
 @click.argument("ref", metavar="REPO-REF")
 @click.argument("what", nargs=-1, required=True, type=click.UNPROCESSED, metavar="COMPOSE-FILE | -- docker …")
 @output_option("table", "json", "yaml")

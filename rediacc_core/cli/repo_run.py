@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from rediacc_core.cli.output import emit, fitted, note, output_option, table, waiting
-from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config, serving_client
 from rediacc_core.errors import EXIT_INTERRUPTED, PermissionDeniedError, StateError, ValidationError
 from rediacc_core.machine import Machine
@@ -26,7 +25,7 @@ def _resolve(ref: str) -> tuple[Machine, Repo]:
     return resolve_ref(ref, Config.load())
 
 
-@repo.command("up")
+@click.command("up")
 @click.argument("ref", metavar="REPO-REF")
 @click.option(
     "--foreground", is_flag=True, help="Run the daemon and the gate in this process until stopped (systemd)."
@@ -77,7 +76,7 @@ def _up_foreground(machine: Machine, found: Repo) -> None:
         raise SystemExit(status)
 
 
-@repo.command("down")
+@click.command("down")
 @click.argument("ref", metavar="REPO-REF")
 def down(ref: str) -> None:
     """Stop the repo's gate and, when rdc started it, its Docker daemon (and so its containers).
@@ -118,7 +117,7 @@ def _say_where_it_stands(machine: Machine, found: Repo, doing: str) -> None:
     )
 
 
-@repo.command("docker-host")
+@click.command("docker-host")
 @click.argument("ref", metavar="REPO-REF")
 @output_option("table", "json", "yaml")
 def docker_host(ref: str, fmt: str) -> None:
@@ -149,7 +148,7 @@ class _GateGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@repo.group("gate", cls=_GateGroup)
+@click.group("gate", cls=_GateGroup)
 def gate() -> None:
     """Run a repo's gate (rdc repo gate REPO), or read its audit trail (rdc repo gate log REPO).
 
@@ -284,7 +283,7 @@ def _ssh_cell(ssh: object) -> str:
     return f" ssh {ssh.get('user', '?')}@{ssh.get('client', '?')}"
 
 
-@repo.command("dockerd", hidden=True)
+@click.command("dockerd", hidden=True)
 @click.argument("ref", metavar="REPO-REF")
 def dockerd(ref: str) -> None:
     """Run only the repo's own dockerd, in the foreground (systemd's dockerd unit).
@@ -312,7 +311,7 @@ def dockerd(ref: str) -> None:
     os.execvp(argv[0], argv)
 
 
-@repo.command("units")
+@click.command("units")
 @click.argument("ref", metavar="REPO-REF")
 @click.option(
     "--install",

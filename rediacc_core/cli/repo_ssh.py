@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from rediacc_core.cli.output import emit, note, output_option, table
-from rediacc_core.cli.repo import repo
 from rediacc_core.config import Config
 from rediacc_core.errors import ValidationError
 from rediacc_core.machine import Machine
@@ -14,7 +13,7 @@ from rediacc_core.remote.dispatch import place_repo
 from rediacc_core.repos import RepoRef, resolve_ref
 
 
-@repo.command("env")
+@click.command("env")
 @click.argument("ref", metavar="REPO")
 def env(ref: str) -> None:
     """Print `export DOCKER_HOST=…` for REPO's gate (over a tunnel for an SSH machine).
@@ -28,7 +27,7 @@ def env(ref: str) -> None:
     click.echo(f"export DOCKER_HOST={_docker_host(ref)}")
 
 
-@repo.command("tunnel")
+@click.command("tunnel")
 @click.argument("ref", metavar="REPO", required=False)
 @click.option("--close", is_flag=True, help="Close the tunnel instead.")
 @click.option("--list", "listing", is_flag=True, help="List this config's tunnels and whether each answers.")

@@ -15,9 +15,8 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 
 if TYPE_CHECKING:
+    from rediacc_core.holders import Holder, Node, Opener
     from rediacc_core.plugins import Plugins
-    from rediacc_core.runtime.holdings import Holder
-    from rediacc_core.runtime.openers import Node, Opener
 
 
 class RunningParts(Emptier, Protocol):

@@ -56,7 +56,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, now_iso
 
 if TYPE_CHECKING:
-    from rediacc_core.runtime.holdings import Holder
+    from rediacc_core.holders import Holder
 
 ROUND_PAUSE = 0.5
 EMPTY_TIMEOUT = 120.0  # seconds to empty the repos of one handover (stops run side by side)

@@ -23,8 +23,8 @@ from rediacc_core.repos import Repo, RepoStore, now_iso
 from rediacc_core.statelock import state_lock
 
 if TYPE_CHECKING:
+    from rediacc_core.holders import Holder
     from rediacc_core.plugins import Plugins
-    from rediacc_core.runtime.holdings import Holder
 
 
 @dataclass(frozen=True)

@@ -331,26 +331,9 @@ class _fds_as_err:
                 return
 
 
-def main(argv: list[str], run_cli: Callable[[list[str]], None]) -> None:
-    """`rdc-agent --resident ROOT IDLE`, as `start` runs it."""
+def main(argv: list[str], run_cli: Callable[[list[str]], None], warm: Callable[[], None]) -> None:
+    """`rdc-agent --resident ROOT IDLE`, as `start` runs it. `warm` imports what a command may import
+    before the first fork (the launcher's: this package does not import the CLI)."""
     root, idle = argv[0], float(argv[1])
-    _warm()
+    warm()
     Resident(root, idle, run_cli).serve()
-
-
-def _warm() -> None:
-    """Import every module a command may import and load the plugins, so no child pays for an
-    import (a child's own imports would not outlive it)."""
-    import importlib
-    import pkgutil
-
-    import rediacc_core
-    from rediacc_core.plugins import get_plugins
-
-    for module in pkgutil.walk_packages(rediacc_core.__path__, "rediacc_core."):
-        if not module.name.startswith("rediacc_core.testing") and not module.name.endswith("__main__"):
-            try:
-                importlib.import_module(module.name)
-            except ImportError:
-                continue  # an optional extra not installed: the command that needs it says so
-    get_plugins()

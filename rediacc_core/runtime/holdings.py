@@ -24,54 +24,19 @@ from __future__ import annotations
 import contextlib
 import http.client
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
 from rediacc_core.gate.containers import DaemonContainers, LookupFailed
+from rediacc_core.holders import RUNS, Node, Opener
+from rediacc_core.holders import Holder as Holder  # made here, named by the grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import openers
-from rediacc_core.runtime.openers import Node, Opener
 
 ASK_TIMEOUT = 10.0
 STOP_TIMEOUT = 10  # seconds the daemon waits after SIGTERM before it kills a holder
-_RUNS = frozenset({"running", "paused", "restarting"})
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A container of `repo` that holds CDI devices."""
-
-    repo: Repo
-    id: str
-    name: str
-    state: str  # the daemon's State.Status: running, paused, exited, created, ...
-    cdi: tuple[str, ...]
-    # What its processes hold of a device's nodes, when it is named for that rather than its CDI names.
-    opened: tuple[str, ...] = ()
-
-    @property
-    def running(self) -> bool:
-        """True while its processes may have the device nodes open (paused ones too)."""
-        return self.state in _RUNS
-
-    def holds_any(self, names: Iterable[str]) -> tuple[str, ...]:
-        wanted = set(names)
-        return tuple(n for n in self.cdi if n in wanted)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo.ref,
-            "container": self.name,
-            "id": self.id,
-            "state": self.state,
-            "running": self.running,
-            "devices": list(self.cdi),
-            "opened": list(self.opened),
-        }
 
 
 def _socket(machine: Machine, repo: Repo) -> str:
@@ -119,7 +84,7 @@ def running_containers(machine: Machine, repo: Repo) -> list[Holder]:
         except LookupFailed:
             record = None  # unreadable now: it counts as running, so the emptying looks again
             found.append(Holder(repo, ident, ident[:12], "unknown", ()))
-        if record is not None and record.state in _RUNS:
+        if record is not None and record.state in RUNS:
             found.append(Holder(repo, ident, record.name or ident[:12], record.state, record.cdi))
     return sorted(found, key=lambda h: h.name)
 

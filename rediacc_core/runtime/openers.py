@@ -19,9 +19,9 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
 
-Node = tuple[str, int, int]  # "c" or "b", major, minor
+from rediacc_core.holders import Node as Node  # made here, named by the grants
+from rediacc_core.holders import Opener as Opener
 
 _CONTAINER_ID = re.compile(rb"[0-9a-f]{64}")
 
@@ -41,22 +41,6 @@ def _node(st: os.stat_result) -> Node | None:
     if stat.S_ISBLK(st.st_mode):
         return ("b", os.major(st.st_rdev), os.minor(st.st_rdev))
     return None
-
-
-@dataclass(frozen=True)
-class Opener:
-    """One process holding one of the nodes: how (a descriptor or a map, and the path it shows),
-    and the container whose cgroup it is in (None for the repo daemon's own or an escaped one)."""
-
-    pid: int
-    process: str  # what the caller knows of it, e.g. "sleep (pid 42, in a container's cgroup)"
-    node: Node
-    how: str  # "fd 3 (/gpu0)" or "a memory map of /dev/gpu0"
-    container: str | None
-
-    def describe(self) -> str:
-        kind, major, minor = self.node
-        return f"{self.process} holds device {kind} {major}:{minor} as {self.how}"
 
 
 def holds(pid: int, nodes: Collection[Node], proc: str = "/proc") -> list[tuple[Node, str]]:
