@@ -2,11 +2,14 @@
 import closes a circle.
 
 Each module has a floor (`FLOORS`, the most specific dotted prefix wins). An import of a higher
-floor fails, and so does any circle of imports, whatever floors it spans. Imports inside functions
-count like any other (a late import is for start-up time, never to hide a loop); imports under
-`if TYPE_CHECKING:` do not (they are read by the type checker only). A name taken from a package's
-lazy public face (`from rediacc_core import Machine`) counts as an import of the module that holds
-it. README's layout section draws the same floors.
+floor fails, and so does any circle of imports, whatever floors it spans. Every import counts:
+one inside a function (a late import is for start-up time, never to hide a loop, and their number
+may not grow), one under `if TYPE_CHECKING:` (a type a lower floor names lives on that floor), and
+one by name in a string: a "module:attr" or "module" string (the CLI's lazy command maps), an
+f-string that begins "module:", and an `importlib.import_module` literal. An `import_module` of a
+computed name fails unless `DYNAMIC` says why its targets are held anyway. A name taken from a
+package's lazy public face (`from rediacc_core import Machine`) counts as an import of the module
+that holds it. README's layout section draws the same floors.
 """
 
 from __future__ import annotations
