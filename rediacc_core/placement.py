@@ -66,6 +66,19 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "gate", "log"): READ_REF,
     ("repo", "dockerd"): ON_REF,
     ("repo", "docker-host"): READ_REF,
+    # Slurm's side runs on the node itself (slurmd's hooks, its CLIs), or on a directory-rooted
+    # machine; they are not forwarded to an SSH machine (README: "not over SSH").
+    ("slurm", "gres"): LOCAL,
+    ("slurm", "prolog"): LOCAL,
+    ("slurm", "epilog"): LOCAL,
+    ("slurm", "reconcile"): LOCAL,
+    ("slurm", "health"): LOCAL,
+    ("repo", "slurm", "allow"): LOCAL,
+    ("repo", "slurm", "deny"): LOCAL,
+    ("repo", "slurm", "show"): LOCAL,
+    ("repo", "gpu", "request"): LOCAL,
+    ("repo", "gpu", "release"): LOCAL,
+    ("repo", "gpu", "leases"): LOCAL,
 }
 
 # The forwarded commands and how each names its target: what `fast_target` reads.

@@ -196,7 +196,8 @@ class Decider:
         return Refusal(
             message=f"{where}: repo {self.repo.label} is being emptied: {why}; no container of it may "
             "start, restart, unpause or exec, and no build may run, until that is done",
-            replacement="try again once the handover is done (`rdc repo gpu list` shows the grants then)",
+            replacement=f"try again once the handover is done (`rdc repo gpu list {self.repo.ref}` shows "
+            "the grants then)",
             rule="grant",
         )
 
