@@ -15,6 +15,7 @@ from rediacc_core.bindings import MOVED, Suspension
 from rediacc_core.grants.records import Grant, read_all, read_grants, residue, write_grants
 from rediacc_core.grants.store import GrantStore
 from rediacc_core.machine import Machine
+from rediacc_core.plugins import set_plugins
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.holdings import Holder, Holdings
 from rediacc_core.runtime.lapsed import stop_lapsed_holders
@@ -162,11 +163,14 @@ def test_the_gate_runs_it_with_its_log_housekeeping(tmp_path: object) -> None:
 
 
 def test_a_lease_that_ended_leaves_the_telemetry_at_the_gates_next_housekeeping_round(
-    box: Machine, monkeypatch: pytest.MonkeyPatch
+    box: Machine, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """A lease ends without a write to the grants file: the round every gate runs each 30 s
     (`serve.log_keeper`) brings the GPU telemetry up to date."""
-    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "")
+    # The round asks the process-wide plugins (its health chore): the fake vendor's, chosen for this
+    # test only (an environment variable would be read once, then cached for every later test).
+    set_plugins(fake_plugins())
+    request.addfinalizer(lambda: set_plugins(None))
     alpha = RepoStore(box).create("alpha")
     nobody = Holdings(box, holders=lambda repo: [], stop=lambda holder: None)  # no daemon runs
     GrantStore(box, fake_plugins(), running=nobody).grant(
