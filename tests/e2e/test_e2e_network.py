@@ -513,16 +513,28 @@ def _listen6(address: str) -> Listener:
     return listener
 
 
-def _builds_read(env: RepoEnv, context: Path, address: str, port: int) -> tuple[bool, bool]:
+class BuildsRead(tuple[bool, bool]):
+    """Whether the classic and the BuildKit build read the listener, with what each printed: an
+    assertion on it shows the builds' own words when it fails."""
+
+    said: str = ""
+
+    def __repr__(self) -> str:
+        return f"{tuple(self)!r} (the builds said: {self.said})"
+
+
+def _builds_read(env: RepoEnv, context: Path, address: str, port: int) -> BuildsRead:
     """Whether a classic build and a BuildKit build exported with `--output type=local` got
     `ADD http://address:port/x` (the listener's TOKEN)."""
     (context / "Dockerfile").write_text(f"FROM {IMAGE}\nADD http://{address}:{port}/x /x\n")
     classic = env.docker("build", "-t", "late:1", str(context), extra_env={"DOCKER_BUILDKIT": "0"})
     env.docker("rmi", "-f", "late:1")
     exported = context.parent / f"out-{time.monotonic_ns()}"
-    env.docker("build", "--output", f"type=local,dest={exported}", str(context), timeout=300)
+    kit = env.docker("build", "--output", f"type=local,dest={exported}", str(context), timeout=300)
     got = exported / "x"
-    return classic.returncode == 0, got.exists() and TOKEN in got.read_text()
+    read = BuildsRead((classic.returncode == 0, got.exists() and TOKEN in got.read_text()))
+    read.said = f"classic: {classic.stderr[-600:]!r}; buildkit ({kit.returncode}): {kit.stderr[-1500:]!r}"
+    return read
 
 
 def test_an_address_the_host_gains_after_up_is_refused_to_containers_and_builds(
