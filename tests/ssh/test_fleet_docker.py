@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from ssh_kit import Fleet, unmet_requirement
@@ -82,6 +85,19 @@ def test_the_docker_cli_on_the_client_is_admitted_with_a_grant_and_refused_gpus_
         rdc("repo", "delete", "dock@m1", "--yes")
 
 
+def gate_log_peers(rdc: Callable[..., subprocess.CompletedProcess[str]], ref: str) -> list[dict[str, Any]]:
+    """The peers of the repo's audit lines, once there are some: the gate writes its decisions in
+    batches, a quarter of a second apart or later on a loaded machine."""
+    deadline = time.monotonic() + 30
+    while True:
+        log = rdc("repo", "gate", "log", ref, "-o", "json")
+        assert log.returncode == 0, log.stderr
+        peers = [json.loads(line)["peer"] for line in log.stdout.splitlines()]
+        if peers or time.monotonic() > deadline:
+            return peers
+        time.sleep(0.5)
+
+
 def test_the_docker_cli_reaches_a_fresh_tunnel_after_the_repo_and_the_machine_came_back(
     fleet: Fleet, docker_ready: None
 ) -> None:
@@ -113,8 +129,7 @@ def test_the_docker_cli_reaches_a_fresh_tunnel_after_the_repo_and_the_machine_ca
     first = bring_up()
     try:
         assert docker(first, "run", "--rm", "--network", "none", "bb", "true").returncode == 0
-        log = rdc("repo", "gate", "log", "again@m1", "-o", "json")
-        peers = [json.loads(line)["peer"] for line in log.stdout.splitlines()]
+        peers = gate_log_peers(rdc, "again@m1")
         assert peers and all(p.get("ssh", {}).get("client", "").startswith("127.0.0.1:") for p in peers), (
             peers
         )
