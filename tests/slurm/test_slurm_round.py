@@ -1,0 +1,82 @@
+"""Slurm in the gates' housekeeping round: the gate's chores (`runtime.serve.log_keeper`, as the
+background gate composes them, `slurm.round`) revoke a grant whose job died with its node and drain
+the node for a card held back, with no timer; several gates of one machine run it once a round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_kit import UUIDS, Cluster, wait_for
+
+from rediacc_core.config import Config
+from rediacc_core.grants.records import read_grants
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo, RepoStore
+from rediacc_core.runtime.serve import log_keeper
+from rediacc_core.slurm.round import chores, round_paths, slurm_round
+
+XID_79 = (
+    "[ 5123.456789] NVRM: Xid (PCI:0000:07:00): 79, pid=2411, name=python3, GPU has fallen off the bus.\n"
+)
+
+
+def node(cluster: Cluster, name: str) -> tuple[Machine, dict[str, Repo]]:
+    machine = Config.load(cluster.config_path).machine(name)
+    return machine, {r.name: r for r in RepoStore(machine).list()}
+
+
+def housekeeping(machine: Machine, repo: Repo) -> list[str]:
+    """One round of the repo gate's housekeeping; the lines it logged."""
+    said: list[str] = []
+    keeper = log_keeper(machine, repo, said.append, chores)
+    keeper.check()
+    return said
+
+
+def test_a_grant_whose_job_died_with_its_node_is_revoked_in_the_next_round(slurm: Cluster) -> None:
+    done = slurm.rdc("repo", "slurm", "allow", "alpha@n2", "--account", "teama")
+    assert done.returncode == 0, done.stderr
+    job = slurm.lease("alpha", node="n2")
+    machine, repos = node(slurm, "n2")
+    assert [g.job for g in read_grants(machine)] == [f"slurm:rdcs/{job}"]
+    slurm.kill("slurmd-n2", 9)
+    wait_for("the job to end", lambda: slurm.job_state(job) not in ("RUNNING", "COMPLETING"), timeout=60)
+    round_paths(machine)[1].unlink(missing_ok=True)
+    said = housekeeping(machine, repos["alpha"])
+    assert read_grants(machine) == []
+    assert any("Slurm: revoked" in line and f"slurm:rdcs/{job}" in line for line in said), said
+
+
+def test_the_gates_of_one_machine_run_the_round_once_and_a_held_card_drains_the_node(
+    slurm: Cluster,
+) -> None:
+    machine, repos = node(slurm, "n1")
+    kern = slurm.root("n1") / "var/log/kern.log"
+    kern.parent.mkdir(parents=True, exist_ok=True)
+    kern.write_text(XID_79)
+    lock, stamp = round_paths(machine)
+    stamp.unlink(missing_ok=True)
+    try:
+        first = housekeeping(machine, repos["alpha"])
+        reason = f"rdc: {UUIDS['n1'][0]} held (xid-79)"
+        assert f"Slurm: drained n1: {reason}" in first, first
+        assert "drain" in slurm.node_state("n1") and slurm.node_reason("n1") == reason
+        # A second repo's gate in the same round leaves Slurm alone: the node is not asked again.
+        slurm.resume("n1")
+        wait_for("the node to be idle", lambda: slurm.node_state("n1") == "idle")
+        assert not any(line.startswith("Slurm:") for line in housekeeping(machine, repos["beta"]))
+        assert slurm.node_state("n1") == "idle"
+        # The next round (its stamp old) drains it again: the card is still held back.
+        stamp.write_text("0\n")
+        assert f"Slurm: drained n1: {reason}" in housekeeping(machine, repos["beta"])
+        assert lock.exists()
+    finally:
+        kern.unlink()
+        slurm.rdc("machine", "gpu", "clear", "n1")
+
+
+def test_a_machine_that_is_no_slurm_node_never_calls_slurm(tmp_path: Path) -> None:
+    machine = Machine("plain", tmp_path)  # no gres map: not a Slurm node, and no Slurm CLI either
+    repo = RepoStore(machine).create("alpha")
+    assert slurm_round(machine, repo, print) is False
+    assert not round_paths(machine)[0].parent.exists()
