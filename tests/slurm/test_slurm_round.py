@@ -8,15 +8,18 @@ from pathlib import Path
 
 from slurm_kit import UUIDS, Cluster, wait_for
 
+from rediacc_core.bindings import VANISHED, Suspension
 from rediacc_core.config import Config
-from rediacc_core.grants.records import read_grants
+from rediacc_core.grants.records import Grant, read_grants, write_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.serve import log_keeper
+from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.round import chores, round_paths, slurm_round
 
+# A time of its own: an event once cleared stays cleared, and the leases suite reads its own line.
 XID_79 = (
-    "[ 5123.456789] NVRM: Xid (PCI:0000:07:00): 79, pid=2411, name=python3, GPU has fallen off the bus.\n"
+    "[ 7204.000001] NVRM: Xid (PCI:0000:07:00): 79, pid=2411, name=python3, GPU has fallen off the bus.\n"
 )
 
 
@@ -80,3 +83,42 @@ def test_a_machine_that_is_no_slurm_node_never_calls_slurm(tmp_path: Path) -> No
     repo = RepoStore(machine).create("alpha")
     assert slurm_round(machine, repo, print) is False
     assert not round_paths(machine)[0].parent.exists()
+
+
+def suspend(machine: Machine, repo: Repo, device: str) -> None:
+    """A grant of `device` as setup's re-check leaves it when the name reaches another card."""
+    drifted = Suspension(VANISHED, "the card granted is gone (GPU-0ld…)", "2026-01-01T00:00:00Z")
+    write_grants(machine, [Grant(repo.id, device, True, "2026-01-01T00:00:00Z", suspended=drifted)])
+
+
+def test_a_grant_suspended_for_drift_drains_the_node_until_confirmed_or_revoked(slurm: Cluster) -> None:
+    machine, repos = node(slurm, "n1")
+    found = read_map(machine)
+    assert found is not None
+    card = found.entries[0]
+    reason = f"rdc: {card.uuid} suspended (vanished)"
+    suspend(machine, repos["alpha"], card.cdi)
+    round_paths(machine)[1].unlink(missing_ok=True)
+    assert f"Slurm: drained n1: {reason}" in housekeeping(machine, repos["alpha"])
+    assert "drain" in slurm.node_state("n1") and slurm.node_reason("n1") == reason
+    confirmed = slurm.rdc("repo", "gpu", "confirm", "alpha@n1", "--device", card.cdi)
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert "Slurm: resumed n1" in confirmed.stderr
+    wait_for("the node to be idle", lambda: slurm.node_state("n1") == "idle")
+    # Suspended again (setup drains it so too, `slurm.follow.after_setup`); a revoke resumes it.
+    suspend(machine, repos["alpha"], card.cdi)
+    drained = slurm.rdc("slurm", "health", "n1")
+    assert f"Slurm: drained n1: {reason}" in drained.stderr, drained.stderr
+    revoked = slurm.rdc("repo", "gpu", "revoke", "alpha@n1", "--device", card.cdi)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "Slurm: resumed n1" in revoked.stderr
+    wait_for("the node to be idle", lambda: slurm.node_state("n1") == "idle")
+
+
+def test_an_operators_drain_is_not_lifted_when_no_grant_is_suspended(slurm: Cluster) -> None:
+    machine, repos = node(slurm, "n1")
+    slurm.slurm("scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=maintenance")
+    suspend(machine, repos["alpha"], "no.such/gpu=9")  # no card of the node: nothing to drain for
+    revoked = slurm.rdc("repo", "gpu", "revoke", "alpha@n1", "--device", "no.such/gpu=9")
+    assert revoked.returncode == 0, revoked.stderr
+    assert "drain" in slurm.node_state("n1") and slurm.node_reason("n1") == "maintenance"
