@@ -148,16 +148,22 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
 
         fleet_repo_list(machine_name, every, fmt)
         return
+    from rediacc_core.cli.repo_lease import lease_json, lease_text, slurm_leases
+
     machine = Config.load().machine(machine_name)
     repos = RepoStore(machine).list()
     grants = read_grants(machine)
+    leases, slurm_said = slurm_leases(machine, repos)
     data = [
         {
             **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
             "status": repo_status(machine, r)[0],
+            # Only on a Slurm node that answered: the repo's leases, pending and running.
+            **({"leases": [lease_json(j) for j in leases[r.id]]} if leases is not None else {}),
         }
         for r in repos
     ]
+    texts = {r.id: [lease_text(j) for j in leases[r.id]] for r in repos} if leases is not None else None
 
     def render(rows: list[dict[str, Any]]) -> str:
         # On a terminal the id is cut to its first 12 (as the run directory names it; `-o wide` and
@@ -165,7 +171,8 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
         short = fitted_width() is not None
         hosts = any(r["dockerHost"] for r in rows)
         return table(
-            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"],
+            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"]
+            + (["LEASES"] if texts is not None else []),
             [
                 [
                     r["ref"],
@@ -174,12 +181,15 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
                     *([r["dockerHost"]] if hosts else []),
                     r["createdAt"],
                     _devices_cell(r["grants"]),
+                    *([", ".join(texts[r["id"]]) or None] if texts is not None else []),
                 ]
                 for r in rows
             ],
         )
 
     emit(data, fmt, render)
+    for line in slurm_said:
+        note(line)
     for run_dir, parts in orphaned_parts(machine):
         pids = " ".join(part.rsplit("pid ", 1)[1].rstrip(")") for part in parts)
         what = orphan_text(run_dir, parts)
@@ -493,8 +503,12 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
             f"Emptied {found.ref}: no container of it ran any more, so nothing of it holds "
             f"{', '.join(names)}, not even a descriptor in flight."
         )
+        _slurm_follows(machine)
         return
-    _revoke_and_report(machine, found, devices, names, fmt)
+    try:
+        _revoke_and_report(machine, found, devices, names, fmt)
+    finally:
+        _slurm_follows(machine)
 
 
 def _revoke_and_report(
@@ -618,6 +632,16 @@ def confirm(ref: str, devices: tuple[str, ...], fmt: str) -> None:
     for change in changes:
         reached = ", ".join(u.text() for u in change.grant.bound_to or ()) or "no known hardware"
         note(f"{found.ref} holds {change.grant.device} again, bound to {reached}.")
+    _slurm_follows(machine)
+
+
+def _slurm_follows(machine: Machine) -> None:
+    """A Slurm node drained for a suspended grant is resumed once none is left (`slurm.drains`)."""
+    from rediacc_core.slurm.follow import after_grants_change
+
+    said = after_grants_change(machine)
+    if said:
+        note(said)
 
 
 @gpu.command("list")
@@ -664,5 +688,17 @@ def list_grants(ref: str, fmt: str) -> None:
                 f"The lease of {ended.device} to {found.ref} ended at {ended.expires_at}; grant it anew: "
                 f"rdc repo gpu grant {found.ref} --device {ended.device} --for 8h"
             )
+    _lease_lines(machine, found)
     if not grants and fmt == "table":
         note(f"{found.ref} has no GPU grants; add one with `rdc repo gpu grant {found.ref} --device <name>`.")
+
+
+def _lease_lines(machine: Machine, found: Repo) -> None:
+    """On a Slurm node: the repo's leases, pending and running, and its accounts' budget warnings."""
+    from rediacc_core.cli.repo_lease import lease_text, slurm_leases
+
+    leases, said = slurm_leases(machine, [found])
+    for job in (leases or {}).get(found.id, []):
+        note(f"Slurm lease of {found.ref}: job {lease_text(job)} (rdc repo gpu leases {found.ref}).")
+    for line in said:
+        note(line)
