@@ -14,6 +14,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants.records import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
+from rediacc_core.slurm.node import is_slurm_node
 
 if TYPE_CHECKING:
     from rediacc_core.grants.store import GrantStore
@@ -148,12 +149,15 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
 
         fleet_repo_list(machine_name, every, fmt)
         return
-    from rediacc_core.cli.repo_lease import lease_json, lease_text, slurm_leases
-
     machine = Config.load().machine(machine_name)
     repos = RepoStore(machine).list()
     grants = read_grants(machine)
-    leases, slurm_said = slurm_leases(machine, repos)
+    leases: dict[str, list[Any]] | None = None
+    slurm_said: list[str] = []
+    if is_slurm_node(machine):  # Slurm's rooms load only where Slurm runs (`slurm.node`)
+        from rediacc_core.cli.repo_lease import lease_json, lease_text, slurm_leases
+
+        leases, slurm_said = slurm_leases(machine, repos)
     data = [
         {
             **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
@@ -635,15 +639,6 @@ def confirm(ref: str, devices: tuple[str, ...], fmt: str) -> None:
     _slurm_follows(machine)
 
 
-def _slurm_follows(machine: Machine) -> None:
-    """A Slurm node drained for a suspended grant is resumed once none is left (`slurm.drains`)."""
-    from rediacc_core.slurm.follow import after_grants_change
-
-    said = after_grants_change(machine)
-    if said:
-        note(said)
-
-
 @gpu.command("list")
 @click.argument("ref", metavar="REPO")
 @output_option()
@@ -688,17 +683,16 @@ def list_grants(ref: str, fmt: str) -> None:
                 f"The lease of {ended.device} to {found.ref} ended at {ended.expires_at}; grant it anew: "
                 f"rdc repo gpu grant {found.ref} --device {ended.device} --for 8h"
             )
-    _lease_lines(machine, found)
+    if is_slurm_node(machine):
+        from rediacc_core.cli.repo_lease import lease_lines
+
+        lease_lines(machine, found)
     if not grants and fmt == "table":
         note(f"{found.ref} has no GPU grants; add one with `rdc repo gpu grant {found.ref} --device <name>`.")
 
 
-def _lease_lines(machine: Machine, found: Repo) -> None:
-    """On a Slurm node: the repo's leases, pending and running, and its accounts' budget warnings."""
-    from rediacc_core.cli.repo_lease import lease_text, slurm_leases
+def _slurm_follows(machine: Machine) -> None:
+    if is_slurm_node(machine):
+        from rediacc_core.cli.repo_lease import slurm_follows
 
-    leases, said = slurm_leases(machine, [found])
-    for job in (leases or {}).get(found.id, []):
-        note(f"Slurm lease of {found.ref}: job {lease_text(job)} (rdc repo gpu leases {found.ref}).")
-    for line in said:
-        note(line)
+        slurm_follows(machine)

@@ -8,8 +8,16 @@ import click
 
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
+from rediacc_core.errors import RdcError
+from rediacc_core.leases import parse_duration
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
+from rediacc_core.slurm.access import access_for
+from rediacc_core.slurm.client import budget
+from rediacc_core.slurm.follow import after_grants_change
+from rediacc_core.slurm.gres import read_map
+from rediacc_core.slurm.requests import LeaseRequest, end, leases_of, submit
+from rediacc_core.slurm.requests import leases as find
 
 
 def lease_json(job: Any) -> dict[str, Any]:
@@ -53,8 +61,6 @@ def request(
       rdc repo gpu request gpu-a --gres gpu:a100:1 --for 8h --account team-a
       rdc repo gpu request gpu-a --gres gpu:1 --for 90m --constraint ampere -o json
     """
-    from rediacc_core.leases import parse_duration
-    from rediacc_core.slurm.requests import LeaseRequest, submit
 
     ask = LeaseRequest(gres, parse_duration(duration), mem, cpus, account, constraint, reservation)
     machine, found = resolve_ref(ref, Config.load())
@@ -78,9 +84,6 @@ def leases(ref: str, fmt: str) -> None:
       rdc repo gpu leases gpu-a
       rdc repo gpu leases gpu-a -o json | jq .budgets
     """
-    from rediacc_core.slurm.access import access_for
-    from rediacc_core.slurm.client import budget
-    from rediacc_core.slurm.requests import leases as find
 
     machine, found = resolve_ref(ref, Config.load())
     jobs = find(machine, found)
@@ -138,11 +141,6 @@ def slurm_leases(machine: Machine, repos: list[Repo]) -> tuple[dict[str, list[An
     """The repos' Slurm leases by repo id (None when the machine is no Slurm node, or Slurm did not
     answer) and the lines to say: the budget warnings of their accounts, or why none are shown.
     Never raises for Slurm: a listing stands without it."""
-    from rediacc_core.errors import RdcError
-    from rediacc_core.slurm.access import access_for
-    from rediacc_core.slurm.client import budget
-    from rediacc_core.slurm.gres import read_map
-    from rediacc_core.slurm.requests import leases_of
 
     try:
         if read_map(machine) is None:
@@ -171,8 +169,23 @@ def release(ref: str, job_id: str | None) -> None:
       rdc repo gpu release gpu-a
       rdc repo gpu release gpu-a --job 42
     """
-    from rediacc_core.slurm.requests import end
 
     machine, found = resolve_ref(ref, Config.load())
     for name in end(machine, found, job_id):
         note(f"Revoked {name} from {found.ref}.")
+
+
+def slurm_follows(machine: Machine) -> None:
+    """A Slurm node drained for a suspended grant is resumed once none is left (`slurm.drains`)."""
+    said = after_grants_change(machine)
+    if said:
+        note(said)
+
+
+def lease_lines(machine: Machine, found: Repo) -> None:
+    """On a Slurm node: the repo's leases, pending and running, and its accounts' budget warnings."""
+    leases, said = slurm_leases(machine, [found])
+    for job in (leases or {}).get(found.id, []):
+        note(f"Slurm lease of {found.ref}: job {lease_text(job)} (rdc repo gpu leases {found.ref}).")
+    for line in said:
+        note(line)

@@ -146,7 +146,7 @@ def gate_argv(machine: Machine, repo: Repo, runtime: RepoRuntime) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "rediacc_core.slurm.round",  # runtime.serve, with Slurm's round in its housekeeping
+        "rediacc_core.runtime.serve",
         "--machine",
         machine.name,
         "--root",

@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -188,16 +188,11 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-MoreChores = Callable[[Machine, Repo, Callable[[str], None]], Sequence[Callable[[], object]]]
-
-
-def log_keeper(
-    machine: Machine, repo: Repo, log: Callable[[str], None], more: MoreChores | None = None
-) -> LogKeeper:
+def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
     """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log; and
     applies the machine's `lease-end` setting to running containers whose grant ended; and brings the
-    GPU telemetry (a lease ended) and the GPU health records up to date; and runs the chores `more`
-    makes (floors above this one: Slurm's round, `slurm.round`)."""
+    GPU telemetry (a lease ended) and the GPU health records up to date; and runs the plugins'
+    chores (`rdc_housekeeping`: Slurm's reconciler and health sync, `slurm.plugin`)."""
     from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.health_watch import refresh_health
     from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
@@ -206,13 +201,13 @@ def log_keeper(
     paths = [runtime.gate_log]
     if runtime.owns_daemon:
         paths.append(runtime.daemon_paths.log)
-    chores: list[Callable[[], object]] = [
+    plugins = get_plugins()
+    chores = [
         lambda: stop_lapsed_holders(machine, repo, log),
         lambda: refresh_telemetry(machine, log),
-        lambda: refresh_health(machine, get_plugins(), log),
+        lambda: refresh_health(machine, plugins, log),
+        *plugins.housekeeping(machine, repo.id, log),
     ]
-    if more is not None:
-        chores.extend(more(machine, repo, log))
     return LogKeeper(paths, report=log, chores=chores)
 
 
@@ -327,12 +322,11 @@ def serve_repo(
     *,
     workers: int | None = None,
     keep_logs: bool = False,
-    more_chores: MoreChores | None = None,
 ) -> int:
     """Build and run `repo`'s gate in as many processes as asked (the machine's setting when
     `workers` is None); with `keep_logs`, also keep its log files bounded. Returns the exit status."""
     gate = build_gate(machine, repo, listen, upstream)
-    keeper = log_keeper(machine, repo, gate.log, more_chores) if keep_logs else None
+    keeper = log_keeper(machine, repo, gate.log) if keep_logs else None
     count = configured_workers(machine) if workers is None else workers
     if count <= 1:
         run_gate(gate, pidfile, keeper)
@@ -340,7 +334,7 @@ def serve_repo(
     return run_workers(gate, count, pidfile, keeper)
 
 
-def main(argv: list[str] | None = None, more_chores: MoreChores | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rediacc_core.runtime.serve", description=__doc__)
     parser.add_argument("--machine", required=True, help="machine name (for messages)")
     parser.add_argument("--root", required=True, type=Path, help="the machine's filesystem root")
@@ -360,14 +354,7 @@ def main(argv: list[str] | None = None, more_chores: MoreChores | None = None) -
         machine = Machine(name=args.machine, root=args.root)
         repo = RepoStore(machine).by_id(args.repo_id)
         return serve_repo(
-            machine,
-            repo,
-            args.listen,
-            args.upstream,
-            args.pidfile,
-            workers=args.workers,
-            keep_logs=True,
-            more_chores=more_chores,
+            machine, repo, args.listen, args.upstream, args.pidfile, workers=args.workers, keep_logs=True
         )
     except RdcError as exc:
         stderr_log(f"error: {exc.what}" + (f" -- {exc.todo}" if exc.todo else ""))

@@ -8,24 +8,25 @@ runs on the housekeeping thread, never the gate's event loop, and every Slurm co
 client's time limit. What it changed is in the gate's log; revokes and renewals are in the repo's
 audit log (the reconciler writes them) and a drain or resume in the audit log of the gate that ran it.
 
-`python -m rediacc_core.slurm.round ARGS` is a repo's background gate (`runtime.serve`'s arguments)
-with this round among its chores: `runtime.lifecycle.gate_argv` starts it so, since the gate's own
-floor may not import Slurm's.
+The gate finds it as a plugin (`slurm.plugin`, the `rdc_housekeeping` hook): the gate's floor may
+not import Slurm's, and a site without Slurm can leave it out (`REDIACC_LOAD_PLUGINS`).
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import filelock
 
 from rediacc_core.errors import RdcError
 from rediacc_core.machine import Machine
-from rediacc_core.repos import Repo
+from rediacc_core.repos import RepoStore
+from rediacc_core.slurm.drains import sync
 from rediacc_core.slurm.gres import read_map
+from rediacc_core.slurm.hooks import audit
+from rediacc_core.slurm.reconcile import reconcile
 
 ROUND_SECONDS = 25.0  # under the housekeeping interval (30 s), so each round of some gate runs it
 
@@ -43,7 +44,7 @@ def _due(stamp: Path, now: float) -> bool:
         return True
 
 
-def slurm_round(machine: Machine, repo: Repo, log: Callable[[str], None]) -> bool:
+def slurm_round(machine: Machine, repo_id: str, log: Callable[[str], None]) -> bool:
     """Run the machine's round if it is a Slurm node and no gate ran it lately; whether it ran."""
     if read_map(machine) is None:
         return False
@@ -55,17 +56,13 @@ def slurm_round(machine: Machine, repo: Repo, log: Callable[[str], None]) -> boo
             if not _due(stamp, now):
                 return False
             stamp.write_text(f"{now}\n")
-            _run(machine, repo, log)
+            _run(machine, repo_id, log)
     except filelock.Timeout:  # another gate of this machine runs it now
         return False
     return True
 
 
-def _run(machine: Machine, repo: Repo, log: Callable[[str], None]) -> None:
-    from rediacc_core.slurm.drains import sync
-    from rediacc_core.slurm.hooks import audit
-    from rediacc_core.slurm.reconcile import reconcile
-
+def _run(machine: Machine, repo_id: str, log: Callable[[str], None]) -> None:
     try:
         done = reconcile(machine)
         for grant in done.revoked:
@@ -81,19 +78,4 @@ def _run(machine: Machine, repo: Repo, log: Callable[[str], None]) -> None:
         return
     if changed:
         log(f"Slurm: {changed}")
-        audit(machine, repo, "slurm-health", [], changed)
-
-
-def chores(machine: Machine, repo: Repo, log: Callable[[str], None]) -> Sequence[Callable[[], object]]:
-    """The gate's housekeeping chores this module adds (`runtime.serve.log_keeper`)."""
-    return [lambda: slurm_round(machine, repo, log)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rediacc_core.runtime.serve import main as serve_main
-
-    return serve_main(argv, more_chores=chores)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        audit(machine, RepoStore(machine).by_id(repo_id), "slurm-health", [], changed)

@@ -111,7 +111,7 @@ def test_the_gate_runs_as_a_module_of_this_python() -> None:
     machine = Machine("m1", Path("/tmp/m"))
     repo = make_repo()
     argv = lifecycle.gate_argv(machine, repo, lifecycle.runtime_for(machine, repo))
-    assert argv[:3] == [sys.executable, "-m", "rediacc_core.slurm.round"]
+    assert argv[:3] == [sys.executable, "-m", "rediacc_core.runtime.serve"]
     assert "--repo-id" in argv and repo.id in argv
 
 

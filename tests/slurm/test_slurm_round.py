@@ -1,5 +1,5 @@
-"""Slurm in the gates' housekeeping round: the gate's chores (`runtime.serve.log_keeper`, as the
-background gate composes them, `slurm.round`) revoke a grant whose job died with its node and drain
+"""Slurm in the gates' housekeeping round: the gate's chores (`runtime.serve.log_keeper`, with rdc's
+own Slurm plugin among the plugins, `slurm.plugin`) revoke a grant whose job died with its node and drain
 the node for a card held back, with no timer; several gates of one machine run it once a round."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime.serve import log_keeper
 from rediacc_core.slurm.gres import read_map
-from rediacc_core.slurm.round import chores, round_paths, slurm_round
+from rediacc_core.slurm.round import round_paths, slurm_round
 
 # A time of its own: an event once cleared stays cleared, and the leases suite reads its own line.
 XID_79 = (
@@ -31,7 +31,7 @@ def node(cluster: Cluster, name: str) -> tuple[Machine, dict[str, Repo]]:
 def housekeeping(machine: Machine, repo: Repo) -> list[str]:
     """One round of the repo gate's housekeeping; the lines it logged."""
     said: list[str] = []
-    keeper = log_keeper(machine, repo, said.append, chores)
+    keeper = log_keeper(machine, repo, said.append)
     keeper.check()
     return said
 
@@ -81,7 +81,7 @@ def test_the_gates_of_one_machine_run_the_round_once_and_a_held_card_drains_the_
 def test_a_machine_that_is_no_slurm_node_never_calls_slurm(tmp_path: Path) -> None:
     machine = Machine("plain", tmp_path)  # no gres map: not a Slurm node, and no Slurm CLI either
     repo = RepoStore(machine).create("alpha")
-    assert slurm_round(machine, repo, print) is False
+    assert slurm_round(machine, repo.id, print) is False
     assert not round_paths(machine)[0].parent.exists()
 
 
