@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import click
 
     from rediacc_core.machine import Machine
@@ -118,5 +120,21 @@ def rdc_health(machine: Machine, inventory: Inventory) -> list[HealthEvent]:
     Called by each repo gate every housekeeping round (30 s) and before it lets a container holding
     devices start, and by `rdc machine gpu list --scan` and `rdc machine gpu clear`; return `[]`
     quickly when none of your GPUs is in `inventory`.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def rdc_housekeeping(
+    machine: Machine, repo_id: str, log: Callable[[str], None]
+) -> list[Callable[[], object]]:
+    """Chores for the housekeeping round of the gate of repo `repo_id` on `machine`.
+
+    Called once when the gate starts; each returned callable then runs every round (30 s) on the
+    gate's housekeeping thread, never its event loop, so it may block, within seconds. A chore that
+    raises is reported in the gate's log and runs again the next round; it never stops the gate. Say
+    what a chore changed with `log(line)` (the gate's log). Every repo of a machine runs a gate, so a
+    machine-wide chore takes a lock of its own and runs once a round, not once per repo. Return `[]`
+    when the machine needs nothing from this plugin.
     """
     raise NotImplementedError

@@ -16,6 +16,8 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import click
     import pluggy
 
@@ -88,6 +90,12 @@ class Plugins:
 
     def health(self, machine: Machine, inventory: Inventory) -> list[HealthEvent]:
         return [e for found in self.pm.hook.rdc_health(machine=machine, inventory=inventory) for e in found]
+
+    def housekeeping(
+        self, machine: Machine, repo_id: str, log: Callable[[str], None]
+    ) -> list[Callable[[], object]]:
+        found = self.pm.hook.rdc_housekeeping(machine=machine, repo_id=repo_id, log=log)
+        return [chore for chores in found for chore in chores]
 
     # --- introspection ------------------------------------------------------------------------
     def names(self) -> list[str]:

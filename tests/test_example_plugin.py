@@ -3,8 +3,8 @@
 `tests/packages/example_vendor` goes into a private directory; `rdc` processes and the plugin
 manager find it through its entry point, never through this repository's import path. Every hook
 runs on its way: discovery, the setup option and step, the CDI spec, the typed inventory, hardware
-units behind an exclusive grant, the request rule behind a gate decision, and health events behind a
-refused start.
+units behind an exclusive grant, the request rule behind a gate decision, health events behind a
+refused start, and a chore in the gate's housekeeping round.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from rediacc_core.gate.decide import Decider
 from rediacc_core.health import health_path
 from rediacc_core.hookspecs import PROJECT
 from rediacc_core.inventory import read_inventory
-from rediacc_core.plugins import load_plugins
+from rediacc_core.plugins import load_plugins, set_plugins
 from rediacc_core.repos import RepoStore
+from rediacc_core.runtime.serve import log_keeper
 from rediacc_core.testing import FakeMachine
 
 pytestmark = pytest.mark.slow
@@ -37,6 +38,7 @@ HOOKS = [
     "rdc_discover",
     "rdc_hardware_units",
     "rdc_health",
+    "rdc_housekeeping",
     "rdc_request_rules",
     "rdc_setup_options",
     "rdc_setup_steps",
@@ -198,3 +200,23 @@ def test_the_plugins_health_events_hold_its_card_back_until_cleared(
     assert "Unhealthy GPUs" in listing and "fault-7" in listing
     ok("machine", "gpu", "clear", "lab", "--device", f"{KIND}=0")
     assert start("on0").forward
+
+
+def test_the_plugins_chore_runs_in_every_round_of_the_gates_housekeeping(
+    site: Path, lab: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("REDIACC_LOAD_PLUGINS", "example")
+    repo = RepoStore(lab.machine).create("alpha")
+    set_plugins(load_plugins())  # the gate's own plugins, as a gate process loads them
+    try:
+        said: list[str] = []
+        keeper = log_keeper(lab.machine, repo, said.append)
+        beat = lab.machine.path(f"/run/acme/gates/{repo.id}")
+        keeper.check()
+        assert beat.exists() and f"acme: watchdog told of repo {repo.id}" in said
+        beat.write_text("0\n")
+        keeper.check()  # the next round: the same chore, no new start
+        assert beat.read_text() != "0\n" and said.count(f"acme: watchdog told of repo {repo.id}") == 1
+    finally:
+        set_plugins(None)

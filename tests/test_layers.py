@@ -42,6 +42,7 @@ FLOORS: dict[str, int] = {
     # 3 the machine's records and how they change
     "repos": 3, "holders": 3, "grants": 3, "settings": 3, "inventory": 3, "setup": 3, "health": 3,
     "telemetry": 3, "recheck": 3, "spec_facts": 3, "slurm.gres": 3, "slurm.access": 3, "slurm.client": 3,
+    "slurm.node": 3,
     # 4 the gate's engine: what it asks the daemon, its decisions, the asyncio glue
     "gate": 4,
     # 5 a repo's running parts
@@ -314,7 +315,7 @@ def test_every_listed_dynamic_import_is_still_there() -> None:
 
 # Import statements inside functions in the core today. A late import is for start-up time only
 # (README, "Layout"): this number may fall, never rise. Lower it when you remove one.
-LATE_IMPORTS = 211
+LATE_IMPORTS = 208
 
 
 def late_imports() -> dict[str, int]:

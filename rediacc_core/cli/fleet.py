@@ -138,15 +138,31 @@ def repo_rows(answers: list[Answer]) -> tuple[list[str], list[list[object]]]:
     """The headers and rows of `rdc repo list --all`: a machine that did not answer is a row with
     its error in a FAILURE column of its own (there only when one failed), never in REPO."""
     failed = any(a.error is not None for a in answers)
+    # A LEASES column when some machine is a Slurm node that answered (its repos have `leases`).
+    slurm = any("leases" in r for a in answers for r in a.data or [])
     rows: list[list[object]] = []
     for a in answers:
         if a.error is not None:
-            rows.append([a.machine, None, None, None, a.error])
+            rows.append([a.machine, None, None, None, *([None] if slurm else []), a.error])
             continue
         for r in a.data or []:
             grants = ", ".join(g["device"] + (" *" if g["exclusive"] else "") for g in r.get("grants", []))
-            rows.append([a.machine, r.get("ref"), r.get("id"), grants or None] + ([None] if failed else []))
-    return ([*REPO_HEADERS, "FAILURE"] if failed else REPO_HEADERS), rows
+            held = ", ".join(_lease_cell(j) for j in r.get("leases", [])) or None
+            rows.append(
+                [a.machine, r.get("ref"), r.get("id"), grants or None]
+                + ([held] if slurm else [])
+                + ([None] if failed else [])
+            )
+    headers = [*REPO_HEADERS, *(["LEASES"] if slurm else [])]
+    return ([*headers, "FAILURE"] if failed else headers), rows
+
+
+def _lease_cell(job: dict[str, object]) -> str:
+    """A lease of `rdc repo list M -o json` as `rdc repo list` words it (`cli.repo_lease.lease_text`)."""
+    if job.get("state") == "PENDING":
+        reason = job.get("reason")
+        return f"{job.get('job')} PENDING" + (f" ({reason})" if reason and reason != "None" else "")
+    return f"{job.get('job')} {job.get('state')}" + (f" until {job['end']}" if job.get("end") else "")
 
 
 def _mib(value: object) -> str | None:

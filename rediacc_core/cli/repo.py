@@ -14,6 +14,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
 from rediacc_core.grants.records import Grant, delete_repo, read_grants
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
+from rediacc_core.slurm.node import is_slurm_node
 
 if TYPE_CHECKING:
     from rediacc_core.grants.store import GrantStore
@@ -151,13 +152,22 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
     machine = Config.load().machine(machine_name)
     repos = RepoStore(machine).list()
     grants = read_grants(machine)
+    leases: dict[str, list[Any]] | None = None
+    slurm_said: list[str] = []
+    if is_slurm_node(machine):  # Slurm's rooms load only where Slurm runs (`slurm.node`)
+        from rediacc_core.cli.repo_lease import lease_json, lease_text, slurm_leases
+
+        leases, slurm_said = slurm_leases(machine, repos)
     data = [
         {
             **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
             "status": repo_status(machine, r)[0],
+            # Only on a Slurm node that answered: the repo's leases, pending and running.
+            **({"leases": [lease_json(j) for j in leases[r.id]]} if leases is not None else {}),
         }
         for r in repos
     ]
+    texts = {r.id: [lease_text(j) for j in leases[r.id]] for r in repos} if leases is not None else None
 
     def render(rows: list[dict[str, Any]]) -> str:
         # On a terminal the id is cut to its first 12 (as the run directory names it; `-o wide` and
@@ -165,7 +175,8 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
         short = fitted_width() is not None
         hosts = any(r["dockerHost"] for r in rows)
         return table(
-            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"],
+            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"]
+            + (["LEASES"] if texts is not None else []),
             [
                 [
                     r["ref"],
@@ -174,12 +185,15 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
                     *([r["dockerHost"]] if hosts else []),
                     r["createdAt"],
                     _devices_cell(r["grants"]),
+                    *([", ".join(texts[r["id"]]) or None] if texts is not None else []),
                 ]
                 for r in rows
             ],
         )
 
     emit(data, fmt, render)
+    for line in slurm_said:
+        note(line)
     for run_dir, parts in orphaned_parts(machine):
         pids = " ".join(part.rsplit("pid ", 1)[1].rstrip(")") for part in parts)
         what = orphan_text(run_dir, parts)
@@ -493,8 +507,12 @@ def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
             f"Emptied {found.ref}: no container of it ran any more, so nothing of it holds "
             f"{', '.join(names)}, not even a descriptor in flight."
         )
+        _slurm_follows(machine)
         return
-    _revoke_and_report(machine, found, devices, names, fmt)
+    try:
+        _revoke_and_report(machine, found, devices, names, fmt)
+    finally:
+        _slurm_follows(machine)
 
 
 def _revoke_and_report(
@@ -618,6 +636,7 @@ def confirm(ref: str, devices: tuple[str, ...], fmt: str) -> None:
     for change in changes:
         reached = ", ".join(u.text() for u in change.grant.bound_to or ()) or "no known hardware"
         note(f"{found.ref} holds {change.grant.device} again, bound to {reached}.")
+    _slurm_follows(machine)
 
 
 @gpu.command("list")
@@ -664,5 +683,16 @@ def list_grants(ref: str, fmt: str) -> None:
                 f"The lease of {ended.device} to {found.ref} ended at {ended.expires_at}; grant it anew: "
                 f"rdc repo gpu grant {found.ref} --device {ended.device} --for 8h"
             )
+    if is_slurm_node(machine):
+        from rediacc_core.cli.repo_lease import lease_lines
+
+        lease_lines(machine, found)
     if not grants and fmt == "table":
         note(f"{found.ref} has no GPU grants; add one with `rdc repo gpu grant {found.ref} --device <name>`.")
+
+
+def _slurm_follows(machine: Machine) -> None:
+    if is_slurm_node(machine):
+        from rediacc_core.cli.repo_lease import slurm_follows
+
+        slurm_follows(machine)

@@ -8,10 +8,19 @@ import click
 
 from rediacc_core.cli.output import emit, note, output_option, table
 from rediacc_core.config import Config
-from rediacc_core.repos import resolve_ref
+from rediacc_core.errors import RdcError
+from rediacc_core.leases import parse_duration
+from rediacc_core.machine import Machine
+from rediacc_core.repos import Repo, resolve_ref
+from rediacc_core.slurm.access import access_for
+from rediacc_core.slurm.client import budget
+from rediacc_core.slurm.follow import after_grants_change
+from rediacc_core.slurm.gres import read_map
+from rediacc_core.slurm.requests import LeaseRequest, end, leases_of, submit
+from rediacc_core.slurm.requests import leases as find
 
 
-def _job_json(job: Any) -> dict[str, Any]:
+def lease_json(job: Any) -> dict[str, Any]:
     return {
         "job": job.job_id,
         "state": job.state,
@@ -52,13 +61,11 @@ def request(
       rdc repo gpu request gpu-a --gres gpu:a100:1 --for 8h --account team-a
       rdc repo gpu request gpu-a --gres gpu:1 --for 90m --constraint ampere -o json
     """
-    from rediacc_core.leases import parse_duration
-    from rediacc_core.slurm.requests import LeaseRequest, submit
 
     ask = LeaseRequest(gres, parse_duration(duration), mem, cpus, account, constraint, reservation)
     machine, found = resolve_ref(ref, Config.load())
     job = submit(machine, found, ask)
-    emit({"repo": found.ref, **_job_json(job)}, fmt, lambda _: "")
+    emit({"repo": found.ref, **lease_json(job)}, fmt, lambda _: "")
     if fmt != "json":
         when = f", expected to start {job.start_iso}" if job.state == "PENDING" and job.start_iso else ""
         why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
@@ -77,9 +84,6 @@ def leases(ref: str, fmt: str) -> None:
       rdc repo gpu leases gpu-a
       rdc repo gpu leases gpu-a -o json | jq .budgets
     """
-    from rediacc_core.slurm.access import access_for
-    from rediacc_core.slurm.client import budget
-    from rediacc_core.slurm.requests import leases as find
 
     machine, found = resolve_ref(ref, Config.load())
     jobs = find(machine, found)
@@ -87,7 +91,7 @@ def leases(ref: str, fmt: str) -> None:
         [*access_for(machine, found.id).accounts, *(j.account for j in jobs if j.account)]
     )
     budgets = [budget(machine, account) for account in accounts]
-    rows = [_job_json(j) for j in jobs]
+    rows = [lease_json(j) for j in jobs]
     money = [
         {"account": b.account, "limitMinutes": b.limit, "usedMinutes": b.used, "leftMinutes": b.left}
         for b in budgets
@@ -110,13 +114,48 @@ def leases(ref: str, fmt: str) -> None:
             )
         ),
     )
-    for b in budgets:
-        if b.spent is not None and b.spent >= 0.8:
-            note(
-                f"Warning: account {b.account} has used {b.used} of its {b.limit} GPU minutes"
-                + (": its leases do not start" if b.left == 0 else "")
-                + f" (sacctmgr modify account where name={b.account} set GrpTRESMins=gres/gpu=N)."
-            )
+    for line in _warnings(budgets):
+        note(line)
+
+
+def _warnings(budgets: Any) -> list[str]:
+    """A warning for each account that has used 80 % of its GPU minutes or more."""
+    return [
+        f"Warning: account {b.account} has used {b.used} of its {b.limit} GPU minutes"
+        + (": its leases do not start" if b.left == 0 else "")
+        + f" (sacctmgr modify account where name={b.account} set GrpTRESMins=gres/gpu=N)."
+        for b in budgets
+        if b.spent is not None and b.spent >= 0.8
+    ]
+
+
+def lease_text(job: Any) -> str:
+    """One lease in a word or two: `42 RUNNING until …`, `43 PENDING (Resources)`."""
+    if job.state == "PENDING":
+        why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+        return f"{job.job_id} PENDING{why}"
+    return f"{job.job_id} {job.state}" + (f" until {job.end_iso}" if job.end_iso else "")
+
+
+def slurm_leases(machine: Machine, repos: list[Repo]) -> tuple[dict[str, list[Any]] | None, list[str]]:
+    """The repos' Slurm leases by repo id (None when the machine is no Slurm node, or Slurm did not
+    answer) and the lines to say: the budget warnings of their accounts, or why none are shown.
+    Never raises for Slurm: a listing stands without it."""
+
+    try:
+        if read_map(machine) is None:
+            return None, []
+        found = leases_of(machine, repos)
+        accounts = dict.fromkeys(
+            [
+                *(a for r in repos for a in access_for(machine, r.id).accounts),
+                *(j.account for jobs in found.values() for j in jobs if j.account),
+            ]
+        )
+        return found, _warnings([budget(machine, a) for a in accounts])
+    except (RdcError, OSError) as exc:
+        what = exc.what if isinstance(exc, RdcError) else str(exc)
+        return None, [f"Slurm leases not shown ({machine.name}): {what}"]
 
 
 @click.command("release")
@@ -130,8 +169,23 @@ def release(ref: str, job_id: str | None) -> None:
       rdc repo gpu release gpu-a
       rdc repo gpu release gpu-a --job 42
     """
-    from rediacc_core.slurm.requests import end
 
     machine, found = resolve_ref(ref, Config.load())
     for name in end(machine, found, job_id):
         note(f"Revoked {name} from {found.ref}.")
+
+
+def slurm_follows(machine: Machine) -> None:
+    """A Slurm node drained for a suspended grant is resumed once none is left (`slurm.drains`)."""
+    said = after_grants_change(machine)
+    if said:
+        note(said)
+
+
+def lease_lines(machine: Machine, found: Repo) -> None:
+    """On a Slurm node: the repo's leases, pending and running, and its accounts' budget warnings."""
+    leases, said = slurm_leases(machine, [found])
+    for job in (leases or {}).get(found.id, []):
+        note(f"Slurm lease of {found.ref}: job {lease_text(job)} (rdc repo gpu leases {found.ref}).")
+    for line in said:
+        note(line)

@@ -119,8 +119,8 @@ def epilog(name: str) -> None:
 def reconcile(name: str, fmt: str) -> None:
     """Hold MACHINE's job-tagged grants to the jobs Slurm runs: revoke (and stop) those whose job is
     gone (an epilog does not run when slurmd or the node dies), renew those whose job's end moved
-    (`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup and refresh run
-    it too; run it from a timer to follow time limits promptly.
+    (`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup, refresh and
+    every repo gate's housekeeping round (about every 30 s) run it too; this runs it now.
 
     \b
     Examples:
@@ -151,8 +151,9 @@ def reconcile(name: str, fmt: str) -> None:
 @click.argument("name", metavar="MACHINE", default="localhost")
 def health(name: str) -> None:
     """Pass MACHINE's GPU health to Slurm: read the kernel log now, drain the node while a card is
-    held back (the reason names the card) and resume it once every card is cleared. A drain that
-    is not rdc's health reason is left as it is.
+    held back or its grant is suspended for drift (the reason names the card) and resume it once
+    every card is cleared and every such grant confirmed or revoked. A drain that is not one of
+    these reasons of rdc's is left as it is. Each repo gate's housekeeping round does the same.
 
     \b
     Examples:

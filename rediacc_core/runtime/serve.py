@@ -191,7 +191,8 @@ def raise_open_files_limit() -> None:
 def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogKeeper:
     """Bounds the gate's log and, when the repo has a daemon of its own, that daemon's log; and
     applies the machine's `lease-end` setting to running containers whose grant ended; and brings the
-    GPU telemetry (a lease ended) and the GPU health records up to date."""
+    GPU telemetry (a lease ended) and the GPU health records up to date; and runs the plugins'
+    chores (`rdc_housekeeping`: Slurm's reconciler and health sync, `slurm.plugin`)."""
     from rediacc_core.plugins import get_plugins
     from rediacc_core.runtime.health_watch import refresh_health
     from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
@@ -200,10 +201,12 @@ def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogK
     paths = [runtime.gate_log]
     if runtime.owns_daemon:
         paths.append(runtime.daemon_paths.log)
+    plugins = get_plugins()
     chores = [
         lambda: stop_lapsed_holders(machine, repo, log),
         lambda: refresh_telemetry(machine, log),
-        lambda: refresh_health(machine, get_plugins(), log),
+        lambda: refresh_health(machine, plugins, log),
+        *plugins.housekeeping(machine, repo.id, log),
     ]
     return LogKeeper(paths, report=log, chores=chores)
 

@@ -5,5 +5,6 @@ Rooms: `gres` (the node's gres.conf and its index map, from the inventory), `acc
 users and accounts may lease for a repo), `client` (the Slurm CLIs, read through `--json`), `hooks`
 (the prolog and the epilog), `reconcile` (grants whose job Slurm no longer runs, or whose end
 moved), `drains` (cards held back drain the node), `requests` (a lease asked for and ended from
-rdc), `follow` (what setup, refresh and a health clear do for Slurm).
+rdc), `follow` (what setup, refresh, a health clear, a confirm and a revoke do for Slurm), `round`
+(the reconciler and the health sync in each repo gate's housekeeping round).
 """

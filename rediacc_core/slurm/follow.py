@@ -1,6 +1,7 @@
 """What setup, refresh and `rdc machine gpu clear` do for Slurm: the node's gres.conf and index map
 follow the inventory (when `rdc slurm gres` wrote them once), its cards' health reaches the node
-(drained or resumed), and the reconciler runs."""
+(drained or resumed), and the reconciler runs; and what a confirm or a revoke does (a node drained
+for a suspended grant is resumed once none is left)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,13 @@ def after_setup(machine: Machine) -> list[str]:
         except RdcError as exc:
             notes.append(f"Slurm: grants of ended jobs not checked: {exc.what}")
     return notes
+
+
+def after_grants_change(machine: Machine) -> str | None:
+    """After `rdc repo gpu confirm` or `revoke` on a Slurm node: the node drained or resumed for
+    its suspended grants and its cards' health; a note for the operator, or None."""
+    try:
+        done = sync(machine)
+    except RdcError as exc:
+        return f"Slurm: the node's state not updated: {exc.what}"
+    return f"Slurm: {done}." if done else None

@@ -25,10 +25,10 @@ from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.model import Gpu, GpuPartition, Inventory
 from rediacc_core.repos import now_iso
+from rediacc_core.slurm.node import MAP_PATH as MAP_PATH  # where it always was, for callers
 
 SCHEMA = "slurm-gres-map.schema.json"
 SCHEMA_VERSION = 1
-MAP_PATH = "/etc/rediacc/slurm/gres-map.json"
 DEFAULT_CONF = "/etc/slurm/gres.conf"
 
 

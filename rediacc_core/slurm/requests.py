@@ -96,14 +96,21 @@ def _job_id(log: Path, wait: float) -> str:
     raise ToolError(f"salloc gave no job id in {wait:.0f}s: {text.strip() or 'no output'}", f"read {log}")
 
 
-def leases(machine: Machine, repo: Repo) -> list[client.Job]:
-    """The repo's jobs Slurm holds now (pending or live), by the comment rdc writes."""
+def is_lease_of(job: client.Job, repo: Repo) -> bool:
+    """Whether Slurm holds `job` (pending or live) as a lease of `repo`, by the comment rdc writes."""
     wanted = f"{REPO_KEY}{repo.label}"
-    return [
-        j
-        for j in client.jobs(machine)
-        if wanted in j.comment.replace(",", " ").split() and (j.live or j.state == "PENDING")
-    ]
+    return wanted in job.comment.replace(",", " ").split() and (job.live or job.state == "PENDING")
+
+
+def leases(machine: Machine, repo: Repo) -> list[client.Job]:
+    """The repo's jobs Slurm holds now (pending or live)."""
+    return [j for j in client.jobs(machine) if is_lease_of(j, repo)]
+
+
+def leases_of(machine: Machine, repos: list[Repo]) -> dict[str, list[client.Job]]:
+    """Each repo's jobs Slurm holds now, by repo id, from one `squeue`."""
+    found = client.jobs(machine)
+    return {r.id: [j for j in found if is_lease_of(j, r)] for r in repos}
 
 
 def end(machine: Machine, repo: Repo, job_id: str | None = None) -> list[str]:
