@@ -306,6 +306,7 @@ def slurm_conf(cluster: Cluster, node_lines: Iterable[str]) -> str:
             f"AccountingStorageHost={SUBNET}.1",
             f"AccountingStoragePass={b}/munge/munge.sock",
             "AccountingStorageTRES=gres/gpu",
+            "AccountingStoreFlags=job_comment",
             "AccountingStorageEnforce=limits,qos,safe",
             "JobAcctGatherType=jobacct_gather/none",
             "MpiDefault=none",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -13,11 +14,12 @@ from rediacc_core.leases import parse_duration
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
 from rediacc_core.slurm.access import access_for
-from rediacc_core.slurm.client import budget
+from rediacc_core.slurm.client import budget, iso
 from rediacc_core.slurm.follow import after_grants_change
 from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.requests import LeaseRequest, end, leases_of, submit
 from rediacc_core.slurm.requests import leases as find
+from rediacc_core.slurm.usage import month_start, usage
 
 
 def lease_json(job: Any) -> dict[str, Any]:
@@ -77,7 +79,8 @@ def request(
 @output_option("table", "json")
 def leases(ref: str, fmt: str) -> None:
     """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
-    and the GPU minutes left to each account that may lease for it (a warning from 80 % used).
+    the GPU minutes left to each account that may lease for it (a warning from 80 % used), and the
+    GPU hours its leases on this node took this month (Slurm's accounting, `sacct`).
 
     \b
     Examples:
@@ -92,12 +95,19 @@ def leases(ref: str, fmt: str) -> None:
     )
     budgets = [budget(machine, account) for account in accounts]
     rows = [lease_json(j) for j in jobs]
+    since = month_start(time.time())
+    used = (usage(machine, [found], since) or {}).get(found.id)
+    hours = (
+        None
+        if used is None
+        else {"since": iso(since), "gpuSeconds": used.gpu_seconds, "jobs": list(used.jobs)}
+    )
     money = [
         {"account": b.account, "limitMinutes": b.limit, "usedMinutes": b.used, "leftMinutes": b.left}
         for b in budgets
     ]
     emit(
-        {"repo": found.ref, "leases": rows, "budgets": money},
+        {"repo": found.ref, "leases": rows, "budgets": money, "used": hours},
         fmt,
         lambda d: (
             table(
@@ -114,6 +124,11 @@ def leases(ref: str, fmt: str) -> None:
             )
         ),
     )
+    if used is not None and fmt != "json":
+        note(
+            f"{found.ref}'s leases on this node since {iso(since)}: {used.gpu_hours} GPU hours "
+            f"in {len(used.jobs)} jobs (sacct)."
+        )
     for line in _warnings(budgets):
         note(line)
 

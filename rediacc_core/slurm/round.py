@@ -5,8 +5,10 @@ is revoked and a held card drains the node within a round, with no timer to set 
 Several repos' gates on one machine share one round: the first to take the machine's lock file,
 when the last round is at least `ROUND_SECONDS` old, runs it and stamps it; the others skip it. It
 runs on the housekeeping thread, never the gate's event loop, and every Slurm command has the
-client's time limit. What it changed is in the gate's log; revokes and renewals are in the repo's
-audit log (the reconciler writes them) and a drain or resume in the audit log of the gate that ran it.
+client's time limit. It also writes each repo's GPU seconds of the month (`slurm.usage`) for
+node_exporter, beside the gates' counters. What it changed is in the gate's log; revokes and
+renewals are in the repo's audit log (the reconciler writes them) and a drain or resume in the audit
+log of the gate that ran it.
 
 The gate finds it as a plugin (`slurm.plugin`, the `rdc_housekeeping` hook): the gate's floor may
 not import Slurm's, and a site without Slurm can leave it out (`REDIACC_LOAD_PLUGINS`).
@@ -27,6 +29,7 @@ from rediacc_core.slurm.drains import sync
 from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.hooks import audit
 from rediacc_core.slurm.reconcile import reconcile
+from rediacc_core.slurm.usage import write_metrics
 
 ROUND_SECONDS = 25.0  # under the housekeeping interval (30 s), so each round of some gate runs it
 
@@ -71,6 +74,10 @@ def _run(machine: Machine, repo_id: str, log: Callable[[str], None]) -> None:
             log(f"Slurm: renewed {grant.device} until {end} (job {grant.job}'s new end)")
     except RdcError as exc:
         log(f"Slurm: not reconciled: {exc.what}")
+    try:
+        write_metrics(machine, RepoStore(machine).list(), time.time())
+    except RdcError as exc:
+        log(f"Slurm: GPU hours not counted: {exc.what}")
     try:
         changed = sync(machine)
     except RdcError as exc:
