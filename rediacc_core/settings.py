@@ -14,7 +14,9 @@ process that reads the file sees every setting, whatever else it imported (a nam
 not hold is an error in the file), and imports still go only downward: the declaring modules read
 no settings file, so a room that does (the running parts, telemetry) declares in a module of its
 own beside it. A room that declares a setting adds it to the list; `tests/test_settings.py` fails
-on one declared and not listed.
+on one declared and not listed. (Rooms adding themselves when imported, as tox's plugins add
+their keys, would leave a process that never imported a room, a repo gate say, refusing a file that
+holds that room's setting.)
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The machine settings a repo's running parts read: their own declarations (`rediacc_core.setting`).
 
-`lease-end` is applied by `lapsed.py`, `image-store` by `daemon.py` at a repo's up and
-`gate-workers` by `serve.py` and `workers.py`. Those modules read the settings file, so the file's
-reader cannot import them: they declare here, in a module that reads nothing, on the reader's floor
-(`tests/test_layers.py`).
+`lease-end` is applied by `lapsed.py`, `image-store` by `daemon.py` at a repo's up, and
+`gate-workers` by `serve.py`, which starts the workers `workers.py` runs. Those modules read the
+settings file, so its reader cannot import them: they declare here, in a module that reads nothing,
+on the reader's floor (`tests/test_layers.py`).
 """
 
 from __future__ import annotations
