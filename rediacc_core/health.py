@@ -32,6 +32,7 @@ from rediacc_core.files import (
 from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.repos import now_iso
+from rediacc_core.setting import Setting
 from rediacc_core.statelock import state_lock
 
 if TYPE_CHECKING:
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
 SCHEMA = "health.schema.json"
 SCHEMA_VERSION = 1
 WHAT = "GPU health file"
-SETTING = "gpu-health"
+GPU_HEALTH = Setting(
+    "gpu-health",
+    ("refuse", "report"),
+    "refuse",
+    "a GPU whose driver reported a fatal event (a fault, an uncorrectable memory error, a "
+    "reset): refuse to start containers holding it until `rdc machine gpu clear`, or only "
+    "report it (gpu list, metrics)",
+)
 # Cleared events are kept so a log line read again stays cleared; the oldest cleared go past this.
 MAX_EVENTS = 2000
 
@@ -231,7 +239,7 @@ def cards_of_name(name: str, inventory: Inventory, units: UnitsOf | None = None)
 
 def refuses(settings: dict[str, str] | Any) -> bool:
     """Whether the machine's settings hold unhealthy cards back (the default) or only report them."""
-    return str(settings.get(SETTING, "refuse")) != "report"
+    return str(settings.get(GPU_HEALTH.name, GPU_HEALTH.default)) != "report"
 
 
 class LiveHealth:

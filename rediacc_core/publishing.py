@@ -1,11 +1,12 @@
 """What a repo may publish on the host, and what each repo's port keeper publishes now.
 
-Policy (machine settings): `publish-ports`, the host ports a repo may publish on (default
-1024-65535: the ports below 1024 are the host's services', and a tenant holding 127.0.0.1:53 or :80
-would answer the host's own clients), and `publish-limit`, the most host ports one repo publishes at
-once (default 64: each is a listener of the uplink, and `-p 1-65535:1-65535` would ask for all).
-The gate refuses what breaks them (`gate/policy/publish.py`); the keeper (`runtime/ports.py`) skips it,
-for what the gate never saw (a container created before a change, a restart policy's start).
+Policy (machine settings, declared here): `publish-ports`, the host ports a repo may publish on
+(default 1024-65535: the ports below 1024 are the host's services', and a tenant holding
+127.0.0.1:53 or :80 would answer the host's own clients), and `publish-limit`, the most host ports
+one repo publishes at once (default 64: each is a listener of the uplink, and `-p 1-65535:1-65535`
+would ask for all). The gate refuses what breaks them (`gate/policy/publish.py`); the keeper
+(`runtime/ports.py`) skips it, for what the gate never saw (a container created before a change, a
+restart policy's start). `publish-addresses` says which host addresses the keeper listens on.
 
 State: each keeper writes the host ports it publishes to `<machine run dir>/published/<12 of the
 repo id>.json` with its pid, so a gate learns what the machine's other repos publish from one
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rediacc_core.pids import pid_alive
+from rediacc_core.setting import Setting
+from rediacc_core.values import split_list
 
 DEFAULT_RANGE = "1024-65535"
 DEFAULT_LIMIT = 64
@@ -72,6 +75,50 @@ def check_limit_setting(value: str) -> str | None:
     if not (value.isascii() and value.isdigit()) or int(value) > MAX_LIMIT:
         return f"a number of host ports from 0 to {MAX_LIMIT}"
     return None
+
+
+def check_addresses_setting(value: str) -> str | None:
+    """Why the `publish-addresses` setting `value` is wrong, or None."""
+    import ipaddress
+
+    for item in split_list(value):
+        if item == "none":
+            continue
+        try:
+            if ipaddress.ip_address(item).version != 4:
+                return f"{item!r}: published ports have no IPv6 uplink; give IPv4 addresses"
+        except ValueError:
+            return f"{item!r} is not an IPv4 address of this host (or 'none')"
+    return None
+
+
+PUBLISH_ADDRESSES = Setting(
+    "publish-addresses",
+    (),
+    "127.0.0.1",
+    "host addresses a repo container's published port (-p 8080:80) listens on, through the repo's "
+    "uplink, comma-separated IPv4 (0.0.0.0 = every address; none = publish nowhere)",
+    check_addresses_setting,
+    form="IPv4,…|none",
+)
+PUBLISH_PORTS = Setting(
+    "publish-ports",
+    (),
+    DEFAULT_RANGE,
+    "the host ports a repo container may publish on (-p 8080:80), LOW-HIGH: a port outside is "
+    "refused at create and never forwarded (below 1024 are the host's own services' ports)",
+    check_range_setting,
+    form="LOW-HIGH",
+)
+PUBLISH_LIMIT = Setting(
+    "publish-limit",
+    (),
+    str(DEFAULT_LIMIT),
+    f"the most host ports one repo publishes at once (0 to {MAX_LIMIT}): a create or start "
+    "that would pass it is refused, and the port keeper forwards no more",
+    check_limit_setting,
+    form=f"0-{MAX_LIMIT}",
+)
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,32 @@
-"""Per-machine settings: the table of those the core knows, and the file on the machine that holds them.
+"""Per-machine settings: the registry of those the core knows, and the file on the machine that holds them.
 
 Settings live on the machine, like its grants, in `<root>/etc/rediacc/settings.json` (checked against
-`schema/settings.schema.json` and the table below on every read), so a repo gate reads the same
+`schema/settings.schema.json` and the registry below on every read), so a repo gate reads the same
 settings whoever started it and picks a change up at its next request. Only settings set on the
 machine are stored; a missing file means every setting has its default.
 
 Every default is the safe choice: a gate that cannot read the file decides with the defaults, which
 is failing closed.
+
+Each room declares the settings it acts on (`rediacc_core.setting`: name, values, default, help),
+and `SETTINGS` collects them by an explicit list, here, on the floor of the file's reader. Every
+process that reads the file sees every setting, whatever else it imported (a name the registry does
+not hold is an error in the file), and imports still go only downward: the declaring modules read
+no settings file, so a room that does (the running parts, telemetry) declares in a module of its
+own beside it. A room that declares a setting adds it to the list; `tests/test_settings.py` fails
+on one declared and not listed. (Rooms adding themselves when imported, as tox's plugins add
+their keys, would leave a process that never imported a room, a repo gate say, refusing a file that
+holds that room's setting.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from rediacc_core import health, publishing
 from rediacc_core.errors import StateError, ValidationError
 from rediacc_core.files import (
     LiveFile,
@@ -26,244 +36,34 @@ from rediacc_core.files import (
     replace_watched_json,
     restore_hint,
 )
+from rediacc_core.gate.policy import settings as policy
 from rediacc_core.machine import Machine
-from rediacc_core.publishing import (
-    DEFAULT_LIMIT,
-    DEFAULT_RANGE,
-    MAX_LIMIT,
-    check_limit_setting,
-    check_range_setting,
-)
+from rediacc_core.runtime import settings as running
+from rediacc_core.setting import Setting, registry
 from rediacc_core.statelock import state_lock
-from rediacc_core.values import split_list
+from rediacc_core.telemetry_settings import DCGM_JOB_MAPPING_DIR
 
 SCHEMA = "settings.schema.json"
 SCHEMA_VERSION = 1
 WHAT = "settings file"
 
-
-@dataclass(frozen=True)
-class Setting:
-    """A per-machine setting the core knows, with the values it accepts.
-
-    A setting has either `choices`, or a `check` that returns why a value is wrong (None when it is
-    right) for free-form values such as comma-separated lists.
-    """
-
-    name: str
-    choices: tuple[str, ...]
-    default: str
-    help: str
-    check: Callable[[str], str | None] | None = None
-    form: str = ""  # the shape of a free-form value, as `machine config` shows it (`1-16`, `DIR[:ro],…`)
-
-    @property
-    def values(self) -> str:
-        """What the setting accepts, in a few characters: its choices, or the shape of its value."""
-        return "|".join(self.choices) if self.choices else self.form
-
-
-def _check_bind_roots(value: str) -> str | None:
-    from rediacc_core.gate.policy.mounts import check_root_setting
-
-    for item in split_list(value):
-        path = item.removesuffix(":ro")
-        why = check_root_setting(path)
-        if why:
-            return f"bind root {item!r}: {why}"
-    return None
-
-
-def _check_capabilities(value: str) -> str | None:
-    from rediacc_core.gate.policy.isolation import GRANTABLE_CAPABILITIES, capability_name
-
-    for item in split_list(value):
-        if capability_name(item) not in GRANTABLE_CAPABILITIES:
-            return (
-                f"capability {item!r} cannot be allowed (it reaches the host, or is unknown); "
-                f"allowable: {', '.join(sorted(GRANTABLE_CAPABILITIES))}"
-            )
-    return None
-
-
-# Each gate worker (`runtime.workers`) holds 1/N of the gate's buffer budget (64 MiB), and that share
-# must still fit the largest body the gate reads and decides (4 MiB): so 16 at most. More event loops
-# would not help either: they all wait on the one daemon.
-MAX_WORKERS = 16
-
-
-def check_worker_setting(value: str) -> str | None:
-    """Why `value` is no valid `gate-workers` setting, or None."""
-    if value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_WORKERS:
-        return None
-    return f"use a whole number from 1 to {MAX_WORKERS}"
-
-
-def _check_addresses(value: str) -> str | None:
-    import ipaddress
-
-    for item in split_list(value):
-        if item == "none":
-            continue
-        try:
-            if ipaddress.ip_address(item).version != 4:
-                return f"{item!r}: published ports have no IPv6 uplink; give IPv4 addresses"
-        except ValueError:
-            return f"{item!r} is not an IPv4 address of this host (or 'none')"
-    return None
-
-
-def _check_names(value: str) -> str | None:
-    for item in split_list(value):
-        if not all(c.isalnum() or c in "-_./:" for c in item):
-            return f"{item!r} is not a volume driver name"
-    return None
-
-
-def _check_pids(value: str) -> str | None:
-    from rediacc_core.gate.policy.limits import check_pids_setting
-
-    return check_pids_setting(value)
-
-
-def _check_directory(value: str) -> str | None:
-    if value and (not value.startswith("/") or any(c in value for c in ",:\n")):
-        return f"{value!r} is not an absolute directory path (or empty, for off)"
-    return None
-
-
-def _check_registries(value: str) -> str | None:
-    from rediacc_core.gate.policy.fetches import check_allowed_setting
-
-    return check_allowed_setting(value)
-
-
-SETTINGS: dict[str, Setting] = {
-    s.name: s
-    for s in [
-        Setting(
-            "legacy-visible-devices",
-            ("refuse", "translate"),
-            "refuse",
-            "a container request that selects GPUs through a vendor's visible-devices variable: refuse it, "
-            "naming the CDI devices to use, or translate it into those CDI devices when all are granted",
-        ),
-        Setting(
-            "bind-roots",
-            (),
-            "",
-            "host directories containers may bind besides the repo's own files directory, comma-separated; "
-            "':ro' after one forces read-only binds (/data/datasets:ro,/srv/shared)",
-            _check_bind_roots,
-            form="DIR[:ro],…",
-        ),
-        Setting(
-            "extra-capabilities",
-            (),
-            "",
-            "capabilities beyond Docker's default set that containers may add, comma-separated (NET_ADMIN)",
-            _check_capabilities,
-            form="CAPABILITY,…",
-        ),
-        Setting(
-            "volume-drivers",
-            (),
-            "",
-            "volume drivers besides 'local' that repos may use, comma-separated",
-            _check_names,
-            form="DRIVER,…",
-        ),
-        Setting(
-            "lease-end",
-            ("keep", "stop"),
-            "keep",
-            "a running container whose grant ended (a lease's end, a revoke without --stop): keep it "
-            "running until it stops (it cannot start again), or have the repo's gate stop it within 30 s",
-        ),
-        Setting(
-            "publish-addresses",
-            (),
-            "127.0.0.1",
-            "host addresses a repo container's published port (-p 8080:80) listens on, through the repo's "
-            "uplink, comma-separated IPv4 (0.0.0.0 = every address; none = publish nowhere)",
-            _check_addresses,
-            form="IPv4,…|none",
-        ),
-        Setting(
-            "publish-ports",
-            (),
-            DEFAULT_RANGE,
-            "the host ports a repo container may publish on (-p 8080:80), LOW-HIGH: a port outside is "
-            "refused at create and never forwarded (below 1024 are the host's own services' ports)",
-            check_range_setting,
-            form="LOW-HIGH",
-        ),
-        Setting(
-            "publish-limit",
-            (),
-            str(DEFAULT_LIMIT),
-            f"the most host ports one repo publishes at once (0 to {MAX_LIMIT}): a create or start "
-            "that would pass it is refused, and the port keeper forwards no more",
-            check_limit_setting,
-            form=f"0-{MAX_LIMIT}",
-        ),
-        Setting(
-            "pids-limit",
-            (),
-            "4096",
-            "the most processes a container may have (1 to 4194304): written into every container that "
-            "asks for no limit or for unlimited, and a request for more refused, so that no container "
-            "can use up the host's process ids",
-            _check_pids,
-            form="1-4194304",
-        ),
-        Setting(
-            "registries",
-            (),
-            "",
-            "loopback or link-local registries and servers the daemon may fetch from for a repo (pulls, "
-            "pushes, logins, build remotes, imports), comma-separated host or host:port "
-            "(localhost:5000,[::1]:5000); a host without a port allows each of its ports",
-            _check_registries,
-            form="HOST[:PORT],…",
-        ),
-        Setting(
-            "image-store",
-            ("overlay2", "containerd"),
-            "overlay2",
-            "where each repo's daemon keeps images and container layers: Docker's overlay2 driver, or the "
-            "containerd image store (containerd snapshotter, the default of fresh Engine 29 installs) in "
-            "the repo's own containerd; taken at the repo's next up, and a repo sees only the images of "
-            "the store it runs with",
-        ),
-        Setting(
-            "gate-workers",
-            (),
-            "1",
-            "processes each repo's gate serves from (1 to 16): more let a repo's API calls use more CPUs "
-            "where CPUs sit idle, each costs its own memory; taken at the gate's next start",
-            check_worker_setting,
-            form="1-16",
-        ),
-        Setting(
-            "gpu-health",
-            ("refuse", "report"),
-            "refuse",
-            "a GPU whose driver reported a fatal event (a fault, an uncorrectable memory error, a "
-            "reset): refuse to start containers holding it until `rdc machine gpu clear`, or only "
-            "report it (gpu list, metrics)",
-        ),
-        Setting(
-            "dcgm-job-mapping-dir",
-            (),
-            "",
-            "the directory dcgm-exporter reads job mappings from (its --hpc-job-mapping-dir): rdc writes "
-            "one file per GPU there naming the repos granted it, at every grant change; empty = off",
-            _check_directory,
-            form="DIR",
-        ),
-    ]
-}
+# Every machine setting, in the order `rdc machine config` lists them.
+SETTINGS: Mapping[str, Setting] = registry(
+    policy.LEGACY_VISIBLE_DEVICES,
+    policy.BIND_ROOTS,
+    policy.EXTRA_CAPABILITIES,
+    policy.VOLUME_DRIVERS,
+    running.LEASE_END,
+    publishing.PUBLISH_ADDRESSES,
+    publishing.PUBLISH_PORTS,
+    publishing.PUBLISH_LIMIT,
+    policy.PIDS_LIMIT,
+    policy.REGISTRIES,
+    running.IMAGE_STORE,
+    running.GATE_WORKERS,
+    health.GPU_HEALTH,
+    DCGM_JOB_MAPPING_DIR,
+)
 
 
 def check_key(key: str) -> Setting:

@@ -29,12 +29,12 @@ from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
 from rediacc_core.settings import effective, read_settings
+from rediacc_core.telemetry_settings import DCGM_JOB_MAPPING_DIR
 
 if TYPE_CHECKING:
     from rediacc_core.model import Gpu, GpuPartition, Inventory
 
 # Imported by the grants, which every read imports: the typed model only where export runs.
-SETTING = "dcgm-job-mapping-dir"
 METRICS_FILE = "gpus.prom"
 _MAPPING_NAME = re.compile(r"^\d+(\.\d+)?$")
 
@@ -143,7 +143,7 @@ def export(machine: Machine, grants: Iterable[GrantLike]) -> str | None:
 
     grants = list(grants)
     try:
-        mapping_dir = effective(read_settings(machine))[SETTING]
+        mapping_dir = effective(read_settings(machine))[DCGM_JOB_MAPPING_DIR.name]
         inventory = read_inventory(machine) or Inventory()
         names = {repo.id: repo.name for repo in RepoStore(machine).list()} if grants else {}
         _write_if_changed(metrics_path(machine), grant_info_text(grants, names, inventory))

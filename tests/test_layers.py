@@ -31,7 +31,7 @@ FLOORS: dict[str, int] = {
         (
             "errors", "files", "statelock", "unixhttp", "hostpaths", "machine", "model", "cdi",
             "placement", "remote.address", "leases", "config", "pids", "blocking", "values",
-            "publishing", "kernlog", "bindings",
+            "publishing", "kernlog", "bindings", "setting",
         ),
         0,
     ),
@@ -43,6 +43,8 @@ FLOORS: dict[str, int] = {
     "repos": 3, "holders": 3, "grants": 3, "settings": 3, "inventory": 3, "setup": 3, "health": 3,
     "telemetry": 3, "recheck": 3, "spec_facts": 3, "slurm.gres": 3, "slurm.access": 3, "slurm.client": 3,
     "slurm.node": 3,
+    # settings declared beside the rooms that read the settings file, on its reader's floor
+    "telemetry_settings": 3, "runtime.settings": 3,
     # 4 the gate's engine: what it asks the daemon, its decisions, the asyncio glue
     "gate": 4,
     # 5 a repo's running parts

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from rediacc_core.errors import EXIT_BUSY, EXIT_VALIDATION, BusyError, StateError, ValidationError
 from rediacc_core.machine import Machine
+from rediacc_core.setting import Setting, registry
 from rediacc_core.settings import (
     SETTINGS,
     LiveSettings,
@@ -273,3 +277,77 @@ def test_list_settings_are_kept_as_given(machine: Machine) -> None:
     set_setting(machine, "bind-roots", "/data/sets:ro,/srv/shared")
     set_setting(machine, "extra-capabilities", "NET_ADMIN")
     assert read_settings(machine)["bind-roots"] == "/data/sets:ro,/srv/shared"
+
+
+# --- the registry: each room declares its own settings, `SETTINGS` lists them ------------------
+
+CORE = Path(__file__).resolve().parent.parent / "rediacc_core"
+
+
+def declarations_in(source: str) -> list[tuple[str, str]]:
+    """Each `NAME = Setting("name", …)` at the top of a module's `source`: (NAME, name)."""
+    found = []
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if (
+            isinstance(target, ast.Name)
+            and isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "Setting"
+            and value.args
+            and isinstance(value.args[0], ast.Constant)
+        ):
+            found.append((target.id, str(value.args[0].value)))
+    return found
+
+
+def declarations() -> list[tuple[str, str, str]]:
+    """Every setting a module of the core declares: (module, NAME, name)."""
+    found = []
+    for path in sorted(CORE.rglob("*.py")):
+        parts = path.relative_to(CORE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found += [(module, attr, name) for attr, name in declarations_in(path.read_text())]
+    return found
+
+
+def test_the_walk_finds_a_declaration_at_the_top_of_a_module() -> None:
+    source = 'X = Setting("x", (), "", "help")\nY: Setting = Setting("y", ("a",), "a", "h")\n'
+    source += 'def f() -> None:\n    Z = Setting("z", (), "", "inside a function: no declaration")\n'
+    assert declarations_in(source) == [("X", "x"), ("Y", "y")]
+
+
+def test_every_setting_a_room_declares_is_in_the_registry() -> None:
+    found = declarations()
+    assert len(found) >= len(SETTINGS) > 0
+    for module, attr, name in found:
+        declared = getattr(importlib.import_module(module), attr)
+        assert SETTINGS.get(name) is declared, (
+            f"{module}.{attr} declares the setting {name!r}, which rediacc_core.settings.SETTINGS "
+            "does not list: add it there, where `rdc machine config` should list it"
+        )
+    assert sorted(name for _, _, name in found) == sorted(SETTINGS)
+
+
+def test_no_setting_name_is_declared_twice() -> None:
+    names = Counter(name for _, _, name in declarations())
+    assert [name for name, count in names.items() if count > 1] == []
+
+
+def test_the_registry_refuses_a_name_registered_twice() -> None:
+    first = Setting("lease-end", ("keep", "stop"), "keep", "one room's")
+    again = Setting("lease-end", ("stop",), "stop", "another room's")
+    with pytest.raises(ValueError, match="machine setting 'lease-end' is declared twice"):
+        registry(first, again)
+    assert list(registry(first)) == ["lease-end"]
+
+
+def test_the_registry_is_read_only_and_keeps_the_listed_order() -> None:
+    assert list(SETTINGS) == [
+        "legacy-visible-devices", "bind-roots", "extra-capabilities", "volume-drivers", "lease-end",
+        "publish-addresses", "publish-ports", "publish-limit", "pids-limit", "registries",
+        "image-store", "gate-workers", "gpu-health", "dcgm-job-mapping-dir",
+    ]  # fmt: skip
+    with pytest.raises(TypeError):
+        SETTINGS["lease-end"] = SETTINGS["gpu-health"]  # type: ignore[index]

@@ -31,8 +31,8 @@ from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.logfiles import LogKeeper
+from rediacc_core.runtime.settings import MAX_WORKERS
 from rediacc_core.runtime.workers import Publish, Supervisor
-from rediacc_core.settings import MAX_WORKERS
 
 
 def stderr_log(line: str) -> None:

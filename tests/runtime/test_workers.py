@@ -33,8 +33,9 @@ from rediacc_core.gate.wire.decode import MAX_INSPECTED_BODY
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle, workers
+from rediacc_core.runtime.settings import MAX_WORKERS, check_worker_setting
 from rediacc_core.runtime.workers import Supervisor
-from rediacc_core.settings import MAX_WORKERS, check_worker_setting, set_setting
+from rediacc_core.settings import set_setting
 from rediacc_core.testing import FakeMachine
 
 PRIVILEGED = json.dumps({"Image": "x", "HostConfig": {"Privileged": True}}).encode()
