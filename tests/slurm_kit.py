@@ -15,16 +15,30 @@ Runs only with RDC_SLURM=1 (tox -e slurm), as root, with `.ci/install-slurm.sh` 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from e2e_kit import IMAGE, RepoEnv, client_env
+
+from rediacc_core.config import Config
+from rediacc_core.machine import Machine
+from rediacc_core.plugins import get_plugins
+from rediacc_core.repos import RepoStore
+from rediacc_core.runtime import lifecycle
+from rediacc_core.setup import run_setup
+from rediacc_core.testing import FakeMachine
+from rediacc_core.testing.dockerenv import import_busybox
 
 SLURM_ENV = "RDC_SLURM"
 REQUIRED = "RDC_SLURM_REQUIRED"
@@ -43,6 +57,11 @@ UUIDS = {
 def skip_reason() -> str | None:
     if os.environ.get(SLURM_ENV) != "1":
         return f"Slurm tests run with {SLURM_ENV}=1 (tox -e slurm)"
+    return cannot_run()
+
+
+def cannot_run() -> str | None:
+    """Why this host cannot run the cluster, or None."""
     if os.geteuid() != 0:
         return "the Slurm tests need root (namespaces, mknod, slurmd)"
     missing = [p for p in ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd") if not _which(p)]
@@ -240,6 +259,97 @@ class Cluster:
 
 
 # --- building it ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def running_cluster() -> Iterator[Cluster]:
+    """The whole cluster, built in a new directory under /tmp and stopped on the way out: every node
+    a simulated machine set up as `rdc machine setup` does, with repos `alpha` and `beta`, its
+    gres.conf from `rdc slurm gres`; the accounts, the QOS and the budgets; both nodes idle. The
+    nodes' fake cards come from the NVIDIA plugin's test kit (rediacc_nvidia.testing)."""
+    base = Path(tempfile.mkdtemp(prefix="rdcs", dir="/tmp"))
+    cluster = Cluster(base, f"rs{base.name[-5:]}", base / "rdc.yaml")
+    try:
+        config = Config.load(cluster.config_path)
+        for node in NODES:
+            cluster.root(node).mkdir(parents=True)
+            config.add(node, cluster.root(node))
+        config.save()
+        (base / "etc").mkdir()
+        lines = []
+        for i, node in enumerate(NODES):
+            machine = Config.load(cluster.config_path).machine(node)
+            _node_machine(cluster, node)
+            plugins = get_plugins()
+            run_setup(
+                machine, plugins, {opt.name: opt.default for opt in plugins.setup_options() if opt.name}
+            )
+            RepoStore(machine).create("alpha")
+            RepoStore(machine).create("beta")
+            made = cluster.rdc("slurm", "gres", node, "--node", node, "--conf", "/etc/slurm/gres.conf")
+            assert made.returncode == 0, made.stderr
+            lines.append(
+                f"{made.stdout.strip()} NodeAddr={SUBNET}.{11 + i} CPUs=2 RealMemory=1000 State=UNKNOWN"
+            )
+            (base / node / "spool").mkdir(parents=True)
+        text = slurm_conf(cluster, lines)
+        cluster.conf.write_text(text)
+        for node in NODES:
+            (cluster.root(node) / "etc/slurm/slurm.conf").write_text(text)
+        make_network(cluster)
+        start_accounting(cluster)
+        hook_scripts(cluster)
+        cluster.slurm("sacctmgr", "-i", "add", "cluster", "rdcs")
+        accounts(cluster)
+        cluster.start(
+            "slurmctld",
+            ["nsenter", f"--net=/run/netns/{cluster.ns('c')}", "unshare", "--uts", "sh", "-c",
+             "hostname ctl && exec slurmctld -D -i"],
+        )  # fmt: skip
+        for node in NODES:
+            cluster.start_slurmd(node)
+        wait_for("both nodes idle", lambda: all(cluster.node_state(n) == "idle" for n in NODES), timeout=60)
+        budgets(cluster)
+        yield cluster
+    finally:
+        cluster.stop()
+        if not os.environ.get("RDC_SLURM_KEEP"):  # set it to read the daemons' and hooks' logs after a run
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _node_machine(cluster: Cluster, node: str) -> Machine:
+    # Looked up when called: the core env (no vendor plugin) imports this kit too.
+    nvidia_testing = importlib.import_module("rediacc_nvidia.testing")
+    fm = FakeMachine(cluster.root(node), name=node)
+    nvidia_testing.nvidia_machine(fm, nvidia_testing.two_a100s(*UUIDS[node]), compute_caps=("8.0", "8.0"))
+    machine_tools(cluster, fm.root)
+    return fm.machine
+
+
+@contextmanager
+def repo_up(cluster: Cluster, node: str, label: str) -> Iterator[RepoEnv]:
+    """Repo `label` of machine `node` up (its own dockerd behind its gate, the busybox image
+    imported), brought down on the way out. Needs a Docker Engine with CDI."""
+    machine = Config.load(cluster.config_path).machine(node)
+    repo = RepoStore(machine).get_by_label(label)
+    # The gate, a child process, finds everything on the machine, as under systemd.
+    saved = os.environ.get("REDIACC_CONFIG")
+    os.environ["REDIACC_CONFIG"] = str(cluster.base / "no-client-config.yaml")
+    try:
+        runtime = lifecycle.repo_up(machine, repo)
+    finally:
+        if saved is None:
+            os.environ.pop("REDIACC_CONFIG")
+        else:
+            os.environ["REDIACC_CONFIG"] = saved
+    try:
+        env = RepoEnv(
+            repo, runtime, {**client_env(cluster.base / "docker"), "DOCKER_HOST": runtime.docker_host_url}
+        )
+        import_busybox(env.daemon, IMAGE)
+        yield env
+    finally:
+        lifecycle.repo_down(machine, repo)
 
 
 def _sh(*argv: str) -> None:

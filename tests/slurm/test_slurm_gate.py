@@ -8,13 +8,10 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from e2e_kit import IMAGE, RepoEnv, client_env, refused
-from slurm_kit import REQUIRED, Cluster, wait_for
+from e2e_kit import IMAGE, RepoEnv, refused
+from slurm_kit import REQUIRED, Cluster, repo_up, wait_for
 
-from rediacc_core.config import Config
-from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle
-from rediacc_core.testing.dockerenv import docker_unavailable, import_busybox
+from rediacc_core.testing.dockerenv import docker_unavailable
 
 GPU0 = "nvidia.com/gpu=0"
 
@@ -28,20 +25,8 @@ def alpha(slurm: Cluster) -> Iterator[RepoEnv]:
                 f"{REQUIRED}=1, but no Docker Engine to run a repo: {reason} (bash .ci/install-docker.sh)"
             )
         pytest.skip(reason)
-    machine = Config.load(slurm.config_path).machine("n1")
-    repo = RepoStore(machine).get_by_label("alpha")
-    with pytest.MonkeyPatch.context() as patch:
-        # The gate, a child process, finds everything on the machine, as under systemd.
-        patch.setenv("REDIACC_CONFIG", str(slurm.base / "no-client-config.yaml"))
-        runtime = lifecycle.repo_up(machine, repo)
-    try:
-        env = RepoEnv(
-            repo, runtime, {**client_env(slurm.base / "docker"), "DOCKER_HOST": runtime.docker_host_url}
-        )
-        import_busybox(env.daemon, IMAGE)
+    with repo_up(slurm, "n1", "alpha") as env:
         yield env
-    finally:
-        lifecycle.repo_down(machine, repo)
 
 
 def running(alpha: RepoEnv, name: str) -> bool:
