@@ -513,10 +513,12 @@ def accounts(cluster: Cluster) -> None:
     s("sacctmgr", "-i", "add", "account", "teama", "teamb", "teamc")
     s("sacctmgr", "-i", "add", "user", "root", "account=teama,teamb,teamc")
     s("sacctmgr", "-i", "add", "user", "daemon", "account=teamb")
-    # QOS `urgent` preempts `normal` (PreemptMode=CANCEL): the preempted lease ends as by scancel.
-    s("sacctmgr", "-i", "add", "qos", "urgent")
-    s("sacctmgr", "-i", "modify", "qos", "where", "name=urgent", "set", "Preempt=normal")
-    s("sacctmgr", "-i", "modify", "user", "where", "name=root", "set", "QOS=normal,urgent")
+    # QOS `urgent` preempts `normal` (PreemptMode=CANCEL): the preempted lease ends as by scancel;
+    # and `spare`, whose jobs are requeued (PreemptMode=REQUEUE): a batch lease ends and runs again.
+    s("sacctmgr", "-i", "add", "qos", "urgent", "spare")
+    s("sacctmgr", "-i", "modify", "qos", "where", "name=spare", "set", "PreemptMode=requeue")
+    s("sacctmgr", "-i", "modify", "qos", "where", "name=urgent", "set", "Preempt=normal,spare")
+    s("sacctmgr", "-i", "modify", "user", "where", "name=root", "set", "QOS=normal,urgent,spare")
 
 
 def budgets(cluster: Cluster) -> None:

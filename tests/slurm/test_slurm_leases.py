@@ -211,3 +211,25 @@ def test_a_preempted_lease_is_revoked_before_the_preemptor_is_granted(slurm: Clu
     # Slurm cancels the first (PreemptMode=CANCEL), its epilog revokes, then the second's prolog grants.
     assert slurm.job_state(first) in ("PREEMPTED", "CANCELLED")
     assert {(g.repo_id, g.job) for g in grants(slurm, "n1")} == {(beta.id, f"slurm:rdcs/{second}")}
+
+
+def test_a_requeued_batch_lease_is_revoked_at_preemption_before_the_preemptor_is_granted(
+    slurm: Cluster,
+) -> None:
+    """PreemptMode=REQUEUE (the `spare` QOS): the preempted job's epilog revokes, as at any end, and
+    the job waits in the queue with no grant. (Only a batch job can be requeued: an `salloc` lease,
+    as `rdc repo gpu request` makes, preempted so is cancelled, as under PreemptMode=CANCEL.)"""
+    allow(slurm, "n1", "alpha", "--account", "teama")
+    allow(slurm, "n1", "beta", "--account", "teama")
+    machine = Config.load(slurm.config_path).machine("n1")
+    alpha, beta = (RepoStore(machine).get_by_label(name) for name in ("alpha", "beta"))
+    submitted = slurm.slurm(
+        "sbatch", "--parsable", "--requeue", "--qos=spare", "--account=teama", "--gres=gpu:2", "--mem=100",
+        "--cpus-per-task=1", "--time=10", "--nodelist=n1", "--comment=rdc-repo=alpha",
+        "--output=/dev/null", "--wrap=sleep 600",
+    )  # fmt: skip
+    first = submitted.stdout.strip().split(";")[0]
+    wait_for("alpha's grant", lambda: {g.repo_id for g in grants(slurm, "n1")} == {alpha.id}, timeout=60)
+    second = slurm.lease("beta", node="n1", gpus=2, extra=["--qos=urgent"])
+    assert {(g.repo_id, g.job) for g in grants(slurm, "n1")} == {(beta.id, f"slurm:rdcs/{second}")}
+    assert slurm.job_state(first) in ("PENDING", "REQUEUED", "PREEMPTED")  # requeued: waiting to begin
