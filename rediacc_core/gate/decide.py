@@ -4,10 +4,10 @@ Order matters and is fixed: route through the endpoint allow-list (`endpoints.py
 refused routes end here, from the head alone, and so do `/build`'s query parameters) -> decode into
 the canonical body (400 on anything ambiguous) -> fold Compose's legacy CDI `Devices` into the CDI
 device request -> check the requested CDI names against the repo's live grants (and, for a request
-that makes a container run, the names the container already holds) -> core rules and
-plugin rules (a plugin refusal with a core rule's id replaces the core's generic one) -> refuse with
-every problem and its replacement, or apply the plugins' rewrites, check the names they added
-against the grants, pin the admitted bind sources (`pins.py`) and forward the re-encoded body.
+that makes a container run, the names the container already holds) -> core rules, then plugin
+rules, merged on `(rule, subject)` (a plugin refusal replaces the core's about the same value) ->
+refuse with every problem and its replacement, or apply the plugins' rewrites, check the names they
+added against the grants, pin the admitted bind sources (`pins.py`) and forward the re-encoded body.
 """
 
 from __future__ import annotations

@@ -31,28 +31,17 @@ def describe(refusal: Refusal) -> str:
 
 
 def merge_refusals(core: list[Finding], plugin: list[Refusal]) -> list[Refusal]:
-    """The core's findings, less those a plugin refusal with the same rule id replaces, then the plugins'.
+    """The core's findings, less those a plugin refusal replaces, then the plugins' refusals.
 
-    A plugin refusal replaces the core findings of its rule whose subject (the refused value) it
-    mentions; when it mentions none of them, it replaces the whole rule.
+    The core's rules are the first stage and the plugins' the second, merged on `(rule, subject)`:
+    a plugin refusal replaces the core finding with the same rule id and subject; one with a core
+    rule's id and no subject (written before refusals had one) replaces every finding of its rule.
     """
-    by_rule: dict[str, list[Refusal]] = {}
-    for refusal in plugin:
-        if refusal.rule:
-            by_rule.setdefault(refusal.rule, []).append(refusal)
-    kept: list[Refusal] = []
-    grouped: dict[str, list[Finding]] = {}
-    for finding in core:
-        grouped.setdefault(finding.refusal.rule, []).append(finding)
-    for rule, findings in grouped.items():
-        theirs = by_rule.get(rule)
-        if not theirs:
-            kept.extend(f.refusal for f in findings)
-            continue
-        text = " ".join(f"{r.message} {r.replacement or ''}" for r in theirs)
-        mentioned = [f for f in findings if f.subject and f.subject in text]
-        if mentioned:
-            kept.extend(f.refusal for f in findings if f not in mentioned)
+    whole = {r.rule for r in plugin if r.rule and not r.subject}
+    each = {(r.rule, r.subject) for r in plugin if r.rule and r.subject}
+    kept = [
+        f.refusal for f in core if f.refusal.rule not in whole and (f.refusal.rule, f.subject) not in each
+    ]
     return kept + plugin
 
 
