@@ -100,7 +100,11 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
     `auth` (the names of `gate/policy/endpoints.py`; routes the gate refuses whole, such as plugin
     installs and swarm services, never reach a plugin), after the repo's grants for
     `request.cdi_devices` were checked. Return `Refusal`s naming the CDI form to use instead,
-    `Rewrite`s that turn a legacy request into the CDI form, or `[]`. `ctx.inventory` is the
+    `Rewrite`s that turn a legacy request into the CDI form, or `[]`. The core's refusals and the
+    plugins' are merged on `(rule, subject)`: a `Refusal` with a core rule's id (`raw-device`,
+    `device-request-driver`, `runtime`) and the `subject` the core refused (the `PathOnHost`, the
+    `Driver` or `--gpus` for an empty one, the `Runtime`) replaces the core's refusal of that value;
+    one with no `subject` replaces every core refusal of its rule. `ctx.inventory` is the
     machine's typed `Inventory` (None before the first setup), rebuilt only when its file changes.
 
     Decisions run on the gate's event loop: before any blocking I/O of your own, call

@@ -260,12 +260,19 @@ class ApiRequest:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a request may not pass, and what to use instead."""
+    """Why a request may not pass, and what to use instead.
+
+    `rule` is a short, stable id (the audit trail and the metrics count refusals by it); `subject`
+    is the value the refusal is about, spelled as the request has it (a device path, a driver, a
+    runtime). A plugin refusal replaces the core's refusal with the same `(rule, subject)`; one
+    with a core rule's id and no subject replaces every core refusal of that rule.
+    """
 
     message: str
     replacement: str | None = None
     status: Literal[400, 403] = 403
     rule: str = ""
+    subject: str = ""
 
 
 @dataclass(frozen=True)

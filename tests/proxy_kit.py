@@ -34,6 +34,7 @@ from rediacc_core.gate import buildkit
 from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
+from rediacc_core.gate.decision import Decision, Forward, Refuse
 from rediacc_core.gate.server import GateLimits, GateServer
 
 
@@ -187,15 +188,6 @@ class Handler(BaseHTTPRequestHandler):
 
 
 # --- a decider stand-in with the real one's interface -------------------------------------------
-@dataclass(frozen=True)
-class Decision:
-    forward: bool
-    status: int = 200
-    message: str = ""
-    body: bytes | None = None
-    log: tuple[str, ...] = ()
-
-
 class StandInDecider:
     """Refuses Privileged; `Slow` stands for a rule that asks the daemon about an image."""
 
@@ -213,7 +205,7 @@ class StandInDecider:
 
     def head(self, method: str, raw_target: str) -> Decision | None:
         if raw_target.split("?")[0].endswith("/swarm/init"):
-            return Decision(False, 403, "swarm mode is refused")
+            return Refuse(403, "swarm mode is refused")
         return None
 
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
@@ -223,8 +215,8 @@ class StandInDecider:
             may_block()  # what ImageConfigs does before asking the daemon
             time.sleep(1.5)
         if doc.get("Privileged"):
-            return Decision(False, 403, "privileged containers are refused")
-        return Decision(True, body=json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+            return Refuse(403, "privileged containers are refused")
+        return Forward(body=json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
 
 
 # --- fixtures -----------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from rediacc_core.cli.compose_bodies import solve_message
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_REFUSED, ValidationError
-from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.gate.decide import Decider
+from rediacc_core.gate.decision import Decision, Forward, Refuse
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, resolve_ref
@@ -58,11 +59,12 @@ def decide(
 def _solve(decider: Decider, request: CheckedRequest) -> Decision:
     """A build's solve request, judged as the gate judges BuildKit's calls on `/grpc`."""
     verdict = decider.judge_grpc(request.target, solve_message(request.body))
+    if not verdict.refused:
+        return Forward(endpoint="grpc")
     refusals = tuple(finding.refusal for finding in verdict.findings)
-    return Decision(
-        forward=not verdict.refused,
-        status=403,
-        message="; ".join(r.message for r in refusals),
+    return Refuse(
+        403,
+        "; ".join(r.message for r in refusals),
         endpoint="grpc",
         rules=tuple(dict.fromkeys(r.rule for r in refusals)),
         refusals=refusals,
@@ -70,6 +72,8 @@ def _solve(decider: Decider, request: CheckedRequest) -> Decision:
 
 
 def _refusals(decision: Decision) -> list[dict[str, Any]]:
+    if not isinstance(decision, Refuse):
+        return []
     if decision.refusals:
         return [{"rule": r.rule, "message": r.message, "instead": r.replacement} for r in decision.refusals]
     return [{"rule": (decision.rules or ("",))[0], "message": decision.message, "instead": None}]
@@ -114,8 +118,8 @@ def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
         {
             "request": r.what,
             "admitted": d.forward,
-            "status": 200 if d.forward else d.status,
-            "refusals": [] if d.forward else _refusals(d),
+            "status": d.status,
+            "refusals": _refusals(d),
         }
         for r, d in decided
     ]

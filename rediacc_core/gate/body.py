@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.decision import Decision, merge_refusals, refuse
+from rediacc_core.gate.decision import Decision, Forward, Refuse, merge_refusals, refuse
 from rediacc_core.gate.grant_refusals import GrantRefusals
 from rediacc_core.gate.live_facts import LiveFacts
 from rediacc_core.gate.policy import rules
@@ -96,7 +96,7 @@ class BodyDecider:
             verdicts = self.plugins.request_rules(request, ctx)
         except Exception as exc:  # a broken plugin must not let a request through unchecked
             message = f"a gate rule failed, so the request is refused: {type(exc).__name__}: {exc}"
-            return Decision(False, 500, message, log=(*log, f"500 {where}: {message}"))
+            return Refuse(500, message, log=(*log, f"500 {where}: {message}"))
         plugin_refusals = [v for v in verdicts if isinstance(v, Refusal)]
         rewrites = [v for v in verdicts if isinstance(v, Rewrite)]
         refusals += merge_refusals(findings, plugin_refusals)
@@ -126,9 +126,7 @@ class BodyDecider:
                 return refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
         forwarded = encode(canonical)  # once: decoded once (canonicalise), changed in place, encoded once
         log.append(f"admitted {where}" + (f" with CDI devices {', '.join(cdi)}" if cdi else ""))
-        return Decision(
-            True, body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi
-        )
+        return Forward(body=forwarded, log=tuple(log), endpoint=endpoint, cdi_asked=asked, cdi_admitted=cdi)
 
     @staticmethod
     def _rewrite(body: dict[str, Any], rewrites: list[Rewrite], log: list[str]) -> list[str]:

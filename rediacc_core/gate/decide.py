@@ -4,10 +4,10 @@ Order matters and is fixed: route through the endpoint allow-list (`endpoints.py
 refused routes end here, from the head alone, and so do `/build`'s query parameters) -> decode into
 the canonical body (400 on anything ambiguous) -> fold Compose's legacy CDI `Devices` into the CDI
 device request -> check the requested CDI names against the repo's live grants (and, for a request
-that makes a container run, the names the container already holds) -> core rules and
-plugin rules (a plugin refusal with a core rule's id replaces the core's generic one) -> refuse with
-every problem and its replacement, or apply the plugins' rewrites, check the names they added
-against the grants, pin the admitted bind sources (`pins.py`) and forward the re-encoded body.
+that makes a container run, the names the container already holds) -> core rules, then plugin
+rules, merged on `(rule, subject)` (a plugin refusal replaces the core's about the same value) ->
+refuse with every problem and its replacement, or apply the plugins' rewrites, check the names they
+added against the grants, pin the admitted bind sources (`pins.py`) and forward the re-encoded body.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rediacc_core.gate.body import BodyDecider
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.containers import ContainerLookup
-from rediacc_core.gate.decision import Decision, merge_refusals, refuse
+from rediacc_core.gate.decision import Decision, Forward, Refuse, merge_refusals, refuse
 from rediacc_core.gate.grant_refusals import GrantRefusals
 from rediacc_core.gate.health_check import HealthReader, live_health
 from rediacc_core.gate.info import info_answer
@@ -207,12 +207,10 @@ class Decider:
             return self._decide(method, raw_target, content_type, body)
         except BadRequest as exc:
             log = (f"400 {method} {raw_target}: {exc.message}",)
-            return Decision(False, 400, exc.message, log=log, rules=("bad-request",))
+            return Refuse(400, exc.message, log=log, rules=("bad-request",))
         except Exception as exc:  # a gate bug must refuse the request, never let it through unchecked
             message = f"the gate could not decide this request: {type(exc).__name__}: {exc}"
-            return Decision(
-                False, 500, message, log=(f"500 {method} {raw_target}: {message}",), rules=("gate",)
-            )
+            return Refuse(500, message, log=(f"500 {method} {raw_target}: {message}",), rules=("gate",))
 
     def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
         target = parse_target(raw_target)
@@ -237,7 +235,7 @@ class Decider:
         if early is not None:
             return early
         if endpoint is None or endpoint.action != "inspect":
-            return Decision(True)
+            return Forward()
         if endpoint.name == "info":
             return self._info(raw_target)
         where = f"{method} {target.path}"
@@ -259,10 +257,10 @@ class Decider:
                 raise BadRequest(
                     "starting from a checkpoint (checkpoint, checkpoint-dir) is refused; start without it"
                 )
-            return Decision(True, body=body or None)
+            return Forward(body=body or None)
         check_content_type(content_type, body)
         if not body or endpoint.body is None:
-            return Decision(True)  # nothing the daemon could read as settings
+            return Forward()  # nothing the daemon could read as settings
         canonical = canonicalise(body, endpoint.body)
         if endpoint.name == "container-update" and _sets_restart_policy(canonical):
             # A restart policy makes the daemon start the container on its own, unseen by the gate.

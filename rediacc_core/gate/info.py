@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from rediacc_core.gate.decision import Decision
+from rediacc_core.gate.decision import Answer, Decision, Forward, Refuse
 
 
 def info_answer(upstream: Path | None, raw_target: str, granted: Callable[[], frozenset[str]]) -> Decision:
@@ -14,7 +14,7 @@ def info_answer(upstream: Path | None, raw_target: str, granted: Callable[[], fr
     from rediacc_core.gate import views
 
     if upstream is None:
-        return Decision(True)  # no daemon behind this decider (unit tests of other routes)
+        return Forward()  # no daemon behind this decider (unit tests of other routes)
     may_block()
     import http.client
 
@@ -23,10 +23,10 @@ def info_answer(upstream: Path | None, raw_target: str, granted: Callable[[], fr
     try:
         status, raw = unixhttp.request(upstream, "GET", raw_target, timeout=30)
     except (OSError, http.client.HTTPException) as exc:
-        return Decision(False, 502, f"the repo's daemon did not answer GET /info: {exc}", endpoint="info")
+        return Refuse(502, f"the repo's daemon did not answer GET /info: {exc}", endpoint="info")
     if status != 200:
-        return Decision(True, endpoint="info")  # its error, as the daemon phrases it
+        return Forward(endpoint="info")  # its error, as the daemon phrases it
     try:
-        return Decision(False, 200, answer=views.info_body(raw, granted()), endpoint="info")
+        return Answer(views.info_body(raw, granted()), endpoint="info")
     except ValueError:
-        return Decision(False, 502, "the repo's daemon answered GET /info with no JSON", endpoint="info")
+        return Refuse(502, "the repo's daemon answered GET /info with no JSON", endpoint="info")

@@ -54,7 +54,8 @@ from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.audit.peer import NO_PEER, Peer, peer_of
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.relay import GrpcRelay
-from rediacc_core.gate.http.exchange import Decision, Exchange
+from rediacc_core.gate.decision import Decision
+from rediacc_core.gate.http.exchange import Exchange
 from rediacc_core.gate.http.messages import RequestHead, error_response
 from rediacc_core.unixhttp import listening
 
@@ -97,19 +98,16 @@ class GateLimits:
         )
 
 
-DecisionLike = Decision  # what the gate reads of a decision (`gate.decide.Decision`)
-
-
 class DeciderLike(Protocol):
     """What the gate needs of `rediacc_core.gate.decide.Decider`."""
 
     def inspects(self, method: str, raw_target: str) -> bool: ...
 
-    def head(self, method: str, raw_target: str) -> DecisionLike | None: ...
+    def head(self, method: str, raw_target: str) -> Decision | None: ...
 
     def remembers(self, method: str, raw_target: str) -> bool: ...
 
-    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> DecisionLike: ...
+    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision: ...
 
     def judge_grpc(self, path: str, message: bytes) -> Verdict:
         """One message of a BuildKit gRPC call, for the relay (`buildkit.relay`)."""
@@ -239,7 +237,7 @@ class _Client(asyncio.BufferedProtocol):
         self.resume("client-reads")
 
     # --- the exchange's actions -----------------------------------------------------------------
-    def route(self, method: str, target: str) -> tuple[DecisionLike | None, bool]:
+    def route(self, method: str, target: str) -> tuple[Decision | None, bool]:
         self.gate.requests += 1
         return self.gate.route(method, target)
 
@@ -341,7 +339,7 @@ class _Client(asyncio.BufferedProtocol):
     def decide(self, req: RequestHead, body: bytes) -> None:
         self.gate.decide(self.exchange, req, body)
 
-    def judged(self, req: RequestHead, decision: DecisionLike) -> None:
+    def judged(self, req: RequestHead, decision: Decision) -> None:
         self.gate.judged(self.peer, req, decision, self.exchange.started)
 
     # --- the daemon's connection ----------------------------------------------------------------
@@ -481,7 +479,7 @@ class GateServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         # Decisions that must wait for something (an image lookup) run here, never on the loop.
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gate-decide")
-        self._routes: dict[tuple[str, str], tuple[DecisionLike | None, bool]] = {}
+        self._routes: dict[tuple[str, str], tuple[Decision | None, bool]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._owns_socket = False  # bound by `start` itself, so removed by `close`
 
@@ -496,7 +494,7 @@ class GateServer:
         if isinstance(data, memoryview) and transport.get_write_buffer_size():
             self.read_buffer = memoryview(bytearray(READ_SIZE))
 
-    def route(self, method: str, target: str) -> tuple[DecisionLike | None, bool]:
+    def route(self, method: str, target: str) -> tuple[Decision | None, bool]:
         """The decider's answers from a request's head alone, remembered: `head` (a refusal, or
         None) and, unless refused, `inspects`. Both depend on nothing but their arguments (save for
         the routes decided by their query, which the decider does not let be remembered), and the
@@ -546,7 +544,7 @@ class GateServer:
             return
         exchange.decided(req, body, decision)
 
-    def judged(self, peer: Peer, req: RequestHead, decision: DecisionLike, started: float) -> None:
+    def judged(self, peer: Peer, req: RequestHead, decision: Decision, started: float) -> None:
         """A decision, for the gate's log and the audit trail (`started`: when its head was read)."""
         for line in decision.log:
             self.log(line)
@@ -555,12 +553,12 @@ class GateServer:
                 peer,
                 req.method,
                 req.target,
-                status=200 if decision.forward else decision.status,
-                endpoint=getattr(decision, "endpoint", ""),
-                rules=getattr(decision, "rules", ()),
-                cdi_asked=getattr(decision, "cdi_asked", ()),
-                cdi_admitted=getattr(decision, "cdi_admitted", ()),
-                message="" if decision.forward else decision.message,
+                status=decision.status,
+                endpoint=decision.endpoint,
+                rules=decision.rules,
+                cdi_asked=decision.cdi_asked,
+                cdi_admitted=decision.cdi_admitted,
+                message=decision.message,
                 seconds=time.monotonic() - started,
             )
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rediacc_core.errors import RdcError
 from rediacc_core.gate.allowances import AllowanceReader
 from rediacc_core.gate.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
-from rediacc_core.gate.decision import Decision, refuse
+from rediacc_core.gate.decision import Refuse, refuse
 from rediacc_core.gate.health_check import HealthReader, health_refusals
 from rediacc_core.gate.live_facts import LiveFacts
 from rediacc_core.gate.policy import publish
@@ -79,7 +79,7 @@ class StartChecks:
             )
         ]
 
-    def held_check(self, where: str, target: Target, route: Route) -> Decision | None:
+    def held_check(self, where: str, target: Target, route: Route) -> Refuse | None:
         """The refusal of a request that would run a container holding CDI names the repo lacks now,
         or publishing host ports that today's policy or another repo's keeper leaves it no room for."""
         if self.containers is None:
@@ -93,9 +93,8 @@ class StartChecks:
                 held = self.containers.lookup(ref)
         except LookupFailed as exc:
             message = f"the gate could not check which devices container {ref} holds: {exc}; try again"
-            return Decision(
-                False, 503, message, log=(f"503 {where}: {message}",), endpoint=route.name, rules=("gate",)
-            )
+            log = (f"503 {where}: {message}",)
+            return Refuse(503, message, log=log, endpoint=route.name, rules=("gate",))
         if held is None:
             return None  # no such container: the daemon says so
         refusals = self._port_problems(held) if route.binds_ports else []
@@ -125,7 +124,7 @@ class StartChecks:
             return self._removed(decision, held)
         return decision
 
-    def _removed(self, decision: Decision, held: Container) -> Decision:
+    def _removed(self, decision: Refuse, held: Container) -> Refuse:
         """A refused start of a `--rm` container removes it, as the daemon does when its own start
         fails: `docker run --rm` waits for the removal, and would wait forever for one never made."""
         why = self.containers.remove(held.id) if isinstance(self.containers, ContainerRemover) else "-"

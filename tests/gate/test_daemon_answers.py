@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from proxy_kit import Decision, StandInDecider, read_response, start_gate
+from proxy_kit import StandInDecider, read_response, start_gate
 
 from rediacc_core.blocking import may_block
+from rediacc_core.gate.decision import Decision, Refuse
 from rediacc_core.gate.server import DeciderLike, GateServer, new_event_loop
 
 Loop = Callable[[], asyncio.AbstractEventLoop]
@@ -522,7 +523,7 @@ class FailingDecider(StandInDecider):
             may_block()
             self.holding.set()
             self.release.wait(10)
-            return Decision(False, 403, "held and refused", log=("held request refused",))
+            return Refuse(403, "held and refused", log=("held request refused",))
         return super().decide(method, raw_target, content_type, body)
 
 

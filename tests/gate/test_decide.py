@@ -402,10 +402,13 @@ class TestPlugins:
         assert gate.plugin.seen[-1][1].settings == {"legacy-visible-devices": "translate"}
         assert gate.logs[-1] == "settings readable again"
 
-    def test_vendor_refusal_supersedes_the_generic_one(self, gate: Any) -> None:
+    def test_vendor_refusal_supersedes_the_generic_one_about_the_same_value(self, gate: Any) -> None:
         gate.plugin.answer = lambda request, ctx: [
             Refusal(
-                "raw device /dev/vendor/card0 is refused", "--device vendor.example/gpu=0", rule="raw-device"
+                "raw device /dev/vendor/card0 is refused",
+                "--device vendor.example/gpu=0",
+                rule="raw-device",
+                subject="/dev/vendor/card0",
             )
         ]
         body = {
@@ -428,6 +431,33 @@ class TestPlugins:
             "HostConfig": {"DeviceRequests": [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]},
         }
         assert gate.create(body).message == "--gpus is refused; use instead: --device vendor.example/gpu=all"
+
+    def test_a_vendor_refusal_without_a_subject_replaces_its_whole_rule(self, gate: Any) -> None:
+        # A plugin written before refusals had a subject: the merge never reads its message.
+        gate.plugin.answer = lambda request, ctx: [
+            Refusal(
+                "raw device /dev/vendor/card0 is refused", "--device vendor.example/gpu=0", rule="raw-device"
+            )
+        ]
+        body = {
+            "Image": "bb",
+            "HostConfig": {"Devices": [{"PathOnHost": "/dev/vendor/card0"}, {"PathOnHost": "/dev/other"}]},
+        }
+        decision = gate.create(body)
+        assert (decision.status, decision.rules) == (403, ("raw-device",))
+        assert decision.message == (
+            "raw device /dev/vendor/card0 is refused; use instead: --device vendor.example/gpu=0"
+        )
+
+    def test_a_vendor_refusal_of_another_value_stands_beside_the_cores(self, gate: Any) -> None:
+        gate.plugin.answer = lambda request, ctx: [
+            Refusal("runtime other is refused", "no --runtime", rule="runtime", subject="other")
+        ]
+        body = {"Image": "bb", "HostConfig": {"Runtime": "runc"}}
+        assert [(r.rule, r.subject) for r in gate.create(body).refusals] == [
+            ("runtime", "runc"),
+            ("runtime", "other"),
+        ]
 
     def test_rewrite_adds_granted_devices_and_removes_env(self, gate: Any) -> None:
         def translate(request: ApiRequest, ctx: GateContext) -> list[Verdict]:

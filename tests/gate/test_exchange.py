@@ -15,26 +15,15 @@ from typing import Any
 import pytest
 from transitions_kit import Table, Transition, docstring_rows, recording, table_rows
 
+from rediacc_core.gate.decision import Answer, Decision, Forward, Refuse
 from rediacc_core.gate.http import exchange
-from rediacc_core.gate.http.exchange import PHASES, UPSTREAM, Decision, Exchange
+from rediacc_core.gate.http.exchange import PHASES, UPSTREAM, Exchange
 from rediacc_core.gate.http.messages import RequestHead
 
 Action = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """A decision as the decider makes them."""
-
-    forward: bool
-    status: int = 200
-    message: str = ""
-    body: bytes | None = None
-    log: tuple[str, ...] = ()
-    answer: bytes | None = None
-
-
-REFUSED = Verdict(False, 403, "no")
+REFUSED = Refuse(403, "no")
 ROUTES: dict[str, tuple[Decision | None, bool]] = {
     "/refused": (REFUSED, False),
     "/v1.45/containers/create": (None, True),
@@ -124,8 +113,8 @@ CLIENT_LOST: Action = ("client-lost",)
 EXPIRE: Action = ("expire",)
 
 
-def decided(verdict: Verdict) -> Action:
-    return ("decided", verdict)
+def decided(decision: Decision) -> Action:
+    return ("decided", decision)
 
 
 GET_PING = b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n"
@@ -246,7 +235,7 @@ CASES = [
         [
             client(CREATE + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n"),
             client(b"{}"),
-            decided(Verdict(True, body=b'{"Image":"x"}')),
+            decided(Forward(body=b'{"Image":"x"}')),
             CONNECTED,
             daemon(CREATED),
         ],
@@ -277,7 +266,7 @@ CASES = [
     ),
     Case(
         "an inspected request the gate answers itself (a view): answered without the daemon",
-        [client(b"GET /v1.45/info HTTP/1.1\r\n\r\n"), decided(Verdict(False, answer=b"{}"))],
+        [client(b"GET /v1.45/info HTTP/1.1\r\n\r\n"), decided(Answer(b"{}"))],
         [
             ("account",),
             ("pause", "decide"),

@@ -52,7 +52,7 @@ def _refusal(raw: str, path: str, ctx: GateContext) -> Refusal:
             f"; the driver's nodes come with every {names.KIND} device "
             f"(`rdc machine gpu list {ctx.machine.name}` shows this machine's names)"
         )
-        return Refusal(message, replacement=f"--device {names.KIND}=<N>", rule=RULE)
+        return Refusal(message, replacement=f"--device {names.KIND}=<N>", rule=RULE, subject=raw)
     if name not in ctx.grants:
         message += f"; grant it first: rdc repo gpu grant {ctx.repo_ref} --device {name}"
-    return Refusal(message, replacement=f"--device {name}", rule=RULE)
+    return Refusal(message, replacement=f"--device {name}", rule=RULE, subject=raw)

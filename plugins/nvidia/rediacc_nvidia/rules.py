@@ -124,6 +124,7 @@ def device_request_refusals(host_config: Mapping[str, Any], ctx: GateContext | N
                 message=f"{shown} is refused: GPUs reach a repo only as granted CDI devices",
                 replacement=usable_replacement(_names_for_ids(request.get("DeviceIDs")), ctx),
                 rule=RULE_DEVICE_REQUEST,
+                subject=driver or "--gpus",  # as the core's `device-request-driver` names it
             )
         )
     return verdicts
@@ -145,6 +146,7 @@ def runtime_refusal(host_config: Mapping[str, Any], ctx: GateContext | None = No
                 else f"no runtime: {usable_replacement([names.ALL], ctx)}"
             ),
             rule=RULE_RUNTIME,
+            subject=runtime,
         )
     ]
 

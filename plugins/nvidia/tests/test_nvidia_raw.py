@@ -9,6 +9,8 @@ import pytest
 from rediacc_nvidia.raw import request_rules
 
 from rediacc_core import ApiRequest, GateContext, Gpu, Inventory, Refusal
+from rediacc_core.gate.decision import merge_refusals
+from rediacc_core.gate.policy import mounts, rules
 from rediacc_core.testing import FakeMachine
 
 Ctx = Callable[..., GateContext]
@@ -51,6 +53,22 @@ def test_raw_gpu_node_is_refused_with_its_exact_cdi_name(
     assert refusal.replacement == "--device nvidia.com/gpu=0"
     assert "raw device /dev/nvidia0 is refused" in refusal.message
     assert "rdc repo gpu grant alpha@fake --device nvidia.com/gpu=0" in refusal.message
+
+
+def test_the_refusal_replaces_the_cores_about_the_same_device_only(
+    fake_machine: FakeMachine, gate_context: Ctx
+) -> None:
+    request = create("/dev/nvidia0", "/dev/sda")
+    binds = mounts.BindPolicy(files_dir="/files", roots=(), never=(), volume_drivers=frozenset(), pins=None)
+    core = rules.check("container-create", request.body, rules.RuleContext("alpha@fake", binds))
+    ours = only_refusal(request_rules(request, gate_context(fake_machine.machine)))
+    assert ours.subject == "/dev/nvidia0"
+    merged = merge_refusals(core, [ours])
+    assert [(r.rule, r.subject) for r in merged] == [
+        ("raw-device", "/dev/sda"),
+        ("raw-device", "/dev/nvidia0"),
+    ]
+    assert merged[1] is ours
 
 
 def test_the_node_is_matched_by_device_minor_not_by_index(

@@ -11,6 +11,8 @@ from rediacc_nvidia.require import CUDA_ADVICE
 from rediacc_nvidia.rules import request_rules
 
 from rediacc_core import ApiRequest, GateContext, Gpu, GpuPartition, Inventory, Refusal, Rewrite
+from rediacc_core.gate.decision import merge_refusals
+from rediacc_core.gate.policy import mounts, rules
 from rediacc_core.machine import Machine
 
 G0 = "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"
@@ -151,6 +153,22 @@ def test_nvidia_runtime_is_refused_with_compose_devices(gate: Gate) -> None:
     assert refusal.rule == "runtime" and "'nvidia'" in refusal.message
     assert refusal.replacement is not None and "devices: [nvidia.com/gpu=all]" in refusal.replacement
     assert gate.decide(create(Runtime="runc")) == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        {"DeviceRequests": [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]},  # --gpus all
+        {"DeviceRequests": [{"Driver": "nvidia", "Count": 1}]},
+        {"Runtime": "nvidia"},
+    ],
+)
+def test_each_refusal_replaces_the_cores_about_the_same_value(gate: Gate, host: dict[str, Any]) -> None:
+    binds = mounts.BindPolicy(files_dir="/files", roots=(), never=(), volume_drivers=frozenset(), pins=None)
+    core = rules.check("container-create", create(**host), rules.RuleContext("alpha@m1", binds))
+    ours = only_refusal(gate.decide(create(**host)))
+    assert [(f.refusal.rule, f.subject) for f in core] == [(ours.rule, ours.subject)]
+    assert merge_refusals(core, [ours]) == [ours]
 
 
 # The advice names what this repo can use now (a refusal's replacement must not be refused in turn).

@@ -50,7 +50,7 @@ def _refusal(
     )
     if not gpus:
         message += f"; `rdc machine gpu list {ctx.machine.name}` shows the {KIND} names of this machine"
-        return Refusal(message, replacement=f"--device {KIND}=gpu<N>", rule=RULE)
+        return Refusal(message, replacement=f"--device {KIND}=gpu<N>", rule=RULE, subject=raw)
     names = suggested_names(gpus, minors)
     if names == [cdi_name("all")]:
         message += f" (one GPU each: {cdi_name(gpus[0][0])} … {cdi_name(gpus[-1][0])})"
@@ -59,4 +59,4 @@ def _refusal(
         message += f"; grant it first: rdc repo gpu grant {ctx.repo_ref} " + " ".join(
             f"--device {n}" for n in missing
         )
-    return Refusal(message, replacement=" ".join(f"--device {n}" for n in names), rule=RULE)
+    return Refusal(message, replacement=" ".join(f"--device {n}" for n in names), rule=RULE, subject=raw)

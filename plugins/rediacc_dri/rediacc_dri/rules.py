@@ -57,7 +57,7 @@ def _refusal(raw: str, path: str, ctx: GateContext) -> Refusal:
     )
     if not names:
         message += f"; `rdc machine gpu list {ctx.machine.name}` shows the {KIND} names of this machine"
-        return Refusal(message, replacement=f"--device {KIND}=renderD<N>", rule=RULE)
+        return Refusal(message, replacement=f"--device {KIND}=renderD<N>", rule=RULE, subject=raw)
     missing = [n for n in names if n not in ctx.grants]
     if missing:
         devices = " ".join(f"--device {n}" for n in missing)
@@ -65,7 +65,7 @@ def _refusal(raw: str, path: str, ctx: GateContext) -> Refusal:
     others = _other_names(ctx.inventory, names)
     if others:
         message += f" (these devices include the same render node: {', '.join(others)})"
-    return Refusal(message, replacement=" ".join(f"--device {n}" for n in names), rule=RULE)
+    return Refusal(message, replacement=" ".join(f"--device {n}" for n in names), rule=RULE, subject=raw)
 
 
 def _other_names(inventory: Inventory | None, names: list[str]) -> list[str]:

@@ -63,6 +63,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from rediacc_core.gate.decision import Answer, Decision, Forward
 from rediacc_core.gate.http.framing import (
     COMPLETE,
     END,
@@ -123,21 +124,6 @@ UPSTREAM: Final[dict[str, dict[str, str]]] = {
     CONNECTING: {"connected": OPEN, "connect-failed": NONE},
     OPEN: {"idle-eof": NONE, "lost": NONE},
 }
-
-
-class Decision(Protocol):
-    """What the exchange reads of a decision (`gate.decide.Decision`)."""
-
-    @property
-    def forward(self) -> bool: ...
-    @property
-    def status(self) -> int: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def body(self) -> bytes | None: ...
-    @property
-    def log(self) -> tuple[str, ...]: ...
 
 
 class Performer(Protocol):
@@ -463,13 +449,12 @@ class Exchange(_DaemonSide):
         io.judged(req, decision)
         if self.closed:
             return
-        if decision.forward:
+        if isinstance(decision, Forward):
             self._send_decided(req, body if decision.body is None else decision.body)
             return
         closing = not req.keep_alive
-        answer = getattr(decision, "answer", None)
-        if answer is not None:  # the gate's own answer (`views`), not a refusal
-            io.write(json_response(answer, close=closing))
+        if isinstance(decision, Answer):  # the gate's own answer (`views`), not a refusal
+            io.write(json_response(decision.answer, close=closing))
         else:
             if not decision.log:
                 io.log(f"refused {decision.status} {req.method} {req.target}: {decision.message}")

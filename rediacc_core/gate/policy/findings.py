@@ -1,4 +1,5 @@
-"""A rule's finding: a refusal plus the value it is about (so a plugin's refusal of it can replace it)."""
+"""A rule's finding: a refusal about one value (its `subject`, so a plugin's refusal of the same
+value can replace it)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from rediacc_core.model import Refusal
 @dataclass(frozen=True)
 class Finding:
     refusal: Refusal
-    subject: str
+
+    @property
+    def subject(self) -> str:
+        return self.refusal.subject
 
 
 def refuse(rule: str, subject: str, message: str, replacement: str | None) -> Finding:
-    return Finding(Refusal(message=message, replacement=replacement, rule=rule), subject)
+    return Finding(Refusal(message=message, replacement=replacement, rule=rule, subject=subject))

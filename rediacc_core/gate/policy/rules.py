@@ -3,11 +3,12 @@
 Hardware: every vendor-neutral way of reaching a device is refused (Privileged, raw Devices, device
 cgroup rules, non-CDI device requests, other runtimes, CDI annotations), each finding naming the CDI
 form to use instead. Vendor plugins know better replacements for their own devices (`/dev/<node>` ->
-the exact CDI name); they answer with a `Refusal` carrying the same `rule` id, and the decider lets
-theirs replace the core's. Mounts (`mounts.py`) and namespaces, capabilities and security options
-(`isolation.py`) have their own rooms; `field_policy.py` says which rule governs each request field.
+the exact CDI name); they answer with a `Refusal` carrying the same `rule` id and `subject` (the
+value refused), and the decider lets theirs replace the core's (`decision.merge_refusals`). Mounts
+(`mounts.py`) and namespaces, capabilities and security options (`isolation.py`) have their own rooms;
+`field_policy.py` says which rule governs each request field.
 
-Rule ids (a plugin refusal with one of these replaces the core's finding about the same value):
+Rule ids (a plugin refusal with one of these and the same subject replaces the core's finding):
 `privileged`, `device-cgroup-rules`, `raw-device`, `device-request-driver`, `runtime`, `dev-mount`,
 `cdi-annotation`, `annotation`, `cdi-name-split`, `capability`, `bind-root`, `volume-driver`,
 `volume-type`, `volume-subpath`, `mount-type`, `tmpfs-option`, `namespace`, `security-opt`,
@@ -191,7 +192,7 @@ def _device_fields(res: Mapping[str, Any], repo_ref: str) -> Iterator[Finding]:
         what = "--gpus" if "gpu" in caps and not driver else f"a device request with driver {driver!r}"
         yield refuse(
             "device-request-driver",
-            driver or what,
+            driver or "--gpus",  # the subject a vendor's refusal of the same request names
             f'{what} is refused: only CDI device requests (driver "cdi") pass the gate',
             CDI_DEVICE,
         )

@@ -134,7 +134,9 @@ def rdc_request_rules(request: ApiRequest, ctx: GateContext) -> list[Verdict]:
             message += f" ({name} is not in the machine's inventory: run `rdc machine setup`)"
         elif name not in ctx.grants:
             message += f"; grant it first: rdc repo gpu grant {ctx.repo_ref} --device {name}"
-        verdicts.append(Refusal(message=message, replacement=f"--device {name}", rule="raw-device"))
+        # `subject` is the value refused, as the core's rule names it: theirs about `raw` gives way.
+        refusal = Refusal(message=message, replacement=f"--device {name}", rule="raw-device", subject=raw)
+        verdicts.append(refusal)
     return verdicts
 
 
