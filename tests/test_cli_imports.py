@@ -9,6 +9,7 @@ the first run may parse the config and validate the state files once; the second
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -52,6 +53,19 @@ PLUGINS = (
     "rediacc_nvidia",
     "rediacc_dri",
     "rediacc_amd",
+)
+
+# Settings are declared in the rooms that act on them and collected by the settings file's reader
+# (`rediacc_core.settings`), which every command reading the file loads: those declarations, and the
+# packages around them, which import nothing, are what a read may load of the gate and the runtime.
+DECLARATIONS = frozenset(
+    {
+        "rediacc_core.gate",
+        "rediacc_core.gate.policy",
+        "rediacc_core.gate.policy.settings",
+        "rediacc_core.runtime",
+        "rediacc_core.runtime.settings",
+    }
 )
 
 READS: list[tuple[list[str], tuple[str, ...]]] = [
@@ -116,5 +130,22 @@ def test_a_read_command_imports_only_what_it_runs(
 ) -> None:
     loaded(demo_env, argv, tmp_path / "first.json")  # may parse the config and check the files once
     modules = loaded(demo_env, argv, tmp_path / "second.json")
-    pulled = sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+    pulled = sorted(
+        m
+        for m in modules
+        if m not in DECLARATIONS and any(m == f or m.startswith(f + ".") for f in forbidden)
+    )
     assert pulled == [], f"`rdc {' '.join(argv)}` imported {pulled}"
+
+
+@pytest.mark.parametrize("module", sorted(DECLARATIONS))
+def test_what_a_read_may_load_of_the_gate_and_the_runtime_imports_only_the_ground(module: str) -> None:
+    """The settings declarations and their packages import nothing at their top but floor-0 modules
+    (a value's check is imported when a value is checked), so loading them costs a read nothing of
+    the gate's engine or the running parts."""
+    package = Path(__file__).resolve().parents[1] / Path(*module.split("."))
+    path = package / "__init__.py" if package.is_dir() else package.with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for node in tree.body if isinstance(node, ast.Import) for a in node.names}
+    assert imported <= {"__future__", "rediacc_core.setting", "rediacc_core.values"}, imported
