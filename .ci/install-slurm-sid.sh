@@ -44,6 +44,8 @@ printf '#!/bin/sh\nexit 101\n' > "$build/usr/sbin/policy-rc.d"; chmod +x "$build
 mount -t proc proc "$build/proc"
 chroot "$build" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 chroot "$build" apt-get clean
+# debootstrap leaves no /etc/hosts; MariaDB's installer must resolve localhost.
+printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$build/etc/hosts"
 umount "$build/proc"
 echo "${pkgs[*]}" > "$build/.rdc-slurm-sid-ready"
 rm -rf "$root"
