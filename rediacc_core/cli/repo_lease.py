@@ -41,6 +41,13 @@ def lease_json(job: Any) -> dict[str, Any]:
 @click.option("--account", help="The Slurm account to charge (default: the user's default account).")
 @click.option("--constraint", help="Node features, e.g. ampere (see `rdc slurm gres`).")
 @click.option("--reservation", help="A Slurm reservation to run in.")
+@click.option(
+    "--external",
+    "via",
+    metavar="MACHINE",
+    help="External mode: submit an external job (`sbatch --external`) with MACHINE's Slurm tools "
+    "(the host where `rdc slurm bridge` runs, e.g. localhost); the bridge grants it when it runs.",
+)
 @output_option("table", "json")
 def request(
     ref: str,
@@ -51,6 +58,7 @@ def request(
     account: str | None,
     constraint: str | None,
     reservation: str | None,
+    via: str | None,
     fmt: str,
 ) -> None:
     """Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with memory
@@ -60,11 +68,15 @@ def request(
     Examples:
       rdc repo gpu request gpu-a --gres gpu:a100:1 --for 8h --account team-a
       rdc repo gpu request gpu-a --gres gpu:1 --for 90m --constraint ampere -o json
+      rdc repo gpu request gpu-a --gres gpu:1 --for 8h --external localhost
     """
 
-    ask = LeaseRequest(gres, parse_duration(duration), mem, cpus, account, constraint, reservation)
-    machine, found = resolve_ref(ref, Config.load())
-    job = submit(machine, found, ask)
+    ask = LeaseRequest(
+        gres, parse_duration(duration), mem, cpus, account, constraint, reservation, external=via is not None
+    )
+    config = Config.load()
+    machine, found = resolve_ref(ref, config)
+    job = submit(machine, found, ask, slurm=config.machine(via) if via else None)
     emit({"repo": found.ref, **lease_json(job)}, fmt, lambda _: "")
     if fmt != "json":
         when = f", expected to start {job.start_iso}" if job.state == "PENDING" and job.start_iso else ""
