@@ -63,6 +63,7 @@ def request(
 ) -> None:
     """Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with memory
     and CPUs of its own. When the job starts, the prolog grants its GPUs to REPO until its end.
+    With --external, an external job (Slurm 25.05 or later) that `rdc slurm bridge` grants.
 
     \b
     Examples:
@@ -86,8 +87,14 @@ def request(
 
 @click.command("leases")
 @click.argument("ref", metavar="REPO")
+@click.option(
+    "--external",
+    "via",
+    metavar="MACHINE",
+    help="External mode: ask Slurm with MACHINE's Slurm tools (where `rdc slurm bridge` runs).",
+)
 @output_option("table", "json")
-def leases(ref: str, fmt: str) -> None:
+def leases(ref: str, via: str | None, fmt: str) -> None:
     """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
     and the GPU minutes left to each account that may lease for it (a warning from 80 % used).
 
@@ -95,14 +102,17 @@ def leases(ref: str, fmt: str) -> None:
     Examples:
       rdc repo gpu leases gpu-a
       rdc repo gpu leases gpu-a -o json | jq .budgets
+      rdc repo gpu leases gpu-a --external localhost
     """
 
-    machine, found = resolve_ref(ref, Config.load())
-    jobs = find(machine, found)
+    config = Config.load()
+    machine, found = resolve_ref(ref, config)
+    slurm = config.machine(via) if via else None
+    jobs = find(machine, found, slurm)
     accounts = dict.fromkeys(
         [*access_for(machine, found.id).accounts, *(j.account for j in jobs if j.account)]
     )
-    budgets = [budget(machine, account) for account in accounts]
+    budgets = [budget(slurm or machine, account) for account in accounts]
     rows = [lease_json(j) for j in jobs]
     money = [
         {"account": b.account, "limitMinutes": b.limit, "usedMinutes": b.used, "leftMinutes": b.left}
@@ -173,17 +183,25 @@ def slurm_leases(machine: Machine, repos: list[Repo]) -> tuple[dict[str, list[An
 @click.command("release")
 @click.argument("ref", metavar="REPO")
 @click.option("--job", "job_id", help="Only this job (default: every lease of REPO).")
-def release(ref: str, job_id: str | None) -> None:
+@click.option(
+    "--external",
+    "via",
+    metavar="MACHINE",
+    help="External mode: cancel with MACHINE's Slurm tools (where `rdc slurm bridge` runs).",
+)
+def release(ref: str, job_id: str | None, via: str | None) -> None:
     """End REPO's Slurm leases early: scancel, and revoke their grants with --stop.
 
     \b
     Examples:
       rdc repo gpu release gpu-a
       rdc repo gpu release gpu-a --job 42
+      rdc repo gpu release gpu-a --external localhost
     """
 
-    machine, found = resolve_ref(ref, Config.load())
-    for name in end(machine, found, job_id):
+    config = Config.load()
+    machine, found = resolve_ref(ref, config)
+    for name in end(machine, found, job_id, config.machine(via) if via else None):
         note(f"Revoked {name} from {found.ref}.")
 
 

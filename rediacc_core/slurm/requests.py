@@ -121,9 +121,15 @@ def is_lease_of(job: client.Job, repo: Repo) -> bool:
     return wanted in job.comment.replace(",", " ").split() and (job.live or job.state == "PENDING")
 
 
-def leases(machine: Machine, repo: Repo) -> list[client.Job]:
-    """The repo's jobs Slurm holds now (pending or live)."""
-    return [j for j in client.jobs(machine) if is_lease_of(j, repo)]
+def leases(machine: Machine, repo: Repo, slurm: Machine | None = None) -> list[client.Job]:
+    """The repo's jobs Slurm holds now (pending or live). With `slurm` (external mode: the machine
+    whose tools reach Slurm), those asked for or placed on the repo's own node only, since a repo of
+    the same name on another box names the same repo in its comment."""
+    if slurm is None:
+        return [j for j in client.jobs(machine) if is_lease_of(j, repo)]
+    found = read_map(machine)
+    node = found.node if found is not None else machine.name
+    return [j for j in client.jobs(slurm) if is_lease_of(j, repo) and node in (j.nodes, j.required_nodes)]
 
 
 def leases_of(machine: Machine, repos: list[Repo]) -> dict[str, list[client.Job]]:
@@ -132,16 +138,16 @@ def leases_of(machine: Machine, repos: list[Repo]) -> dict[str, list[client.Job]
     return {r.id: [j for j in found if is_lease_of(j, r)] for r in repos}
 
 
-def end(machine: Machine, repo: Repo, job_id: str | None = None) -> list[str]:
+def end(machine: Machine, repo: Repo, job_id: str | None = None, slurm: Machine | None = None) -> list[str]:
     """Cancel the repo's leases (one, with `job_id`) and revoke their grants with --stop; returns
-    the names revoked."""
-    jobs = [j for j in leases(machine, repo) if job_id is None or j.job_id == job_id]
+    the names revoked. `slurm`: as for `leases` (external mode)."""
+    jobs = [j for j in leases(machine, repo, slurm) if job_id is None or j.job_id == job_id]
     if job_id is not None and not jobs:
         raise StateError(
             f"job {job_id} is no lease of {repo.ref} that Slurm holds", f"rdc repo gpu leases {repo.ref}"
         )
     for job in jobs:
-        client.run(machine, ["scancel", job.job_id])
+        client.run(slurm or machine, ["scancel", job.job_id])
     ids = {j.job_id for j in jobs}
     held = [
         g for g in read_grants(machine) if g.repo_id == repo.id and g.job and g.job.rsplit("/", 1)[-1] in ids

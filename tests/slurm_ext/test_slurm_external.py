@@ -114,3 +114,25 @@ def test_an_account_without_gpu_minutes_does_not_start(slurm: Cluster) -> None:
     assert bridge(slurm) == []
     assert slurm.job_state(job) == "PENDING"
     assert read_grants(machine(slurm, "x1")) == []
+
+
+def test_release_cancels_the_lease_and_revokes_on_its_own_box_only(slurm: Cluster) -> None:
+    allow(slurm, "alpha@x2", "teama")
+    allow(slurm, "alpha@x3", "teama")
+    mine, other = request(slurm, "alpha@x2"), request(slurm, "alpha@x3")
+    running(slurm, mine)
+    running(slurm, other)
+    bridge(slurm)
+    shown = slurm.rdc("repo", "gpu", "leases", "alpha@x2", "--external", "ops", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert [(row["job"], row["state"]) for row in json.loads(shown.stdout)["leases"]] == [(mine, "RUNNING")]
+
+    done = slurm.rdc("repo", "gpu", "release", "alpha@x2", "--external", "ops")
+    assert done.returncode == 0, done.stderr
+    assert "Revoked nvidia.com/gpu=0 from alpha@x2" in done.stderr
+    assert grants_of(slurm, "x2", mine) == []
+    wait_for("the lease to be cancelled", lambda: slurm.job_state(mine) == "CANCELLED")
+    # alpha on x3 is another repo of the same name: its lease and grant stay.
+    assert slurm.job_state(other) == "RUNNING"
+    assert [g.device for g in grants_of(slurm, "x3", other)] == ["nvidia.com/gpu=0"]
+    assert bridge(slurm) == []
