@@ -91,8 +91,7 @@ class ExternalGrant(Prolog):
     """The prolog's decision for a job on an external node, made by the bridge."""
 
     def cancel(self, reason: str) -> None:
-        client.run(self.slurm, ["scontrol", "update", f"JobId={self.job_id}", f"AdminComment={reason}"])
-        client.run(self.slurm, ["scancel", self.job_id])
+        client.cancel_now(self.slurm, self.job_id, reason)
 
 
 def job_env(job: client.Job, cluster: str, box: Box) -> dict[str, str]:

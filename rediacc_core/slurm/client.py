@@ -150,6 +150,12 @@ def cancel_after(machine: Machine, job_id: str, reason: str, pid: int) -> None:
     )
 
 
+def cancel_now(machine: Machine, job_id: str, reason: str) -> None:
+    """The reason in the job's AdminComment, then the cancel (no prolog holds the job: external mode)."""
+    run(machine, ["scontrol", "update", f"JobId={job_id}", f"AdminComment={_quote(reason)}"])
+    run(machine, ["scancel", job_id])
+
+
 def drain(machine: Machine, node: str, reason: str) -> None:
     run(machine, ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={_quote(reason)}"])
 
