@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from rediacc_core.errors import RdcError
 from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
+from rediacc_core.repos import RepoStore
 from rediacc_core.slurm import client
 from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.hooks import Outcome, Prolog, job_tag, repo_named
@@ -114,8 +115,12 @@ def bridge_round(slurm: Machine, bridged: Sequence[Box]) -> list[Outcome]:
     done: list[Outcome] = []
     for box in bridged:
         settled = reconcile(box.machine, (cluster, jobs))
+        refs = {r.id: r.ref for r in RepoStore(box.machine).list()}
         for grant in settled.revoked:
-            done.append(Outcome(grant.job or "", grant.repo_id, revoked=(grant.device,)))
+            repo = refs.get(grant.repo_id, grant.repo_id)
+            done.append(Outcome(grant.job or "", repo, revoked=(grant.device,)))
+        for grant, end in settled.renewed:
+            done.append(Outcome(grant.job or "", note=f"renewed {grant.device} until {end}"))
         held = {g.job for g in read_grants(box.machine) if g.job}
         for job in jobs:
             if job.state != "RUNNING" or job.nodes != box.node or repo_named(job.comment) is None:

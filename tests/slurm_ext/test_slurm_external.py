@@ -88,7 +88,7 @@ def test_scancel_revokes_the_grant(slurm: Cluster) -> None:
     wait_for("the job to end", lambda: slurm.job_state(job) not in ("RUNNING", "COMPLETING"))
     said = bridge(slurm)
     assert grants_of(slurm, "x2", job) == []
-    assert any("revoked nvidia.com/gpu=0" in line for line in said), said
+    assert said == [f"rdc: job slurm:rdcs/{job}: revoked nvidia.com/gpu=0 from alpha@x2"]
 
 
 def test_a_job_of_an_account_not_allowed_for_the_repo_is_cancelled_with_the_reason(slurm: Cluster) -> None:
@@ -136,3 +136,18 @@ def test_release_cancels_the_lease_and_revokes_on_its_own_box_only(slurm: Cluste
     assert slurm.job_state(other) == "RUNNING"
     assert [g.device for g in grants_of(slurm, "x3", other)] == ["nvidia.com/gpu=0"]
     assert bridge(slurm) == []
+
+
+def test_a_moved_time_limit_moves_the_grants_end(slurm: Cluster) -> None:
+    allow(slurm, "beta@x3", "teama")
+    job = request(slurm, "beta@x3")
+    running(slurm, job)
+    bridge(slurm)
+    (before,) = grants_of(slurm, "x3", job)
+    slurm.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=9")
+    moved = slurm_end(slurm, job)
+    assert moved != before.expires_at
+    said = bridge(slurm)
+    (after,) = grants_of(slurm, "x3", job)
+    assert (after.device, after.expires_at) == (before.device, moved), said
+    assert said == [f"rdc: job slurm:rdcs/{job}: renewed nvidia.com/gpu=0 until {moved}"]
