@@ -46,7 +46,7 @@ BIN = Path(sys.executable).parent
 SUBNET = "10.213.0"
 CLUSTER = "rdcs"
 NODES = ("n1", "n2")
-TOOLS = ("squeue", "scontrol", "scancel", "salloc", "sacct", "sacctmgr", "sinfo", "sshare")
+TOOLS = ("squeue", "scontrol", "scancel", "salloc", "sbatch", "sacct", "sacctmgr", "sinfo", "sshare")
 # Distinct cards on each node: a card is one machine's own.
 UUIDS = {
     "n1": ("GPU-11111111-7d4f-4c11-9a3e-0b1c2d3e4f50", "GPU-11111111-1e2f-4a3b-8c4d-5e6f708192a3"),
@@ -97,6 +97,14 @@ class Cluster:
     prefix: str
     config_path: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # What every Slurm, MUNGE and MariaDB program runs through: nothing for the host's own, a runner
+    # into another root for another release's (`slurm_ext_kit`).
+    wrap: tuple[str, ...] = ()
+    db_wrap: tuple[str, ...] = ()  # MariaDB's programs, likewise
+    nodes: tuple[str, ...] = NODES
+
+    def cmd(self, *argv: str) -> list[str]:
+        return [*self.wrap, *argv]
 
     @property
     def conf(self) -> Path:
@@ -113,7 +121,7 @@ class Cluster:
         """A Slurm client program, run in the controller's namespace as root."""
         try:
             result = subprocess.run(
-                ["nsenter", f"--net=/run/netns/{self.ns('c')}", *argv],
+                ["nsenter", f"--net=/run/netns/{self.ns('c')}", *self.cmd(*argv)],
                 env={**os.environ, "SLURM_CONF": str(self.conf)},
                 capture_output=True,
                 text=True,
@@ -186,7 +194,8 @@ class Cluster:
     def job_state(self, job_id: str) -> str:
         found = self.job(job_id)
         if found:
-            return str(found["job_state"])
+            state = found["job_state"]  # a list of flags from Slurm 23.02 on, e.g. ["RUNNING"]
+            return str(state[0] if isinstance(state, list) and state else state)
         text = self.slurm("sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id).stdout.strip()
         return text.split()[0] if text else ""
 
@@ -211,9 +220,8 @@ class Cluster:
 
         def ended() -> bool:
             jobs = json.loads(self.slurm("squeue", "--json").stdout)["jobs"]
-            return all(
-                j["job_state"] not in ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING") for j in jobs
-            )
+            states = [j["job_state"] if isinstance(j["job_state"], list) else [j["job_state"]] for j in jobs]
+            return not any({"RUNNING", "PENDING", "CONFIGURING", "COMPLETING"} & set(s) for s in states)
 
         wait_for("every job to end", ended, timeout=60)
 
@@ -250,11 +258,11 @@ class Cluster:
 
     def stop(self) -> None:
         order = [n for n in self.procs if n.startswith("salloc")] + [
-            f"slurmd-{n}" for n in NODES
+            f"slurmd-{n}" for n in self.nodes
         ] + ["slurmctld", "slurmdbd", "mariadb", "munged"]  # fmt: skip
         for name in order:
             self.kill(name)
-        for name in (*NODES, "c"):
+        for name in (*self.nodes, "c"):
             subprocess.run(["ip", "netns", "del", self.ns(name)], capture_output=True)
 
 
@@ -387,12 +395,16 @@ def make_network(cluster: Cluster) -> None:
         _sh("ip", "-n", cluster.ns(node), "link", "set", "eth0", "up")
 
 
-def slurm_conf(cluster: Cluster, node_lines: Iterable[str]) -> str:
+def slurm_conf(
+    cluster: Cluster, node_lines: Iterable[str], *, host: str = f"{SUBNET}.1", hooks: bool = True
+) -> str:
+    """The cluster's slurm.conf: the controller at `host`, the nodes of `node_lines` in one
+    partition, with the rdc prolog and epilog when `hooks`."""
     b = cluster.base
     return "\n".join(
         [
             f"ClusterName={CLUSTER}",
-            f"SlurmctldHost=ctl({SUBNET}.1)",
+            f"SlurmctldHost=ctl({host})",
             "AuthType=auth/munge",
             f"AuthInfo=socket={b}/munge/munge.sock",
             "CredType=cred/munge",
@@ -409,11 +421,9 @@ def slurm_conf(cluster: Cluster, node_lines: Iterable[str]) -> str:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             "GresTypes=gpu",
-            "PrologFlags=Alloc",
-            f"Prolog={b}/hooks/prolog",
-            f"Epilog={b}/hooks/epilog",
+            *(["PrologFlags=Alloc", f"Prolog={b}/hooks/prolog", f"Epilog={b}/hooks/epilog"] if hooks else []),
             "AccountingStorageType=accounting_storage/slurmdbd",
-            f"AccountingStorageHost={SUBNET}.1",
+            f"AccountingStorageHost={host}",
             f"AccountingStoragePass={b}/munge/munge.sock",
             "AccountingStorageTRES=gres/gpu",
             "AccountingStoreFlags=job_comment",
@@ -431,7 +441,7 @@ def slurm_conf(cluster: Cluster, node_lines: Iterable[str]) -> str:
             "PreemptMode=CANCEL",
             "MailProg=/bin/true",
             *node_lines,
-            f"PartitionName=gpu Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName=gpu Nodes={','.join(cluster.nodes)} Default=YES MaxTime=INFINITE State=UP",
             "",
         ]
     )
@@ -445,15 +455,17 @@ def start_accounting(cluster: Cluster) -> None:
     # salloc --uid runs as that user: it must reach the config and MUNGE's socket (never the key).
     b.chmod(0o755)
     (b / "munge").chmod(0o755)
-    _sh("mungekey", "-c", "-k", f"{b}/munge/munge.key")
+    _sh(*cluster.cmd("mungekey", "-c", "-k", f"{b}/munge/munge.key"))
     cluster.start("munged", [
-        "munged", "-F", "--force", f"--key-file={b}/munge/munge.key", f"--socket={b}/munge/munge.sock",
+        *cluster.wrap, "munged", "-F", "--force", f"--key-file={b}/munge/munge.key",
+        f"--socket={b}/munge/munge.sock",
         f"--pid-file={b}/munge/munged.pid", f"--log-file={b}/log/munged.log", f"--seed-file={b}/munge/seed",
     ])  # fmt: skip
-    _sh("mariadb-install-db", "--user=root", f"--datadir={b}/db", "--auth-root-authentication-method=normal",
-        "--skip-test-db")  # fmt: skip
+    _sh(*cluster.db_wrap, "mariadb-install-db", "--user=root", f"--datadir={b}/db",
+        "--auth-root-authentication-method=normal", "--skip-test-db")  # fmt: skip
     cluster.start("mariadb", [
-        "nsenter", ctl, "mariadbd", "--user=root", f"--datadir={b}/db", f"--socket={b}/mysqld.sock",
+        "nsenter", ctl, *cluster.db_wrap, "mariadbd", "--user=root", f"--datadir={b}/db",
+        f"--socket={b}/mysqld.sock",
         "--bind-address=127.0.0.1", "--port=3306", f"--pid-file={b}/mysqld.pid",
         f"--log-error={b}/log/mariadb.log",
         "--innodb-buffer-pool-size=64M", "--skip-log-bin",
@@ -463,13 +475,14 @@ def start_accounting(cluster: Cluster) -> None:
         "grant all on slurm_acct_db.* to 'slurm'@'127.0.0.1';"
     )
     wait_for("MariaDB", lambda: subprocess.run(
-        ["mariadb", f"--socket={b}/mysqld.sock", "-uroot", "-e", sql], capture_output=True
+        [*cluster.db_wrap, "mariadb", f"--socket={b}/mysqld.sock", "-uroot", "-e", sql], capture_output=True
     ).returncode == 0)  # fmt: skip
     dbd = b / "etc" / "slurmdbd.conf"
     dbd.parent.mkdir(parents=True, exist_ok=True)
     dbd.write_text(
         "\n".join([
             "AuthType=auth/munge", f"AuthInfo=socket={b}/munge/munge.sock", "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
             "DbdPort=6819", "SlurmUser=root", f"LogFile={b}/log/slurmdbd.log",
             f"PidFile={b}/dbd/slurmdbd.pid",
             "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", "StoragePort=3306",
@@ -477,7 +490,7 @@ def start_accounting(cluster: Cluster) -> None:
         ])
     )  # fmt: skip
     dbd.chmod(0o600)
-    cluster.start("slurmdbd", ["nsenter", ctl, "slurmdbd", "-D"])
+    cluster.start("slurmdbd", ["nsenter", ctl, *cluster.cmd("slurmdbd", "-D")])
     wait_for(
         "slurmdbd",
         lambda: cluster.slurm("sacctmgr", "-n", "list", "cluster", check=False, timeout=5).returncode == 0,
@@ -492,7 +505,7 @@ def machine_tools(cluster: Cluster, root: Path) -> None:
         script = tools / tool
         script.write_text(
             f"#!/bin/sh\nexec nsenter --net=/run/netns/{cluster.ns('c')} env SLURM_CONF={cluster.conf} "
-            f'/usr/bin/{tool} "$@"\n'
+            f'{" ".join(cluster.cmd(f"/usr/bin/{tool}"))} "$@"\n'
         )
         script.chmod(0o755)
 

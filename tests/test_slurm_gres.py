@@ -19,7 +19,8 @@ from rediacc_core.config import Config
 from rediacc_core.plugins import get_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.slurm import gres
-from rediacc_core.slurm.client import Budget, parse_budget, parse_squeue
+from rediacc_core.slurm.bridge import gpu_indexes
+from rediacc_core.slurm.client import Budget, Job, parse_budget, parse_squeue
 from rediacc_core.testing import FakeMachine
 
 DATA = Path(__file__).parent / "slurm" / "data"
@@ -207,3 +208,28 @@ def test_a_teams_gpu_minutes_are_read_from_the_controllers_association() -> None
     assert parse_budget(spent, "teamc") == Budget("teamc", 6000, 4950)
     assert parse_budget(spent, "teamc").left == 1050
     assert parse_budget(text, "teama") == Budget("teama", None, 0)  # no such association: no limit known
+
+
+def external_job(*gres_detail: str) -> Job:
+    return Job(
+        "7", "RUNNING", "None", "external", "root", "teama", "rdc-repo=a", "", "gpu1", 0, 0, gres_detail
+    )
+
+
+def test_the_bridge_picks_free_cards_of_the_counted_type_since_slurm_numbers_none_on_an_external_node(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up(vendor, fm)
+    assert rdc("slurm", "gres", "box", "--node", "gpu1").exit_code == 0
+    box = Config.load().machine("box")
+    assert gpu_indexes(external_job("gpu:example(CNT:1)"), box) == "2"
+    assert gpu_indexes(external_job("gpu:h100_1g.10gb(CNT:2)"), box) == "0,1"
+    assert gpu_indexes(external_job("gpu(CNT:3)"), box) == "0,1,2"
+    # A Slurm that numbers the cards is taken at its word.
+    assert gpu_indexes(external_job("gpu:example:1(IDX:2)"), box) == "2"
+    # A card any grant holds (a lease's, or one made outside Slurm) is never picked.
+    assert rdc("repo", "create", "a@box").exit_code == 0
+    done = rdc("repo", "gpu", "grant", "a@box", "--device", f"{KIND}=0:1", "--exclusive")
+    assert done.exit_code == 0, done.output
+    assert gpu_indexes(external_job("gpu:h100_1g.10gb(CNT:1)"), box) == "1"
+    assert gpu_indexes(external_job("gpu:h100_1g.10gb(CNT:2)"), box) == "1"

@@ -43,6 +43,13 @@ def lease_json(job: Any) -> dict[str, Any]:
 @click.option("--account", help="The Slurm account to charge (default: the user's default account).")
 @click.option("--constraint", help="Node features, e.g. ampere (see `rdc slurm gres`).")
 @click.option("--reservation", help="A Slurm reservation to run in.")
+@click.option(
+    "--external",
+    "via",
+    metavar="MACHINE",
+    help="External mode: submit an external job (`sbatch --external`) with MACHINE's Slurm tools "
+    "(the host where `rdc slurm bridge` runs, e.g. localhost); the bridge grants it when it runs.",
+)
 @output_option("table", "json")
 def request(
     ref: str,
@@ -53,20 +60,26 @@ def request(
     account: str | None,
     constraint: str | None,
     reservation: str | None,
+    via: str | None,
     fmt: str,
 ) -> None:
     """Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with memory
     and CPUs of its own. When the job starts, the prolog grants its GPUs to REPO until its end.
+    With --external, an external job (Slurm 25.05 or later) that `rdc slurm bridge` grants.
 
     \b
     Examples:
       rdc repo gpu request gpu-a --gres gpu:a100:1 --for 8h --account team-a
       rdc repo gpu request gpu-a --gres gpu:1 --for 90m --constraint ampere -o json
+      rdc repo gpu request gpu-a --gres gpu:1 --for 8h --external localhost
     """
 
-    ask = LeaseRequest(gres, parse_duration(duration), mem, cpus, account, constraint, reservation)
-    machine, found = resolve_ref(ref, Config.load())
-    job = submit(machine, found, ask)
+    ask = LeaseRequest(
+        gres, parse_duration(duration), mem, cpus, account, constraint, reservation, external=via is not None
+    )
+    config = Config.load()
+    machine, found = resolve_ref(ref, config)
+    job = submit(machine, found, ask, slurm=config.machine(via) if via else None)
     emit({"repo": found.ref, **lease_json(job)}, fmt, lambda _: "")
     if fmt != "json":
         when = f", expected to start {job.start_iso}" if job.state == "PENDING" and job.start_iso else ""
@@ -76,8 +89,14 @@ def request(
 
 @click.command("leases")
 @click.argument("ref", metavar="REPO")
+@click.option(
+    "--external",
+    "via",
+    metavar="MACHINE",
+    help="External mode: ask Slurm with MACHINE's Slurm tools (where `rdc slurm bridge` runs).",
+)
 @output_option("table", "json")
-def leases(ref: str, fmt: str) -> None:
+def leases(ref: str, via: str | None, fmt: str) -> None:
     """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
     the GPU minutes left to each account that may lease for it (a warning from 80 % used), and the
     GPU hours its leases on this node took this month (Slurm's accounting, `sacct`).
@@ -86,14 +105,17 @@ def leases(ref: str, fmt: str) -> None:
     Examples:
       rdc repo gpu leases gpu-a
       rdc repo gpu leases gpu-a -o json | jq .budgets
+      rdc repo gpu leases gpu-a --external localhost
     """
 
-    machine, found = resolve_ref(ref, Config.load())
-    jobs = find(machine, found)
+    config = Config.load()
+    machine, found = resolve_ref(ref, config)
+    slurm = config.machine(via) if via else None
+    jobs = find(machine, found, slurm)
     accounts = dict.fromkeys(
         [*access_for(machine, found.id).accounts, *(j.account for j in jobs if j.account)]
     )
-    budgets = [budget(machine, account) for account in accounts]
+    budgets = [budget(slurm or machine, account) for account in accounts]
     rows = [lease_json(j) for j in jobs]
     since = month_start(time.time())
     used = (usage(machine, [found], since) or {}).get(found.id)
@@ -176,17 +198,25 @@ def slurm_leases(machine: Machine, repos: list[Repo]) -> tuple[dict[str, list[An
 @click.command("release")
 @click.argument("ref", metavar="REPO")
 @click.option("--job", "job_id", help="Only this job (default: every lease of REPO).")
-def release(ref: str, job_id: str | None) -> None:
+@click.option(
+    "--external",
+    "via",
+    metavar="MACHINE",
+    help="External mode: cancel with MACHINE's Slurm tools (where `rdc slurm bridge` runs).",
+)
+def release(ref: str, job_id: str | None, via: str | None) -> None:
     """End REPO's Slurm leases early: scancel, and revoke their grants with --stop.
 
     \b
     Examples:
       rdc repo gpu release gpu-a
       rdc repo gpu release gpu-a --job 42
+      rdc repo gpu release gpu-a --external localhost
     """
 
-    machine, found = resolve_ref(ref, Config.load())
-    for name in end(machine, found, job_id):
+    config = Config.load()
+    machine, found = resolve_ref(ref, config)
+    for name in end(machine, found, job_id, config.machine(via) if via else None):
         note(f"Revoked {name} from {found.ref}.")
 
 

@@ -13,6 +13,7 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
+from rediacc_core.slurm.bridge import boxes, run_bridge
 
 if TYPE_CHECKING:
     from rediacc_core.slurm.hooks import Outcome
@@ -167,3 +168,46 @@ def health(name: str) -> None:
     unhealthy(target, scan=True)
     done = sync(target)
     note(f"Slurm: {done}." if done else "Slurm: nothing to change.")
+
+
+@slurm.command("bridge")
+@click.argument("names", metavar="[MACHINE]...", nargs=-1)
+@click.option(
+    "--slurm",
+    "via",
+    default="localhost",
+    show_default=True,
+    help="The machine whose Slurm tools (squeue, scontrol, scancel) reach the controller.",
+)
+@click.option("--once", is_flag=True, help="Run one round and exit (non-zero when it fails).")
+@click.option(
+    "--interval",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds between rounds.",
+)
+def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> None:
+    """External mode (Slurm 25.05 or later): the GPU boxes are State=EXTERNAL nodes with no slurmd,
+    and this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged
+    with the job, until its end), revokes them (and stops the repo's containers) once the job no
+    longer runs, and cancels a job rdc refuses with the reason in its AdminComment. MACHINE: the
+    boxes (default: every machine with a gres map, `rdc slurm gres`); each box's node is its map's.
+
+    \b
+    Examples:
+      rdc slurm bridge --once
+      rdc slurm bridge box1 box2 --interval 5
+    """
+    config = Config.load()
+    machines = [config.machine(n) for n in names] if names else config.machines()
+    bridged = boxes(machines)
+    if not bridged:
+        raise RdcError(
+            "no machine to bridge: none named has a gres map (or each is reached over SSH)",
+            "rdc slurm gres MACHINE --node NODE --conf /etc/slurm/gres.conf",
+        )
+    note(f"Bridging {', '.join(f'{b.node} ({b.machine.name})' for b in bridged)}.")
+    run_bridge(
+        config.machine(via), bridged, lambda line: click.echo(line, err=True), interval=interval, once=once
+    )

@@ -40,6 +40,7 @@ class Job:
     start: int  # epoch seconds; 0 when not known
     end: int
     gpus: tuple[str, ...]  # gres_detail, e.g. `gpu:h100:1(IDX:0)`
+    required_nodes: str = ""  # what it asked for (`--nodelist`), pending or not
 
     @property
     def live(self) -> bool:
@@ -86,6 +87,7 @@ def _job(entry: Mapping[str, Any]) -> Job:
         start=_epoch(entry.get("start_time")),
         end=_epoch(entry.get("end_time")),
         gpus=tuple(str(g) for g in entry.get("gres_detail") or ()),
+        required_nodes=str(entry.get("required_nodes") or ""),
     )
 
 
@@ -146,6 +148,12 @@ def cancel_after(machine: Machine, job_id: str, reason: str, pid: int) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+def cancel_now(machine: Machine, job_id: str, reason: str) -> None:
+    """The reason in the job's AdminComment, then the cancel (no prolog holds the job: external mode)."""
+    run(machine, ["scontrol", "update", f"JobId={job_id}", f"AdminComment={_quote(reason)}"])
+    run(machine, ["scancel", job_id])
 
 
 def drain(machine: Machine, node: str, reason: str) -> None:

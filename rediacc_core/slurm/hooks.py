@@ -76,8 +76,9 @@ def _indexes(text: str) -> list[int]:
 class Prolog:
     """One prolog run: `run()` decides and acts; it raises only on a real fault."""
 
-    def __init__(self, machine: Machine, env: Mapping[str, str]) -> None:
+    def __init__(self, machine: Machine, env: Mapping[str, str], slurm: Machine | None = None) -> None:
         self.machine = machine
+        self.slurm = slurm or machine  # whose Slurm tools reach the controller (the node's own, here)
         self.env = env
         self.job_id = env.get("SLURM_JOB_ID", "")
         self.tag = job_tag(env.get("SLURM_CLUSTER_NAME", ""), self.job_id)
@@ -86,9 +87,13 @@ class Prolog:
     def refuse(self, why: str, *, drain: bool = False) -> Outcome:
         reason = f"rdc: {why}"
         if drain:
-            client.drain(self.machine, self.node, reason)
-        client.cancel_after(self.machine, self.job_id, reason, os.getpid())
+            client.drain(self.slurm, self.node, reason)
+        self.cancel(reason)
         return Outcome(self.tag, refused=why, drained=drain)
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the job with `reason`, once this prolog has ended (see `client.cancel_after`)."""
+        client.cancel_after(self.slurm, self.job_id, reason, os.getpid())
 
     def run(self) -> Outcome:
         if not self.job_id or not self.env.get("SLURM_CLUSTER_NAME"):
@@ -133,7 +138,7 @@ class Prolog:
         from rediacc_core.plugins import get_plugins
         from rediacc_core.runtime.holdings import Holdings
 
-        job = client.job(self.machine, self.job_id)
+        job = client.job(self.slurm, self.job_id)
         end = job.end_iso if job is not None else None
         if end is None:
             return self.refuse(

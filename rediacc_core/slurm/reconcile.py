@@ -23,13 +23,15 @@ class Reconciled:
     renewed: list[tuple[Grant, str]] = field(default_factory=list)  # (grant, its new end)
 
 
-def reconcile(machine: Machine) -> Reconciled:
+def reconcile(machine: Machine, seen: tuple[str, list[client.Job]] | None = None) -> Reconciled:
+    """Hold `machine`'s grants to Slurm's jobs: its own tools ask the controller, unless `seen` gives
+    what the caller read (the cluster's name and its jobs; the bridge reads them once for every box)."""
     done = Reconciled()
     tagged = [g for g in read_grants(machine) if g.job is not None and g.job.startswith("slurm:")]
     if not tagged:
         return done
-    cluster = client.cluster_name(machine)
-    live = {j.job_id: j for j in client.jobs(machine) if j.live}
+    cluster, jobs = seen if seen is not None else (client.cluster_name(machine), client.jobs(machine))
+    live = {j.job_id: j for j in jobs if j.live}
     gone: dict[str, list[Grant]] = {}
     moved: dict[tuple[str, str], list[Grant]] = {}
     for grant in tagged:

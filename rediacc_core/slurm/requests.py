@@ -5,6 +5,11 @@ lives on that machine), always with memory and CPUs of its own so the lease neve
 other GPUs, and the repo named in its comment for the prolog. salloc runs detached, its output in
 `/run/rediacc/slurm/`, so a pending lease does not hold the terminal; the prolog makes the grant
 when the job starts. A release cancels the repo's jobs and revokes their grants with `--stop`.
+
+In external mode (Slurm 25.05 or later, the box a `State=EXTERNAL` node with no Slurm of its own)
+the lease is an external job, `sbatch --external` (no script: Slurm only allocates), submitted with
+the Slurm tools of another machine (the operator's host, where `rdc slurm bridge` runs); the bridge
+makes the grant when the job runs. sbatch returns at once with the job's id.
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ class LeaseRequest:
     account: str | None = None
     constraint: str | None = None
     reservation: str | None = None
+    external: bool = False
 
 
 def salloc_argv(repo: Repo, node: str, ask: LeaseRequest) -> list[str]:
+    """The lease's command line: `salloc --no-shell …`, or `sbatch --external …` in external mode."""
     minutes = max(1, math.ceil(ask.duration.total_seconds() / 60))
     return [
-        "salloc",
-        "--no-shell",
+        *(["sbatch", "--external", "--parsable"] if ask.external else ["salloc", "--no-shell"]),
         f"--gres={ask.gres}",
         f"--time={minutes}",
         f"--mem={ask.mem}",
@@ -54,14 +60,19 @@ def salloc_argv(repo: Repo, node: str, ask: LeaseRequest) -> list[str]:
     ]
 
 
-def submit(machine: Machine, repo: Repo, ask: LeaseRequest, wait: float = 15.0) -> client.Job:
-    """Submit the lease; the job as squeue shows it once Slurm gave it an id."""
+def submit(
+    machine: Machine, repo: Repo, ask: LeaseRequest, wait: float = 15.0, slurm: Machine | None = None
+) -> client.Job:
+    """Submit the lease; the job as squeue shows it once Slurm gave it an id. `slurm`: the machine
+    whose Slurm tools submit and read it (the repo's own machine when None)."""
     found = read_map(machine)
     if found is None:
         raise StateError(
             f"machine {machine.name} is no Slurm node of rdc's yet (no gres map)",
             f"rdc slurm gres {machine.name}",
         )
+    if ask.external:
+        return _submit_external(slurm or machine, salloc_argv(repo, found.node, ask))
     salloc = machine.which("salloc")
     if salloc is None:
         raise ToolError(f"machine {machine.name} has no salloc", "apt-get install -y slurm-client")
@@ -75,6 +86,14 @@ def submit(machine: Machine, repo: Repo, ask: LeaseRequest, wait: float = 15.0) 
         )
     job_id = _job_id(log, wait)
     job = client.job(machine, job_id)
+    if job is None:
+        raise ToolError(f"Slurm gave job {job_id} but squeue does not show it", f"sacct -j {job_id}")
+    return job
+
+
+def _submit_external(slurm: Machine, argv: list[str]) -> client.Job:
+    job_id = client.run(slurm, argv).strip().split(";", 1)[0]  # --parsable: `ID` or `ID;CLUSTER`
+    job = client.job(slurm, job_id)
     if job is None:
         raise ToolError(f"Slurm gave job {job_id} but squeue does not show it", f"sacct -j {job_id}")
     return job
@@ -102,9 +121,15 @@ def is_lease_of(job: client.Job, repo: Repo) -> bool:
     return wanted in job.comment.replace(",", " ").split() and (job.live or job.state == "PENDING")
 
 
-def leases(machine: Machine, repo: Repo) -> list[client.Job]:
-    """The repo's jobs Slurm holds now (pending or live)."""
-    return [j for j in client.jobs(machine) if is_lease_of(j, repo)]
+def leases(machine: Machine, repo: Repo, slurm: Machine | None = None) -> list[client.Job]:
+    """The repo's jobs Slurm holds now (pending or live). With `slurm` (external mode: the machine
+    whose tools reach Slurm), those asked for or placed on the repo's own node only, since a repo of
+    the same name on another box names the same repo in its comment."""
+    if slurm is None:
+        return [j for j in client.jobs(machine) if is_lease_of(j, repo)]
+    found = read_map(machine)
+    node = found.node if found is not None else machine.name
+    return [j for j in client.jobs(slurm) if is_lease_of(j, repo) and node in (j.nodes, j.required_nodes)]
 
 
 def leases_of(machine: Machine, repos: list[Repo]) -> dict[str, list[client.Job]]:
@@ -113,16 +138,16 @@ def leases_of(machine: Machine, repos: list[Repo]) -> dict[str, list[client.Job]
     return {r.id: [j for j in found if is_lease_of(j, r)] for r in repos}
 
 
-def end(machine: Machine, repo: Repo, job_id: str | None = None) -> list[str]:
+def end(machine: Machine, repo: Repo, job_id: str | None = None, slurm: Machine | None = None) -> list[str]:
     """Cancel the repo's leases (one, with `job_id`) and revoke their grants with --stop; returns
-    the names revoked."""
-    jobs = [j for j in leases(machine, repo) if job_id is None or j.job_id == job_id]
+    the names revoked. `slurm`: as for `leases` (external mode)."""
+    jobs = [j for j in leases(machine, repo, slurm) if job_id is None or j.job_id == job_id]
     if job_id is not None and not jobs:
         raise StateError(
             f"job {job_id} is no lease of {repo.ref} that Slurm holds", f"rdc repo gpu leases {repo.ref}"
         )
     for job in jobs:
-        client.run(machine, ["scancel", job.job_id])
+        client.run(slurm or machine, ["scancel", job.job_id])
     ids = {j.job_id for j in jobs}
     held = [
         g for g in read_grants(machine) if g.repo_id == repo.id and g.job and g.job.rsplit("/", 1)[-1] in ids

@@ -1,0 +1,153 @@
+"""External mode on a real Slurm 26.05: the boxes are State=EXTERNAL nodes with no slurmd, leases are
+external jobs (`rdc repo gpu request --external`), and `rdc slurm bridge` makes each running one a
+grant on its box and revokes it once the job has ended."""
+
+from __future__ import annotations
+
+import json
+
+from slurm_ext_kit import NODES, machine
+from slurm_kit import Cluster, wait_for
+
+from rediacc_core.grants.records import Grant, read_grants
+
+
+def request(slurm: Cluster, repo: str, account: str = "teama") -> str:
+    done = slurm.rdc(
+        "repo", "gpu", "request", repo, "--gres", "gpu:1", "--for", "5m", "--mem", "100M",
+        "--account", account, "--external", "ops", "-o", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["job"])
+
+
+def bridge(slurm: Cluster) -> list[str]:
+    """One round of the bridge over every box; the lines it said."""
+    done = slurm.rdc("slurm", "bridge", *NODES, "--slurm", "ops", "--once")
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("rdc:")]
+
+
+def grants_of(slurm: Cluster, node: str, job_id: str) -> list[Grant]:
+    return [g for g in read_grants(machine(slurm, node)) if g.job == f"slurm:rdcs/{job_id}"]
+
+
+def allow(slurm: Cluster, repo: str, account: str) -> None:
+    done = slurm.rdc("repo", "slurm", "allow", repo, "--account", account)
+    assert done.returncode == 0, done.stderr
+
+
+def running(slurm: Cluster, job_id: str) -> None:
+    wait_for(f"job {job_id} to run", lambda: slurm.job_state(job_id) == "RUNNING")
+
+
+def test_two_repos_queue_for_the_one_free_card(slurm: Cluster) -> None:
+    allow(slurm, "alpha@x1", "teama")
+    allow(slurm, "beta@x1", "teama")
+    # A job of no repo's holds one of x1's two cards in Slurm's count: one card is left.
+    filler = slurm.slurm(
+        "sbatch", "--external", "--parsable", "--gres=gpu:1", "--nodelist=x1", "--account=teama",
+        "--mem=100", "--time=5",
+    ).stdout.strip()  # fmt: skip
+    running(slurm, filler)
+    first = request(slurm, "alpha@x1")
+    running(slurm, first)
+    second = request(slurm, "beta@x1")
+    assert slurm.job_state(second) == "PENDING"
+
+    said = bridge(slurm)
+    (granted,) = grants_of(slurm, "x1", first)
+    assert granted.device == "nvidia.com/gpu=0" and granted.exclusive, said
+    assert grants_of(slurm, "x1", second) == []
+    assert slurm.job_state(second) == "PENDING"
+
+    slurm.slurm("scancel", first)
+    running(slurm, second)
+    said = bridge(slurm)
+    assert grants_of(slurm, "x1", first) == [], said
+    (granted,) = grants_of(slurm, "x1", second)
+    assert granted.device == "nvidia.com/gpu=0", said
+    assert granted.expires_at == slurm_end(slurm, second)
+
+
+def slurm_end(slurm: Cluster, job_id: str) -> str:
+    from rediacc_core.slurm.client import iso
+
+    end = slurm.job(job_id)["end_time"]
+    assert isinstance(end, dict)
+    return iso(int(end["number"]))
+
+
+def test_scancel_revokes_the_grant(slurm: Cluster) -> None:
+    allow(slurm, "alpha@x2", "teama")
+    job = request(slurm, "alpha@x2")
+    running(slurm, job)
+    bridge(slurm)
+    assert [g.device for g in grants_of(slurm, "x2", job)] == ["nvidia.com/gpu=0"]
+    slurm.slurm("scancel", job)
+    wait_for("the job to end", lambda: slurm.job_state(job) not in ("RUNNING", "COMPLETING"))
+    said = bridge(slurm)
+    assert grants_of(slurm, "x2", job) == []
+    assert said == [f"rdc: job slurm:rdcs/{job}: revoked nvidia.com/gpu=0 from alpha@x2"]
+
+
+def test_a_job_of_an_account_not_allowed_for_the_repo_is_cancelled_with_the_reason(slurm: Cluster) -> None:
+    allow(slurm, "alpha@x3", "teama")
+    job = request(slurm, "alpha@x3", account="teamb")
+    running(slurm, job)
+    said = bridge(slurm)
+    assert any(f"job slurm:rdcs/{job} refused" in line for line in said), said
+    assert read_grants(machine(slurm, "x3")) == []
+    wait_for("the job to be cancelled", lambda: slurm.job_state(job) == "CANCELLED")
+    assert "may not lease for repo alpha@x3" in slurm.admin_comment(job)
+    # A later round neither grants it nor cancels it again.
+    assert bridge(slurm) == []
+
+
+def test_an_account_without_gpu_minutes_does_not_start(slurm: Cluster) -> None:
+    allow(slurm, "alpha@x1", "teamc")
+    job = request(slurm, "alpha@x1", account="teamc")
+    wait_for(
+        "Slurm to hold the job for its budget",
+        lambda: str(slurm.job(job).get("state_reason")) == "AssocGrpGRESMinutes",
+    )
+    assert bridge(slurm) == []
+    assert slurm.job_state(job) == "PENDING"
+    assert read_grants(machine(slurm, "x1")) == []
+
+
+def test_release_cancels_the_lease_and_revokes_on_its_own_box_only(slurm: Cluster) -> None:
+    allow(slurm, "alpha@x2", "teama")
+    allow(slurm, "alpha@x3", "teama")
+    mine, other = request(slurm, "alpha@x2"), request(slurm, "alpha@x3")
+    running(slurm, mine)
+    running(slurm, other)
+    bridge(slurm)
+    shown = slurm.rdc("repo", "gpu", "leases", "alpha@x2", "--external", "ops", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert [(row["job"], row["state"]) for row in json.loads(shown.stdout)["leases"]] == [(mine, "RUNNING")]
+
+    done = slurm.rdc("repo", "gpu", "release", "alpha@x2", "--external", "ops")
+    assert done.returncode == 0, done.stderr
+    assert "Revoked nvidia.com/gpu=0 from alpha@x2" in done.stderr
+    assert grants_of(slurm, "x2", mine) == []
+    wait_for("the lease to be cancelled", lambda: slurm.job_state(mine) == "CANCELLED")
+    # alpha on x3 is another repo of the same name: its lease and grant stay.
+    assert slurm.job_state(other) == "RUNNING"
+    assert [g.device for g in grants_of(slurm, "x3", other)] == ["nvidia.com/gpu=0"]
+    assert bridge(slurm) == []
+
+
+def test_a_moved_time_limit_moves_the_grants_end(slurm: Cluster) -> None:
+    allow(slurm, "beta@x3", "teama")
+    job = request(slurm, "beta@x3")
+    running(slurm, job)
+    bridge(slurm)
+    (before,) = grants_of(slurm, "x3", job)
+    slurm.slurm("scontrol", "update", f"JobId={job}", "TimeLimit=9")
+    moved = slurm_end(slurm, job)
+    assert moved != before.expires_at
+    said = bridge(slurm)
+    (after,) = grants_of(slurm, "x3", job)
+    assert (after.device, after.expires_at) == (before.device, moved), said
+    assert said == [f"rdc: job slurm:rdcs/{job}: renewed nvidia.com/gpu=0 until {moved}"]
