@@ -28,11 +28,12 @@ from rediacc_core.testing.dockerenv import docker_api
 
 TOKEN = "rdc-network-token-5173"
 UPLINK_GATEWAY = "10.0.2.2"  # slirp4netns's gateway: the host's loopback were it not disabled
+REQUEST_WAIT = 10.0  # seconds a listener waits for a request's head (a client that sends none gets no answer)
 
 
 @dataclass
 class Listener:
-    """A TCP server on the host that answers TOKEN and records who connected."""
+    """A TCP server on the host that records who connected and answers each request with TOKEN."""
 
     address: str
     sock: socket.socket
@@ -49,8 +50,21 @@ class Listener:
             except OSError:
                 return
             self.seen.append(peer[0])
-            with conn, contextlib.suppress(OSError):
-                conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Length: {len(TOKEN)}\r\n\r\n{TOKEN}".encode())
+            threading.Thread(target=_answer, args=(conn,), daemon=True).start()
+
+
+def _answer(conn: socket.socket) -> None:
+    """TOKEN, once the request's head has come, as from any HTTP server. Answering before it comes
+    breaks Go's HTTP client (the daemon's fetches, both builders' `ADD http://`): an answer that
+    arrives before its request is registered is dropped as "Unsolicited response received on idle
+    HTTP channel" with the connection, and a fresh one is not retried (the build fails with
+    `readLoopPeekFailLocked`). Under CPU load about one fetch in fifty through the uplink met that."""
+    with conn, contextlib.suppress(OSError):
+        conn.settimeout(REQUEST_WAIT)
+        head = b""
+        while b"\r\n\r\n" not in head and (chunk := conn.recv(65536)):
+            head += chunk
+        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Length: {len(TOKEN)}\r\n\r\n{TOKEN}".encode())
 
 
 def _listen(address: str) -> Listener:
@@ -494,7 +508,8 @@ def _host_get(address: str, port: int) -> str:
             with socket.socket(family, socket.SOCK_STREAM) as conn:
                 conn.settimeout(5)
                 conn.connect((address, port))
-                data = b""  # the listener answers at once and closes: a request it never reads would reset it
+                conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                data = b""
                 while chunk := conn.recv(65536):
                     data += chunk
             return data.decode(errors="replace")
@@ -534,6 +549,8 @@ def _builds_read(env: RepoEnv, context: Path, address: str, port: int) -> Builds
     got = exported / "x"
     read = BuildsRead((classic.returncode == 0, got.exists() and TOKEN in got.read_text()))
     read.said = f"classic: {classic.stderr[-600:]!r}; buildkit ({kit.returncode}): {kit.stderr[-1500:]!r}"
+    read.said += f"; the uplink rules after: {_uplink_rules(env)!r}; the keeper's log: "
+    read.said += repr(env.runtime.network.ports_log.read_text()[-1500:])
     return read
 
 
