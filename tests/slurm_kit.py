@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from e2e_kit import IMAGE, RepoEnv, client_env
 
 from rediacc_core.config import Config
@@ -309,11 +310,7 @@ def running_cluster() -> Iterator[Cluster]:
         hook_scripts(cluster)
         cluster.slurm("sacctmgr", "-i", "add", "cluster", "rdcs")
         accounts(cluster)
-        cluster.start(
-            "slurmctld",
-            ["nsenter", f"--net=/run/netns/{cluster.ns('c')}", "unshare", "--uts", "sh", "-c",
-             "hostname ctl && exec slurmctld -D -i"],
-        )  # fmt: skip
+        start_controller(cluster)
         for node in NODES:
             cluster.start_slurmd(node)
         wait_for("both nodes idle", lambda: all(cluster.node_state(n) == "idle" for n in NODES), timeout=60)
@@ -543,3 +540,21 @@ def budgets(cluster: Cluster) -> None:
     cluster.slurm(
         "sacctmgr", "-i", "modify", "account", "where", "name=teamc", "set", "GrpTRESMins=gres/gpu=0"
     )
+
+
+def skip_suite(items: list[pytest.Item], here: Path, reason: str | None, unmet: str | None) -> None:
+    """A suite's collection: an unmet requirement (CI) stops the run; a missing Slurm skips the suite."""
+    if unmet is not None:
+        raise pytest.UsageError(unmet)
+    for item in items:
+        if here in item.path.parents and reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def start_controller(cluster: Cluster) -> None:
+    """slurmctld in the controller's namespace, its hostname `ctl` (through the cluster's `wrap`)."""
+    cluster.start(
+        "slurmctld",
+        ["nsenter", f"--net=/run/netns/{cluster.ns('c')}", "unshare", "--uts", "sh", "-c",
+         f"hostname ctl && exec {' '.join([*cluster.wrap, 'slurmctld'])} -D -i"],
+    )  # fmt: skip

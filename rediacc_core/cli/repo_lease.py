@@ -118,7 +118,7 @@ def leases(ref: str, via: str | None, fmt: str) -> None:
     budgets = [budget(slurm or machine, account) for account in accounts]
     rows = [lease_json(j) for j in jobs]
     since = month_start(time.time())
-    used = (usage(machine, [found], since) or {}).get(found.id)
+    used = (usage(machine, [found], since, slurm) or {}).get(found.id)
     hours = (
         None
         if used is None

@@ -49,8 +49,8 @@ def _due(stamp: Path, now: float) -> bool:
 
 def slurm_round(machine: Machine, repo_id: str, log: Callable[[str], None]) -> bool:
     """Run the machine's round if it is a Slurm node and no gate ran it lately; whether it ran."""
-    if read_map(machine) is None:
-        return False
+    if read_map(machine) is None or machine.which("squeue") is None:
+        return False  # no Slurm node, or a box of external mode: the bridge reconciles it
     lock_path, stamp = round_paths(machine)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     try:

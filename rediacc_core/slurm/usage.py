@@ -82,14 +82,17 @@ class Usage:
         return round(self.gpu_seconds / 3600, 3)
 
 
-def usage(machine: Machine, repos: list[Repo], since: int) -> dict[str, Usage] | None:
-    """Each repo's GPU seconds on this node since `since`, by repo id; None on no Slurm node."""
+def usage(
+    machine: Machine, repos: list[Repo], since: int, slurm: Machine | None = None
+) -> dict[str, Usage] | None:
+    """Each repo's GPU seconds on this node since `since`, by repo id; None on no Slurm node. Slurm
+    is asked with `slurm`'s tools (external mode: the bridge's host), else the machine's own."""
     found = read_map(machine)
     if found is None:
         return None
     start = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%S")
     argv = ["sacct", "-a", "-X", "-n", "-P", "-S", start, "-E", "now", "-o", ",".join(FIELDS)]
-    jobs = parse_sacct(client.run(machine, argv))
+    jobs = parse_sacct(client.run(slurm or machine, argv))
     by_label = {r.label: r for r in repos}
     seconds = {r.id: 0 for r in repos}
     counted: dict[str, list[str]] = {r.id: [] for r in repos}

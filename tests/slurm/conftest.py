@@ -8,7 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_kit import NODES, Cluster, running_cluster, skip_reason, unmet_requirement, wait_for
+from slurm_kit import (
+    NODES,
+    Cluster,
+    running_cluster,
+    skip_reason,
+    skip_suite,
+    unmet_requirement,
+    wait_for,
+)
 
 from rediacc_core.config import Config
 from rediacc_core.grants.records import write_grants
@@ -16,14 +24,8 @@ from rediacc_core.machine import Machine
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
     reason = skip_reason()
-    unmet = unmet_requirement(reason)
-    if unmet is not None:
-        raise pytest.UsageError(unmet)
-    for item in items:
-        if here in item.path.parents and reason is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    skip_suite(items, Path(__file__).parent, reason, unmet_requirement(reason))
 
 
 @pytest.fixture(scope="session")

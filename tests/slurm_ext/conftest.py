@@ -20,7 +20,17 @@ from slurm_ext_kit import (
     make_network,
     sid_cluster,
 )
-from slurm_kit import Cluster, accounts, budgets, machine_tools, slurm_conf, start_accounting, wait_for
+from slurm_kit import (
+    Cluster,
+    accounts,
+    budgets,
+    machine_tools,
+    skip_suite,
+    slurm_conf,
+    start_accounting,
+    start_controller,
+    wait_for,
+)
 
 from rediacc_core.config import Config
 from rediacc_core.grants.records import write_grants
@@ -31,14 +41,8 @@ from rediacc_core.testing import FakeMachine
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
     reason = ext_skip_reason()
-    unmet = ext_unmet_requirement(reason)
-    if unmet is not None:
-        raise pytest.UsageError(unmet)
-    for item in items:
-        if here in item.path.parents and reason is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    skip_suite(items, Path(__file__).parent, reason, ext_unmet_requirement(reason))
 
 
 def _box(cluster: Cluster, node: str) -> None:
@@ -86,11 +90,7 @@ def cluster() -> Iterator[Cluster]:
         start_accounting(cluster)
         cluster.slurm("sacctmgr", "-i", "add", "cluster", "rdcs")
         accounts(cluster)
-        cluster.start(
-            "slurmctld",
-            ["nsenter", f"--net=/run/netns/{cluster.ns('c')}", "unshare", "--uts", "sh", "-c",
-             f"hostname ctl && exec {cluster.wrap[0]} slurmctld -D -i"],
-        )  # fmt: skip
+        start_controller(cluster)
         wait_for(
             "slurmctld", lambda: cluster.slurm("scontrol", "ping", check=False).returncode == 0, timeout=60
         )
