@@ -72,8 +72,15 @@ def take_it_back(e2e: E2E, found: InFlight) -> str:
     """Tell Y to take the descriptor back and read the device; what Y said (its logs)."""
     touched = e2e.alpha.docker("run", "--rm", "-v", f"{found.volume}:/s", IMAGE, "touch", "/s/go")
     assert touched.returncode == 0, touched.stderr
-    time.sleep(1)
-    return e2e.alpha.docker("logs", found.keeper).stdout
+    # Y looks for the trigger ten times a second and then says what it got; a Y that is gone says
+    # nothing more, so its logs are read once it had the time to.
+    deadline = time.monotonic() + 15
+    while True:
+        said = e2e.alpha.docker("logs", found.keeper).stdout
+        answered = "read 1 byte" in said or "did not come back" in said
+        if answered or time.monotonic() > deadline or not running(e2e.alpha, found.keeper):
+            return said
+        time.sleep(0.2)
 
 
 def dead(e2e: E2E, found: InFlight) -> None:
