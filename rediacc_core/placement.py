@@ -73,6 +73,9 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("slurm", "epilog"): LOCAL,
     ("slurm", "reconcile"): LOCAL,
     ("slurm", "health"): LOCAL,
+    # External mode's box side: the bridge, on the operator's host, runs it on each box.
+    ("slurm", "bridge-step"): ON_MACHINE,
+    ("slurm", "bridge"): LOCAL,
     ("repo", "slurm", "allow"): LOCAL,
     ("repo", "slurm", "deny"): LOCAL,
     ("repo", "slurm", "show"): LOCAL,
