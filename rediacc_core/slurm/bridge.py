@@ -39,19 +39,18 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
+from rediacc_core.remote.agentcall import Stream, run_remote
 from rediacc_core.repos import RepoStore
 from rediacc_core.slurm import client
 from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.hooks import Outcome, Prolog, job_tag, repo_named
 from rediacc_core.slurm.reconcile import reconcile
-
-if TYPE_CHECKING:
-    from rediacc_core.config import Config
 
 _IDX = re.compile(r"\(IDX:([0-9,\-]*)\)")
 _CNT = re.compile(r"^gpu(?::([^:(]+))?(?::\d+)?\(CNT:(\d+)\)$")
@@ -268,16 +267,16 @@ def step_on(config: Config | None, box: Machine, cluster: str, jobs: Sequence[cl
     if box.remote is None:
         return step(box, cluster, jobs)
     assert config is not None, "a box over SSH is reached through the config that names it"
-    from rediacc_core.remote.agentcall import Stream, run_remote
-
     argv = ["slurm", "bridge-step", box.name, "--cluster", cluster, "--jobs", jobs_json(jobs), "-o", "json"]
     out, err = Stream(), Stream()
     code = run_remote(config, box, argv, out, err)
     if code != 0:
-        said = " ".join(err.value().strip().splitlines()[-2:]) or "no output"
+        lines = err.value().strip().splitlines()
+        said = next((line[7:] for line in lines if line.startswith("Error: ")), None)
+        todo = next((line[12:] for line in lines if line.startswith("What to do: ")), None)
         raise RdcError(
-            f"the bridge step on machine {box.name} failed (exit {code}): {said}",
-            f"see why on the box: rdc slurm bridge-step {box.name} --cluster {cluster}",
+            said or f"its bridge step failed (exit {code}): {lines[-1] if lines else 'no output'}",
+            todo or f"see why on the box: rdc slurm bridge-step {box.name} --cluster {cluster}",
             exit_code=code,
         )
     try:
@@ -300,7 +299,7 @@ def bridge_round(slurm: Machine, bridged: Sequence[Box], config: Config | None =
         try:
             answer = step_on(config, box.machine, cluster, jobs)
         except RdcError as exc:
-            failed.append(f"{box.machine.name}: {exc.what}")
+            failed.append(f"{box.machine.name}: {exc.what}" + (f" ({exc.todo})" if exc.todo else ""))
             continue
         for outcome in answer.done:
             if outcome.refused:
