@@ -199,8 +199,12 @@ def bridge_named(slurm: Cluster, *boxes: str) -> tuple[list[str], str]:
 def test_a_box_over_ssh_is_granted_revoked_and_its_refusal_cancelled_from_the_operators_host(
     slurm: Cluster, over_ssh: str
 ) -> None:
-    allow(slurm, "alpha@x2", "teama")
-    allow(slurm, "beta@x2", "teama")
+    # The box's own files over SSH: its map, and its repos' lists.
+    shown = slurm.rdc("slurm", "gres", over_ssh, "--node", "x2", "--dry-run", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["slurmConf"].startswith("NodeName=x2 ")
+    allow(slurm, "alpha@x2s", "teama")
+    allow(slurm, "beta@x2s", "teama")
     leased = request(slurm, "alpha@x2")
     refused = request(slurm, "beta@x2", account="teamb")
     running(slurm, leased)
