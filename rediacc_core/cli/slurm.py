@@ -192,7 +192,9 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> Non
     and this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged
     with the job, until its end), revokes them (and stops the repo's containers) once the job no
     longer runs, and cancels a job rdc refuses with the reason in its AdminComment. MACHINE: the
-    boxes (default: every machine with a gres map, `rdc slurm gres`); each box's node is its map's.
+    boxes (default: every machine with a gres map this host reads, `rdc slurm gres`); each box's
+    node is its map's. A box over SSH is bridged when named: its part of each round runs there
+    (`rdc slurm bridge-step`, through its rdc-agent).
 
     \b
     Examples:
