@@ -68,14 +68,18 @@ COMMANDS: dict[tuple[str, ...], Placement] = {
     ("repo", "docker-host"): READ_REF,
     # Slurm's side runs on the node itself (slurmd's hooks, its CLIs), or on a directory-rooted
     # machine; they are not forwarded to an SSH machine (README: "not over SSH").
-    ("slurm", "gres"): LOCAL,
     ("slurm", "prolog"): LOCAL,
     ("slurm", "epilog"): LOCAL,
     ("slurm", "reconcile"): LOCAL,
     ("slurm", "health"): LOCAL,
-    ("repo", "slurm", "allow"): LOCAL,
-    ("repo", "slurm", "deny"): LOCAL,
-    ("repo", "slurm", "show"): LOCAL,
+    ("slurm", "bridge"): LOCAL,
+    # A box's own files, which external mode's bridge reaches over SSH too: its map, its repos'
+    # lists, and its part of each round (the bridge, on the operator's host, runs it on each box).
+    ("slurm", "gres"): ON_MACHINE,
+    ("slurm", "bridge-step"): ON_MACHINE,
+    ("repo", "slurm", "allow"): ON_REF,
+    ("repo", "slurm", "deny"): ON_REF,
+    ("repo", "slurm", "show"): READ_REF,
     ("repo", "gpu", "request"): LOCAL,
     ("repo", "gpu", "release"): LOCAL,
     ("repo", "gpu", "leases"): LOCAL,

@@ -5,7 +5,9 @@ is stale. (The suite under tests/slurm runs them with a real slurmd.)"""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,12 @@ from setup_kit import KIND, FakeVendor, example_gpu
 from rediacc_core import CdiSpecFile, Gpu, GpuPartition
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
+from rediacc_core.grants.records import read_grants
 from rediacc_core.plugins import get_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.slurm import gres
-from rediacc_core.slurm.bridge import gpu_indexes
-from rediacc_core.slurm.client import Budget, Job, parse_budget, parse_squeue
+from rediacc_core.slurm.bridge import gpu_indexes, jobs_json, read_jobs
+from rediacc_core.slurm.client import Budget, Job, iso, parse_budget, parse_squeue
 from rediacc_core.testing import FakeMachine
 
 DATA = Path(__file__).parent / "slurm" / "data"
@@ -233,3 +236,51 @@ def test_the_bridge_picks_free_cards_of_the_counted_type_since_slurm_numbers_non
     assert done.exit_code == 0, done.output
     assert gpu_indexes(external_job("gpu:h100_1g.10gb(CNT:1)"), box) == "1"
     assert gpu_indexes(external_job("gpu:h100_1g.10gb(CNT:2)"), box) == "1"
+
+
+def step(jobs: str, *extra: str) -> Result:
+    return rdc("slurm", "bridge-step", "box", "--cluster", "c", "--jobs", jobs, "-o", "json", *extra)
+
+
+def test_a_bridge_step_grants_and_reconciles_on_the_box_and_answers_its_refusals_calling_no_slurm_tool(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    """The bridge's jobs are 22.05's capture (two leases running on n1), ending in ten minutes; the
+    box has no Slurm tool at all, so a step that called one would fail."""
+    set_up(vendor, fm, split=False)
+    assert rdc("slurm", "gres", "box", "--node", "n1").exit_code == 0
+    for repo, account in (("alpha", "teama"), ("beta", "teamb")):
+        assert rdc("repo", "create", f"{repo}@box").exit_code == 0
+        assert rdc("repo", "slurm", "allow", f"{repo}@box", "--account", account).exit_code == 0
+    end = int(time.time()) + 600
+    read = [replace(j, end=end) for j in parse_squeue((DATA / "squeue-22.05.json").read_text())]
+    jobs = jobs_json(read)
+    assert read_jobs(jobs) == [replace(j, reason="", name="", start=0) for j in read]
+
+    done = step(jobs)
+    assert done.exit_code == 0, done.output
+    answer = json.loads(done.stdout)
+    assert answer["node"] == "n1"
+    granted, refused = answer["outcomes"]
+    assert (granted["job"], granted["repo"], granted["granted"]) == ("slurm:c/1", "alpha@box", [f"{KIND}=0"])
+    assert refused["job"] == "slurm:c/2" and not refused["drain"]
+    assert refused["refused"].startswith("user root (account teama) may not lease for repo beta@box")
+    (grant,) = read_grants(fm.machine)
+    assert (grant.device, grant.job, grant.expires_at) == (f"{KIND}=0", "slurm:c/1", iso(end))
+
+    assert json.loads(step(jobs).stdout)["outcomes"] == [refused]  # granted once; refused until cancelled
+    gone = step("[]")
+    assert [o["revoked"] for o in json.loads(gone.stdout)["outcomes"]] == [[f"{KIND}=0"]], gone.output
+    assert read_grants(fm.machine) == []
+
+
+def test_a_bridge_step_refuses_jobs_it_cannot_read_and_a_machine_that_is_no_node(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    set_up(vendor, fm)
+    done = step("[]")
+    assert done.exit_code != 0
+    assert "machine box has no gres map" in done.output and "rdc slurm gres box --node NODE" in done.output
+    assert rdc("slurm", "gres", "box", "--node", "n1").exit_code == 0
+    done = step('[{"job_id": "1"}]')
+    assert done.exit_code != 0 and "--jobs is not a list of jobs as the bridge writes them" in done.output

@@ -13,7 +13,7 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
-from rediacc_core.slurm.bridge import boxes, run_bridge
+from rediacc_core.slurm.bridge import boxes, read_jobs, run_bridge, step
 
 if TYPE_CHECKING:
     from rediacc_core.slurm.hooks import Outcome
@@ -192,7 +192,9 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> Non
     and this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged
     with the job, until its end), revokes them (and stops the repo's containers) once the job no
     longer runs, and cancels a job rdc refuses with the reason in its AdminComment. MACHINE: the
-    boxes (default: every machine with a gres map, `rdc slurm gres`); each box's node is its map's.
+    boxes (default: every machine with a gres map this host reads, `rdc slurm gres`); each box's
+    node is its map's. A box over SSH is bridged when named: its part of each round runs there
+    (`rdc slurm bridge-step`, through its rdc-agent).
 
     \b
     Examples:
@@ -201,13 +203,48 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> Non
     """
     config = Config.load()
     machines = [config.machine(n) for n in names] if names else config.machines()
-    bridged = boxes(machines)
+    # Unnamed, the boxes are the machines whose maps this host reads; one over SSH is bridged named.
+    bridged = boxes(machines if names else [m for m in machines if m.remote is None])
     if not bridged:
         raise RdcError(
-            "no machine to bridge: none named has a gres map (or each is reached over SSH)",
+            "no machine to bridge: none has a gres map (a machine over SSH is bridged when named)",
             "rdc slurm gres MACHINE --node NODE --conf /etc/slurm/gres.conf",
         )
-    note(f"Bridging {', '.join(f'{b.node} ({b.machine.name})' for b in bridged)}.")
+    named = [f"{b.node or 'its node over SSH'} ({b.machine.name})" for b in bridged]
+    note(f"Bridging {', '.join(named)}.")
     run_bridge(
-        config.machine(via), bridged, lambda line: click.echo(line, err=True), interval=interval, once=once
+        config.machine(via),
+        bridged,
+        lambda line: click.echo(line, err=True),
+        interval=interval,
+        once=once,
+        config=config,
     )
+
+
+@slurm.command("bridge-step")
+@click.argument("name", metavar="MACHINE", default="localhost")
+@click.option("--cluster", required=True, help="The Slurm cluster's name (its grants' tag).")
+@click.option(
+    "--jobs",
+    "jobs_text",
+    default="[]",
+    show_default=True,
+    help="The live jobs the bridge read, as JSON (the bridge writes it).",
+)
+@output_option("table", "json")
+def bridge_step(name: str, cluster: str, jobs_text: str, fmt: str) -> None:
+    """One box's part of a bridge round, run on the box (`rdc slurm bridge` runs it, over SSH for a
+    box reached so): revoke the grants whose job is not in --jobs, renew those whose job's end
+    moved, and grant each RUNNING job on MACHINE's node (its gres map's) that names a repo, as the
+    prolog decides. It calls no Slurm tool: a job it refuses is in its answer, and the bridge
+    cancels it.
+
+    \b
+    Examples:
+      rdc slurm bridge-step localhost --cluster main -o json
+    """
+    done = step(Config.load().machine(name), cluster, read_jobs(jobs_text))
+    emit(done.to_json(), fmt, lambda _: "")
+    for outcome in done.done:
+        note(outcome.line())

@@ -20,20 +20,32 @@ gres.conf), so an external job's `gres_detail` is a count per type (`gpu:a100(CN
 type from the box's gres map that no grant holds, lowest index first. Where a Slurm does give
 indexes (`gpu:a100:1(IDX:0)`), those are used as they are.
 
-A job that spans several nodes is not granted (an external lease is one box's cards). Boxes are
-machines whose files rdc reaches from this host (the local roots); a box over SSH is not bridged yet.
+A job that spans several nodes is not granted (an external lease is one box's cards).
+
+One box's part of a round is its step (`step`, `rdc slurm bridge-step`), which runs on the box and
+calls no Slurm tool (a box of external mode has none): the bridge hands it the cluster's name and
+the live jobs it read (the fields the step needs, `jobs_json`), and the step answers with its node
+(its gres map's) and what it did; a job it refuses is named there with the reason, and the bridge
+drains (where the prolog would) and cancels it through the Slurm tools of the operator's host. A
+box whose files this host reads (a local or directory-rooted machine) runs its step in this process;
+a box over SSH runs it through its `rdc-agent`, as every forwarded rdc command runs: one SSH call
+per box a round.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from rediacc_core.errors import RdcError
+from rediacc_core.config import Config
+from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
+from rediacc_core.remote.agentcall import Stream, run_remote
 from rediacc_core.repos import RepoStore
 from rediacc_core.slurm import client
 from rediacc_core.slurm.gres import read_map
@@ -48,15 +60,17 @@ _CNT = re.compile(r"^gpu(?::([^:(]+))?(?::\d+)?\(CNT:(\d+)\)$")
 class Box:
     """One external node and the rdc machine it is."""
 
-    node: str
+    node: str  # "" for a box over SSH until its step has said it
     machine: Machine
 
 
 def boxes(machines: Iterable[Machine]) -> list[Box]:
-    """The machines that are Slurm nodes of rdc's (a gres map written), with their node names."""
+    """The machines that are Slurm nodes of rdc's (a gres map written), with their node names; a
+    machine over SSH is taken as it is named (its map is read there, by its step)."""
     found = []
     for machine in machines:
         if machine.remote is not None:
+            found.append(Box("", machine))
             continue
         gres = read_map(machine)
         if gres is not None:
@@ -89,46 +103,216 @@ def gpu_indexes(job: client.Job, box: Machine) -> str:
 
 
 class ExternalGrant(Prolog):
-    """The prolog's decision for a job on an external node, made by the bridge."""
+    """The prolog's decision for a job on an external node, made on its box by the bridge's step:
+    it calls no Slurm tool, so a refusal is only said (the bridge cancels the job) and the job's
+    end is the one the bridge read."""
 
-    def cancel(self, reason: str) -> None:
-        client.cancel_now(self.slurm, self.job_id, reason)
+    def __init__(self, machine: Machine, env: dict[str, str], job: client.Job) -> None:
+        super().__init__(machine, env)
+        self.job = job
+
+    def refuse(self, why: str, *, drain: bool = False) -> Outcome:
+        return Outcome(self.tag, refused=why, drained=drain)
+
+    def job_end(self) -> str | None:
+        return self.job.end_iso
 
 
-def job_env(job: client.Job, cluster: str, box: Box) -> dict[str, str]:
-    """The job as the prolog's environment would show it on `box`."""
+def job_env(job: client.Job, cluster: str, node: str, box: Machine) -> dict[str, str]:
+    """The job as the prolog's environment would show it on `box`, Slurm node `node`."""
     return {
         "SLURM_JOB_ID": job.job_id,
         "SLURM_CLUSTER_NAME": cluster,
         "SLURM_JOB_COMMENT": job.comment,
-        "SLURM_JOB_GPUS": gpu_indexes(job, box.machine),
+        "SLURM_JOB_GPUS": gpu_indexes(job, box),
         "SLURM_JOB_USER": job.user,
         "SLURM_JOB_ACCOUNT": job.account,
-        "SLURMD_NODENAME": box.node,
+        "SLURMD_NODENAME": node,
     }
 
 
-def bridge_round(slurm: Machine, bridged: Sequence[Box]) -> list[Outcome]:
-    """One round over every box; what it granted, revoked and refused."""
-    cluster = client.cluster_name(slurm)
-    jobs = client.jobs(slurm)
-    done: list[Outcome] = []
-    for box in bridged:
-        settled = reconcile(box.machine, (cluster, jobs))
-        refs = {r.id: r.ref for r in RepoStore(box.machine).list()}
-        for grant in settled.revoked:
-            repo = refs.get(grant.repo_id, grant.repo_id)
-            done.append(Outcome(grant.job or "", repo, revoked=(grant.device,)))
-        for grant, end in settled.renewed:
-            done.append(Outcome(grant.job or "", note=f"renewed {grant.device} until {end}"))
-        held = {g.job for g in read_grants(box.machine) if g.job}
-        for job in jobs:
-            if job.state != "RUNNING" or job.nodes != box.node or repo_named(job.comment) is None:
-                continue
-            if job_tag(cluster, job.job_id) in held or job.admin_comment.startswith("rdc:"):
-                continue  # granted in an earlier round, or refused there (its cancel under way)
-            done.append(ExternalGrant(box.machine, job_env(job, cluster, box), slurm).run())
+@dataclass(frozen=True)
+class Step:
+    """One box's part of a round: its node, and what it granted, revoked, renewed and refused."""
+
+    node: str
+    done: list[Outcome] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "outcomes": [
+                {
+                    "job": o.job,
+                    "repo": o.repo,
+                    "granted": list(o.granted),
+                    "revoked": list(o.revoked),
+                    "refused": o.refused,
+                    "drain": o.drained,
+                    "note": o.note,
+                }
+                for o in self.done
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Step:
+        try:
+            return cls(
+                str(data["node"]),
+                [
+                    Outcome(
+                        str(o["job"]),
+                        str(o["repo"]),
+                        tuple(str(d) for d in o["granted"]),
+                        tuple(str(d) for d in o["revoked"]),
+                        str(o["refused"]),
+                        o["drain"] is True,
+                        str(o["note"]),
+                    )
+                    for o in data["outcomes"]
+                ],
+            )
+        except (KeyError, TypeError) as exc:
+            raise StateError(
+                f"a bridge step answered what this rdc cannot read ({exc!r})",
+                "install this rdc's version on the box: rdc machine install MACHINE",
+            ) from exc
+
+
+def step(box: Machine, cluster: str, jobs: Sequence[client.Job]) -> Step:
+    """One box's part of a round, on the box: reconcile its grants with `jobs` (the live ones Slurm
+    runs), and grant each RUNNING job on its node that names a repo and holds no grant there yet, as
+    the prolog decides. No Slurm tool is called: a refusal is in the answer, for the bridge."""
+    gres = read_map(box)
+    if gres is None:
+        raise StateError(
+            f"machine {box.name} has no gres map, so it is no Slurm node of rdc's",
+            f"write it: rdc slurm gres {box.name} --node NODE --conf /etc/slurm/gres.conf",
+        )
+    done = Step(gres.node)
+    settled = reconcile(box, (cluster, list(jobs)))
+    refs = {r.id: r.ref for r in RepoStore(box).list()}
+    for grant in settled.revoked:
+        repo = refs.get(grant.repo_id, grant.repo_id)
+        done.done.append(Outcome(grant.job or "", repo, revoked=(grant.device,)))
+    for grant, end in settled.renewed:
+        done.done.append(Outcome(grant.job or "", note=f"renewed {grant.device} until {end}"))
+    held = {g.job for g in read_grants(box) if g.job}
+    for job in jobs:
+        if job.state != "RUNNING" or job.nodes != gres.node or repo_named(job.comment) is None:
+            continue
+        if job_tag(cluster, job.job_id) in held or job.admin_comment.startswith("rdc:"):
+            continue  # granted in an earlier round, or refused there (its cancel under way)
+        done.done.append(ExternalGrant(box, job_env(job, cluster, gres.node, box), job).run())
     return done
+
+
+# The fields of a job a step reads, and their names in `--jobs` (squeue's own, where it has one).
+_FIELDS = {
+    "job_id": "job_id",
+    "state": "job_state",
+    "user": "user_name",
+    "account": "account",
+    "comment": "comment",
+    "admin_comment": "admin_comment",
+    "nodes": "nodes",
+    "end": "end_time",
+    "gpus": "gres_detail",
+}
+
+
+def jobs_json(jobs: Iterable[client.Job]) -> str:
+    """The live jobs of `jobs` as a step's `--jobs` reads them (the fields it needs, nothing else)."""
+    return json.dumps(
+        [{key: getattr(j, attr) for attr, key in _FIELDS.items()} for j in jobs if j.live],
+        separators=(",", ":"),
+    )
+
+
+def read_jobs(text: str) -> list[client.Job]:
+    """A step's `--jobs`: a JSON list of jobs, each with the fields `jobs_json` writes."""
+    try:
+        entries = json.loads(text)
+        if not isinstance(entries, list):
+            raise TypeError("not a list")
+        return [
+            client.Job(
+                job_id=str(e["job_id"]),
+                state=str(e["job_state"]),
+                reason="",
+                name="",
+                user=str(e["user_name"]),
+                account=str(e["account"]),
+                comment=str(e["comment"]),
+                admin_comment=str(e["admin_comment"]),
+                nodes=str(e["nodes"]),
+                start=0,
+                end=int(e["end_time"]),
+                gpus=tuple(str(g) for g in e["gres_detail"]),
+            )
+            for e in entries
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValidationError(
+            f"--jobs is not a list of jobs as the bridge writes them ({exc!r}); "
+            f"each has {', '.join(_FIELDS.values())}",
+            "let `rdc slurm bridge` run the step (it writes --jobs), or leave --jobs out (no job)",
+        ) from exc
+
+
+def step_on(config: Config | None, box: Machine, cluster: str, jobs: Sequence[client.Job]) -> Step:
+    """The box's step: in this process for a box whose files this host reads, else through the
+    box's rdc-agent over SSH (one call)."""
+    if box.remote is None:
+        return step(box, cluster, jobs)
+    assert config is not None, "a box over SSH is reached through the config that names it"
+    argv = ["slurm", "bridge-step", box.name, "--cluster", cluster, "--jobs", jobs_json(jobs), "-o", "json"]
+    out, err = Stream(), Stream()
+    code = run_remote(config, box, argv, out, err)
+    if code != 0:
+        lines = err.value().strip().splitlines()
+        said = next((line[7:] for line in lines if line.startswith("Error: ")), None)
+        todo = next((line[12:] for line in lines if line.startswith("What to do: ")), None)
+        raise RdcError(
+            said or f"its bridge step failed (exit {code}): {lines[-1] if lines else 'no output'}",
+            todo or f"see why on the box: rdc slurm bridge-step {box.name} --cluster {cluster}",
+            exit_code=code,
+        )
+    try:
+        answer = json.loads(out.value())
+    except ValueError as exc:
+        raise StateError(
+            f"the bridge step on machine {box.name} answered no JSON ({exc})",
+            f"install this rdc's version on it: rdc machine install {box.name}",
+        ) from exc
+    return Step.from_json(answer)
+
+
+def bridge_round(slurm: Machine, bridged: Sequence[Box], config: Config | None = None) -> Iterator[Outcome]:
+    """One round over every box; what it granted, revoked and refused, box by box. A box whose step
+    fails is left for the next round and the others go on; the round then fails, naming it."""
+    cluster = client.cluster_name(slurm)
+    jobs = [j for j in client.jobs(slurm) if j.live]
+    failed: list[str] = []
+    for box in bridged:
+        try:
+            answer = step_on(config, box.machine, cluster, jobs)
+        except RdcError as exc:
+            failed.append(f"{box.machine.name}: {exc.what}" + (f" ({exc.todo})" if exc.todo else ""))
+            continue
+        for outcome in answer.done:
+            if outcome.refused:
+                reason = f"rdc: {outcome.refused}"
+                if outcome.drained:
+                    client.drain(slurm, answer.node, reason)
+                client.cancel_now(slurm, outcome.job.rpartition("/")[2], reason)
+            yield outcome
+    if failed:
+        raise RdcError(
+            f"the bridge reached not every box: {'; '.join(failed)}",
+            "see which machines answer: `rdc machine list`; the next round tries them again",
+        )
 
 
 def run_bridge(
@@ -138,12 +322,14 @@ def run_bridge(
     *,
     interval: float = 2.0,
     once: bool = False,
+    config: Config | None = None,
 ) -> None:
     """Rounds every `interval` seconds (one with `once`); a round that fails is said and the next
-    one tries again, since a controller that does not answer for a while must not stop the bridge."""
+    one tries again, since a controller or a box that does not answer for a while must not stop the
+    bridge."""
     while True:
         try:
-            for outcome in bridge_round(slurm, bridged):
+            for outcome in bridge_round(slurm, bridged, config):
                 say(outcome.line())
         except RdcError as exc:
             if once:

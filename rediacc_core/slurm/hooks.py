@@ -95,6 +95,11 @@ class Prolog:
         """Cancel the job with `reason`, once this prolog has ended (see `client.cancel_after`)."""
         client.cancel_after(self.slurm, self.job_id, reason, os.getpid())
 
+    def job_end(self) -> str | None:
+        """The job's end as Slurm has it now (the prolog asks the controller)."""
+        job = client.job(self.slurm, self.job_id)
+        return job.end_iso if job is not None else None
+
     def run(self) -> Outcome:
         if not self.job_id or not self.env.get("SLURM_CLUSTER_NAME"):
             raise RdcError("SLURM_JOB_ID or SLURM_CLUSTER_NAME is not set", "run it as slurmd's Prolog")
@@ -138,8 +143,7 @@ class Prolog:
         from rediacc_core.plugins import get_plugins
         from rediacc_core.runtime.holdings import Holdings
 
-        job = client.job(self.slurm, self.job_id)
-        end = job.end_iso if job is not None else None
+        end = self.job_end()
         if end is None:
             return self.refuse(
                 f"Slurm gives job {self.job_id} no end time; rdc leases only until a job's end"

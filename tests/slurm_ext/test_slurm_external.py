@@ -1,15 +1,25 @@
 """External mode on a real Slurm 26.05: the boxes are State=EXTERNAL nodes with no slurmd, leases are
 external jobs (`rdc repo gpu request --external`), and `rdc slurm bridge` makes each running one a
-grant on its box and revokes it once the job has ended."""
+grant on its box and revokes it once the job has ended. A box reached over SSH (box x2 added a second
+time, as `x2s`, served by a real sshd on this host) has its step (`rdc slurm bridge-step`) run
+through its rdc-agent, and what the step refused is cancelled from the operator's host."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from slurm_ext_kit import NODES, machine
 from slurm_kit import Cluster, wait_for
+from ssh_kit import install_agent
 
+from rediacc_core.config import Config
 from rediacc_core.grants.records import Grant, read_grants
+from rediacc_core.machine import Machine
+from rediacc_core.testing.sshd import running_sshd, sshd_unavailable
 
 
 def request(slurm: Cluster, repo: str, account: str = "teama") -> str:
@@ -151,3 +161,85 @@ def test_a_moved_time_limit_moves_the_grants_end(slurm: Cluster) -> None:
     (after,) = grants_of(slurm, "x3", job)
     assert (after.device, after.expires_at) == (before.device, moved), said
     assert said == [f"rdc: job slurm:rdcs/{job}: renewed nvidia.com/gpu=0 until {moved}"]
+
+
+@pytest.fixture
+def over_ssh(slurm: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The name of box x2 as an SSH machine of the operator's config."""
+    reason = sshd_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    # Short: master sockets live there. No resident agent: none outlives the test.
+    monkeypatch.setenv("RDC_SSH_CONTROL_DIR", tempfile.mkdtemp(prefix="rdc-x-", dir="/tmp"))
+    monkeypatch.setenv("RDC_AGENT_IDLE", "0")
+    root = slurm.root("x2")
+    install_agent(root)
+    with running_sshd(tmp_path / "sshd") as server:
+        key = server.authorize("x2s", Machine(name="x2", root=root).tool_dir)
+        added = slurm.rdc(
+            "machine", "add", "x2s", "--ssh", server.address, "--root", str(root),
+            "--identity", str(key), "--accept-host-key",
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        try:
+            yield "x2s"
+        finally:
+            config = Config.load(slurm.config_path)
+            config.remove("x2s")
+            config.save()
+
+
+def bridge_named(slurm: Cluster, *boxes: str) -> tuple[list[str], str]:
+    """One round over `boxes`: the lines it said, and all it wrote on stderr."""
+    done = slurm.rdc("slurm", "bridge", *boxes, "--slurm", "ops", "--once")
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("rdc:")], done.stderr
+
+
+def test_a_box_over_ssh_is_granted_revoked_and_its_refusal_cancelled_from_the_operators_host(
+    slurm: Cluster, over_ssh: str
+) -> None:
+    # The box's own files over SSH: its map, and its repos' lists.
+    shown = slurm.rdc("slurm", "gres", over_ssh, "--node", "x2", "--dry-run", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["slurmConf"].startswith("NodeName=x2 ")
+    allow(slurm, "alpha@x2s", "teama")
+    allow(slurm, "beta@x2s", "teama")
+    leased = request(slurm, "alpha@x2")
+    refused = request(slurm, "beta@x2", account="teamb")
+    running(slurm, leased)
+    running(slurm, refused)
+
+    said, stderr = bridge_named(slurm, "x1", over_ssh, "x3")
+    assert "its node over SSH (x2s)" in stderr
+    assert [g.device for g in grants_of(slurm, "x2", leased)] == ["nvidia.com/gpu=0"], stderr
+    assert f"rdc: job slurm:rdcs/{leased}: granted nvidia.com/gpu=0 to alpha@x2s" in said
+    assert any(line.startswith(f"rdc: job slurm:rdcs/{refused} refused") for line in said), said
+    wait_for("the refused job to be cancelled", lambda: slurm.job_state(refused) == "CANCELLED")
+    assert "may not lease for repo beta@x2s" in slurm.admin_comment(refused)
+    assert grants_of(slurm, "x2", refused) == []
+
+    slurm.slurm("scancel", leased)
+    wait_for("the job to end", lambda: slurm.job_state(leased) not in ("RUNNING", "COMPLETING"))
+    said, stderr = bridge_named(slurm, over_ssh)
+    assert said == [f"rdc: job slurm:rdcs/{leased}: revoked nvidia.com/gpu=0 from alpha@x2s"], stderr
+    assert grants_of(slurm, "x2", leased) == []
+
+
+def test_a_box_over_ssh_that_does_not_answer_fails_the_round_but_not_the_other_boxes(
+    slurm: Cluster, over_ssh: str
+) -> None:
+    allow(slurm, "alpha@x1", "teama")
+    job = request(slurm, "alpha@x1")
+    running(slurm, job)
+    agent = slurm.root("x2") / "opt/rediacc/bin/rdc-agent"
+    agent.unlink()
+    try:
+        done = slurm.rdc("slurm", "bridge", over_ssh, "x1", "--slurm", "ops", "--once")
+    finally:
+        install_agent(slurm.root("x2"))
+    assert done.returncode != 0
+    assert f"rdc: job slurm:rdcs/{job}: granted nvidia.com/gpu=0 to alpha@x1" in done.stderr
+    assert "the bridge reached not every box: x2s: rdc is not installed on machine x2s" in done.stderr
+    assert "(install it: rdc machine install x2s)" in done.stderr
+    assert [g.device for g in grants_of(slurm, "x1", job)] == ["nvidia.com/gpu=0"]
