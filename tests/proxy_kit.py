@@ -35,6 +35,7 @@ from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
 from rediacc_core.gate.decision import Decision, Forward, Refuse
+from rediacc_core.gate.policy.endpoints import Resolved, resolve
 from rediacc_core.gate.server import GateLimits, GateServer
 
 
@@ -194,21 +195,24 @@ class StandInDecider:
     def __init__(self) -> None:
         self.threads: list[str] = []
 
-    def inspects(self, method: str, raw_target: str) -> bool:
-        return method == "POST" and raw_target.split("?")[0].endswith("/containers/create")
+    def resolve(self, method: str, raw_target: str) -> Resolved:
+        return resolve(method, raw_target)
 
-    def remembers(self, method: str, raw_target: str) -> bool:
+    def inspects(self, request: Resolved) -> bool:
+        return request.method == "POST" and request.raw_target.split("?")[0].endswith("/containers/create")
+
+    def remembers(self, request: Resolved) -> bool:
         return True
 
     def judge_grpc(self, path: str, message: bytes) -> Verdict:
         return buildkit.check(path, message, BuildPolicy())
 
-    def head(self, method: str, raw_target: str) -> Decision | None:
-        if raw_target.split("?")[0].endswith("/swarm/init"):
+    def head(self, request: Resolved) -> Decision | None:
+        if request.raw_target.split("?")[0].endswith("/swarm/init"):
             return Refuse(403, "swarm mode is refused")
         return None
 
-    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
+    def decide_resolved(self, request: Resolved, content_type: str | None, body: bytes) -> Decision:
         doc = json.loads(body) if body else {}
         self.threads.append(threading.current_thread().name)
         if doc.get("Slow"):

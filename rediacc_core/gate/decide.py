@@ -35,7 +35,7 @@ from rediacc_core.gate.live_facts import (
     SpecAgeReader,
 )
 from rediacc_core.gate.policy import mounts, publish, rules
-from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Route, match_route, path_id
+from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Resolved, Route, path_id, resolve
 from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.gate.policy.pins import directory_for as pins_directory
 from rediacc_core.gate.start_checks import StartChecks, in_the_way
@@ -82,7 +82,9 @@ class Decider:
 
     A facade: the live facts (`live_facts`), the allowances of the settings (`allowances`), the
     start checks (`start_checks`), the grant refusals (`grant_refusals`) and the body decision
-    (`body`) are its parts, each handed what it reads; the routing of a request is its own.
+    (`body`) are its parts, each handed what it reads; the routing of a request is its own, on
+    the request as `resolve` found it once (target parsed, route matched): nothing here parses
+    the target again.
     """
 
     def __init__(
@@ -134,34 +136,32 @@ class Decider:
         self.body = BodyDecider(machine, repo, plugins, log, self.facts, self.allowances, refusals, pinning)
 
     # --- what to read ---------------------------------------------------------------------------
-    def inspects(self, method: str, raw_target: str) -> bool:
+    def resolve(self, method: str, raw_target: str) -> Resolved:
+        """The request's target parsed and its route found, once: what the other steps take."""
+        return resolve(method, raw_target)
+
+    def inspects(self, request: Resolved) -> bool:
         """Must the body be read and decided? True for bad targets too, so they get their 400."""
-        try:
-            target = parse_target(raw_target)
-        except BadRequest:
+        if request.target is None:
             return True
-        route = match_route(method, target.path)
+        route = request.route
         return route is not None and route.action == "inspect"
 
-    def remembers(self, method: str, raw_target: str) -> bool:
+    def remembers(self, request: Resolved) -> bool:
         """May the answers of `head` and `inspects` for this target be remembered? Not for routes
         decided by their query, whose answer also depends on the machine's settings (`registries`)."""
-        try:
-            target = parse_target(raw_target)
-        except BadRequest:
+        if request.target is None:
             return True
-        route = match_route(method, target.path)
+        route = request.route
         return route is None or route.action != "query"
 
-    def head(self, method: str, raw_target: str) -> Decision | None:
+    def head(self, request: Resolved) -> Decision | None:
         """The refusal of a request from its head alone (a route refused whole, an unknown route, or
         query parameters of `/build` and the fetching routes), or None when the head passes. Depends
         on nothing but its arguments and, for routes decided by their query, the machine's settings."""
-        try:
-            target = parse_target(raw_target)
-        except BadRequest:
+        if request.target is None:
             return None  # read and answered 400 by `decide`
-        return self._head(method, target, match_route(method, target.path))
+        return self._head(request.method, request.target, request.route)
 
     def _head(self, method: str, target: Target, route: Route | None) -> Decision | None:
         where = f"{method} {target.path}"
@@ -203,18 +203,26 @@ class Decider:
 
     # --- the decision -------------------------------------------------------------------------
     def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
+        """`decide_resolved` for a caller that holds the head's text only (`rdc repo check`, the
+        demo, tests and benchmarks): the same decision, resolved here."""
+        return self.decide_resolved(resolve(method, raw_target), content_type, body)
+
+    def decide_resolved(self, request: Resolved, content_type: str | None, body: bytes) -> Decision:
+        """The decision on a request whose head was resolved (`resolve`), given its body."""
         try:
-            return self._decide(method, raw_target, content_type, body)
+            return self._decide(request, content_type, body)
         except BadRequest as exc:
-            log = (f"400 {method} {raw_target}: {exc.message}",)
+            log = (f"400 {request.method} {request.raw_target}: {exc.message}",)
             return Refuse(400, exc.message, log=log, rules=("bad-request",))
         except Exception as exc:  # a gate bug must refuse the request, never let it through unchecked
             message = f"the gate could not decide this request: {type(exc).__name__}: {exc}"
-            return Refuse(500, message, log=(f"500 {method} {raw_target}: {message}",), rules=("gate",))
+            log = (f"500 {request.method} {request.raw_target}: {message}",)
+            return Refuse(500, message, log=log, rules=("gate",))
 
-    def _decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
-        target = parse_target(raw_target)
-        endpoint = match_route(method, target.path)
+    def _decide(self, request: Resolved, content_type: str | None, body: bytes) -> Decision:
+        method, raw_target = request.method, request.raw_target
+        target = request.parsed()
+        endpoint = request.route
         decision = self._decide_route(method, raw_target, target, endpoint, content_type, body)
         if decision.endpoint or endpoint is None or not endpoint.name:
             return decision

@@ -1,10 +1,12 @@
 """The gate: an HTTP/1.1 reverse proxy on a Unix socket in front of one repo's Docker daemon.
 
 Each client connection gets its own upstream connection (opened on its first forwarded request)
-and is served in lockstep: one request, then its whole response, then the next request. For every
-request the decider says whether the body matters (`inspects`); such bodies are read whole (up to
-MAX_INSPECTED_BODY) and decided, and what is forwarded is the decider's canonical body with a
-Content-Length the gate computed. Every other body, and every response, is streamed as it arrives.
+and is served in lockstep: one request, then its whole response, then the next request. Every
+request's head is resolved once (target parsed, route found: `policy/endpoints.resolve`), and the
+decider says from it whether the body matters (`inspects`); such bodies are read whole (up to
+MAX_INSPECTED_BODY) and decided on that same resolved head, and what is forwarded is the decider's
+canonical body with a Content-Length the gate computed. Every other body, and every response, is
+streamed as it arrives.
 
 Small bodies are decided on the event loop (cheaper than a thread hop); big ones, and any decision
 that would wait for I/O (an image lookup on the daemon, see `blocking.may_block`), run in a worker
@@ -57,6 +59,7 @@ from rediacc_core.gate.buildkit.relay import GrpcRelay
 from rediacc_core.gate.decision import Decision
 from rediacc_core.gate.http.exchange import Exchange
 from rediacc_core.gate.http.messages import RequestHead, error_response
+from rediacc_core.gate.policy.endpoints import Resolved
 from rediacc_core.unixhttp import listening
 
 Log = Callable[[str], None]
@@ -101,13 +104,16 @@ class GateLimits:
 class DeciderLike(Protocol):
     """What the gate needs of `rediacc_core.gate.decide.Decider`."""
 
-    def inspects(self, method: str, raw_target: str) -> bool: ...
+    def resolve(self, method: str, raw_target: str) -> Resolved:
+        """The request's target parsed and its route found: done once per request, by `route`."""
 
-    def head(self, method: str, raw_target: str) -> Decision | None: ...
+    def inspects(self, request: Resolved) -> bool: ...
 
-    def remembers(self, method: str, raw_target: str) -> bool: ...
+    def head(self, request: Resolved) -> Decision | None: ...
 
-    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision: ...
+    def remembers(self, request: Resolved) -> bool: ...
+
+    def decide_resolved(self, request: Resolved, content_type: str | None, body: bytes) -> Decision: ...
 
     def judge_grpc(self, path: str, message: bytes) -> Verdict:
         """One message of a BuildKit gRPC call, for the relay (`buildkit.relay`)."""
@@ -179,6 +185,9 @@ class _Client(asyncio.BufferedProtocol):
         self.paused: set[str] = set()
         self.held = 0  # bytes of unfinished request this connection counts in `gate.buffered`
         self.peer = NO_PEER  # the client process (SO_PEERCRED), read once when auditing
+        # The head of the request whose body is being read for the decider, resolved by `route`:
+        # the exchange is in lockstep, so it is the one `decide` is asked about next.
+        self.resolved: Resolved | None = None
 
     # --- asyncio.Protocol (client side) -------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -239,7 +248,8 @@ class _Client(asyncio.BufferedProtocol):
     # --- the exchange's actions -----------------------------------------------------------------
     def route(self, method: str, target: str) -> tuple[Decision | None, bool]:
         self.gate.requests += 1
-        return self.gate.route(method, target)
+        refused, self.resolved = self.gate.route(method, target)
+        return refused, self.resolved is not None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.transport is not None and not self.exchange.closed:
@@ -337,7 +347,12 @@ class _Client(asyncio.BufferedProtocol):
 
     # --- deciding -------------------------------------------------------------------------------
     def decide(self, req: RequestHead, body: bytes) -> None:
-        self.gate.decide(self.exchange, req, body)
+        resolved, self.resolved = self.resolved, None
+        if resolved is None or (resolved.method, resolved.raw_target) != (req.method, req.target):
+            # Never so while the exchange keeps lockstep; if it were, nothing is forwarded.
+            self.exchange.undecided(RuntimeError("the request decided is not the one whose head was read"))
+            return
+        self.gate.decide(self.exchange, req, resolved, body)
 
     def judged(self, req: RequestHead, decision: Decision) -> None:
         self.gate.judged(self.peer, req, decision, self.exchange.started)
@@ -494,24 +509,31 @@ class GateServer:
         if isinstance(data, memoryview) and transport.get_write_buffer_size():
             self.read_buffer = memoryview(bytearray(READ_SIZE))
 
-    def route(self, method: str, target: str) -> tuple[Decision | None, bool]:
-        """The decider's answers from a request's head alone, remembered: `head` (a refusal, or
-        None) and, unless refused, `inspects`. Both depend on nothing but their arguments (save for
-        the routes decided by their query, which the decider does not let be remembered), and the
-        same few (method, target) pairs make up most of the traffic."""
+    def route(self, method: str, target: str) -> tuple[Decision | None, Resolved | None]:
+        """What a request's head alone decides: `head`'s refusal (or None) and, when its body is
+        to be read and decided (`inspects`), the request resolved (target parsed, route found)
+        for `decide`; None when the body streams.
+
+        The answers of `head` and `inspects` are remembered: both depend on nothing but their
+        arguments (save for the routes decided by their query, which the decider does not let be
+        remembered), and the same few (method, target) pairs make up most of the traffic. The
+        resolved request is not: it is made once per request, and only where something reads it.
+        """
         key = (method, target)
         known = self._routes.get(key)
-        if known is None:
-            refused = self.decider.head(method, target)
-            known = (refused, refused is None and self.decider.inspects(method, target))
-            if not self.decider.remembers(method, target):
-                return known  # decided by its query and the machine's settings: asked every time
+        if known is not None:
+            refused, inspected = known
+            return refused, self.decider.resolve(method, target) if inspected else None
+        request = self.decider.resolve(method, target)
+        refused = self.decider.head(request)
+        inspected = refused is None and self.decider.inspects(request)
+        if self.decider.remembers(request):  # else decided by its query and the settings: asked every time
             if len(self._routes) >= _ROUTES_CACHE:
                 self._routes.clear()
-            self._routes[key] = known
-        return known
+            self._routes[key] = (refused, inspected)
+        return refused, request if inspected else None
 
-    def decide(self, exchange: Exchange, req: RequestHead, body: bytes) -> None:
+    def decide(self, exchange: Exchange, req: RequestHead, request: Resolved, body: bytes) -> None:
         """Decide on the loop when that cannot stall it, else in a worker thread; the answer goes
         to `exchange` (`decided`, or `undecided` when the decider raised).
 
@@ -522,7 +544,7 @@ class GateServer:
         if len(body) <= INLINE_DECISION_MAX:
             try:
                 with decisions_must_not_block():
-                    decision = self.decider.decide(req.method, req.target, req.content_type, body)
+                    decision = self.decider.decide_resolved(request, req.content_type, body)
             except MustNotBlock:
                 pass
             except Exception as exc:
@@ -531,13 +553,15 @@ class GateServer:
             else:
                 exchange.decided(req, body, decision)
                 return
-        self.spawn(self._decide_in_worker(exchange, req, body))
+        self.spawn(self._decide_in_worker(exchange, req, request, body))
 
-    async def _decide_in_worker(self, exchange: Exchange, req: RequestHead, body: bytes) -> None:
+    async def _decide_in_worker(
+        self, exchange: Exchange, req: RequestHead, request: Resolved, body: bytes
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
             decision = await loop.run_in_executor(
-                self.executor, self.decider.decide, req.method, req.target, req.content_type, body
+                self.executor, self.decider.decide_resolved, request, req.content_type, body
             )
         except Exception as exc:
             exchange.undecided(exc)

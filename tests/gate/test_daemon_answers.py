@@ -21,6 +21,7 @@ from proxy_kit import StandInDecider, read_response, start_gate
 
 from rediacc_core.blocking import may_block
 from rediacc_core.gate.decision import Decision, Refuse
+from rediacc_core.gate.policy.endpoints import Resolved, resolve
 from rediacc_core.gate.server import DeciderLike, GateServer, new_event_loop
 
 Loop = Callable[[], asyncio.AbstractEventLoop]
@@ -509,12 +510,12 @@ class FailingDecider(StandInDecider):
         self.holding = threading.Event()
         self.release = threading.Event()
 
-    def head(self, method: str, raw_target: str) -> Decision | None:
-        if raw_target == "/fail-route":
+    def head(self, request: Resolved) -> Decision | None:
+        if request.raw_target == "/fail-route":
             raise RuntimeError("route lookup broke")
-        return super().head(method, raw_target)
+        return super().head(request)
 
-    def decide(self, method: str, raw_target: str, content_type: str | None, body: bytes) -> Decision:
+    def decide_resolved(self, request: Resolved, content_type: str | None, body: bytes) -> Decision:
         if b"Fail" in body:
             if b"Wait" in body:
                 may_block()
@@ -524,7 +525,7 @@ class FailingDecider(StandInDecider):
             self.holding.set()
             self.release.wait(10)
             return Refuse(403, "held and refused", log=("held request refused",))
-        return super().decide(method, raw_target, content_type, body)
+        return super().decide_resolved(request, content_type, body)
 
 
 def create(body: bytes, extra: bytes = b"") -> bytes:
@@ -635,9 +636,36 @@ def test_the_decider_answers_cache_stays_bounded(short_dir: Path) -> None:
     decider = StandInDecider()
     gate = GateServer(short_dir / "gate.sock", short_dir / "up.sock", decider)
     for n in range(5000):
-        assert gate.route("GET", f"/containers/{n}/json") == (None, False)
+        assert gate.route("GET", f"/containers/{n}/json") == (None, None)
     assert len(gate._routes) <= 4096
     refused, inspected = gate.route("POST", "/swarm/init")
-    assert refused is not None and refused.status == 403 and not inspected
-    assert gate.route("POST", "/containers/create") == (None, True)
+    assert refused is not None and refused.status == 403 and inspected is None
+    assert gate.route("POST", "/containers/create") == (None, resolve("POST", "/containers/create"))
     gate.executor.shutdown()
+
+
+class CountingDecider(StandInDecider):
+    """Counts the request heads it resolves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resolved: list[str] = []
+
+    def resolve(self, method: str, raw_target: str) -> Resolved:
+        self.resolved.append(f"{method} {raw_target}")
+        return super().resolve(method, raw_target)
+
+
+def test_a_request_head_is_resolved_once_and_a_remembered_stream_not_at_all(
+    serve: Callable[..., Setup],
+) -> None:
+    decider = CountingDecider()
+    sock = serve(answer_each(OK, OK, OK, OK), decider).connect()
+    for _ in range(2):
+        sock.sendall(create(b"{}"))
+        assert read_response(sock) == (200, b"OK")
+        sock.sendall(PING)
+        assert read_response(sock) == (200, b"OK")
+    # Each create is resolved at its head, and that is what its decision reads; `/_ping` once, when
+    # its head's answers (not refused, body streamed) were found, then remembered.
+    assert decider.resolved == ["POST /containers/create", "GET /_ping", "POST /containers/create"]

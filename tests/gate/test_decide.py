@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from rediacc_core import ApiRequest, GateContext, Inventory, Refusal, Rewrite, Verdict
 from rediacc_core.errors import ValidationError
 from rediacc_core.gate.decide import MAX_INSPECTED_BODY, Decider
+from rediacc_core.gate.policy.endpoints import resolve
 from rediacc_core.grants.store import GrantStore
 from rediacc_core.inventory import write_inventory
 from rediacc_core.repos import RepoStore
@@ -54,7 +56,7 @@ class TestWhatIsInspected:
         ],
     )
     def test_inspected(self, gate: Any, method: str, target: str) -> None:
-        assert gate.decider.inspects(method, target)
+        assert gate.decider.inspects(resolve(method, target))
 
     @pytest.mark.parametrize(
         ("method", "target", "says"),
@@ -72,7 +74,7 @@ class TestWhatIsInspected:
         ],
     )
     def test_refused_from_the_head_alone(self, gate: Any, method: str, target: str, says: str) -> None:
-        head = gate.decider.head(method, target)
+        head = gate.decider.head(resolve(method, target))
         assert head is not None and head.status == 403 and says in head.message
         assert not gate.decider.decide(method, target, None, b"").forward
 
@@ -86,8 +88,14 @@ class TestWhatIsInspected:
         ],
     )
     def test_streamed(self, gate: Any, method: str, target: str) -> None:
-        assert not gate.decider.inspects(method, target)
+        assert not gate.decider.inspects(resolve(method, target))
         assert gate.decider.decide(method, target, None, b"").forward
+
+    def test_the_decision_reads_the_resolved_head_not_its_text(self, gate: Any) -> None:
+        # The route is found once, at the head; nothing parses the target again.
+        request = dataclasses.replace(resolve("POST", "/v1.45/swarm/init"), raw_target="/v1.45/_ping")
+        decision = gate.decider.decide_resolved(request, None, b"")
+        assert decision.status == 403 and "swarm mode is refused" in decision.message
 
 
 class TestAdmitted:
@@ -308,6 +316,14 @@ class TestBadRequests:
     )
     def test_unclean_paths_and_old_versions(self, gate: Any, target: str) -> None:
         assert gate.post(target, {"Image": "bb"}).status == 400
+
+    def test_a_malformed_target_is_read_then_answered_400_with_what_was_wrong(self, gate: Any) -> None:
+        request = resolve("POST", "/v1.45//containers/create")
+        assert request.target is None and request.route is None and "not clean" in request.bad
+        assert gate.decider.inspects(request) and gate.decider.head(request) is None
+        decision = gate.decider.decide_resolved(request, "application/json", b"{}")
+        assert (decision.status, decision.message, decision.rules) == (400, request.bad, ("bad-request",))
+        assert decision.log == (f"400 POST /v1.45//containers/create: {request.bad}",)
 
     def test_content_type_must_be_json(self, gate: Any) -> None:
         assert gate.create({"Image": "bb"}, content_type="text/plain").status == 400

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rediacc_core.gate.policy import fetches
+from rediacc_core.gate.policy.endpoints import resolve
 from rediacc_core.gate.server import GateServer
 from rediacc_core.settings import set_setting, unset_setting
 
@@ -131,7 +132,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("method", "target"), REFUSED)
 def test_fetches_from_the_host_itself_are_refused_from_the_head(gate: Any, method: str, target: str) -> None:
-    decision = gate.decider.head(method, target)
+    decision = gate.decider.head(resolve(method, target))
     assert decision is not None and decision.status == 403 and decision.rules == ("fetch-address",)
     assert "the daemon would fetch from it as the host's root" in decision.message
     assert "--set registries=" in decision.message
@@ -139,8 +140,8 @@ def test_fetches_from_the_host_itself_are_refused_from_the_head(gate: Any, metho
 
 @pytest.mark.parametrize(("method", "target"), ADMITTED)
 def test_fetches_from_elsewhere_pass(gate: Any, method: str, target: str) -> None:
-    assert gate.decider.head(method, target) is None
-    assert not gate.decider.inspects(method, target)  # the body (an image tarball) streams
+    assert gate.decider.head(resolve(method, target)) is None
+    assert not gate.decider.inspects(resolve(method, target))  # the body (an image tarball) streams
 
 
 @pytest.mark.parametrize(
@@ -155,7 +156,7 @@ def test_fetches_from_elsewhere_pass(gate: Any, method: str, target: str) -> Non
     ],
 )
 def test_git_build_remotes_are_refused(gate: Any, remote: str) -> None:
-    decision = gate.decider.head("POST", f"/v1.45/build?remote={remote}")
+    decision = gate.decider.head(resolve("POST", f"/v1.45/build?remote={remote}"))
     assert decision is not None and decision.rules == ("git-remote",)
     assert decision.message == (
         f"build remote={remote.replace('%23', '#')} is refused: the daemon would clone it with git as the "
@@ -198,26 +199,27 @@ def test_a_login_body_is_read_as_the_daemon_reads_it(gate: Any) -> None:
 class TestTheMachinesRegistries:
     def test_a_registry_the_machine_allows_passes_on_its_port_only(self, gate: Any) -> None:
         set_setting(gate.fm.machine, "registries", "127.0.0.1:5000")
-        assert gate.decider.head("POST", "/images/create?fromImage=127.0.0.1:5000/app") is None
-        assert gate.decider.head("POST", "/images/create?fromImage=127.0.0.1:5001/app") is not None
-        assert gate.decider.head("POST", "/images/create?fromImage=localhost:5000/app") is not None
+        assert gate.decider.head(resolve("POST", "/images/create?fromImage=127.0.0.1:5000/app")) is None
+        assert gate.decider.head(resolve("POST", "/images/create?fromImage=127.0.0.1:5001/app")) is not None
+        assert gate.decider.head(resolve("POST", "/images/create?fromImage=localhost:5000/app")) is not None
 
     def test_a_host_without_a_port_allows_each_port(self, gate: Any) -> None:
         set_setting(gate.fm.machine, "registries", "localhost,[::1]:5000")
-        assert gate.decider.head("POST", "/images/create?fromImage=localhost:5000/app") is None
-        assert gate.decider.head("POST", "/images/create?fromImage=LOCALHOST:6000/app") is None
-        assert gate.decider.head("POST", "/images/create?fromSrc=http://localhost/x") is None  # port 80
-        assert gate.decider.head("GET", "/images/search?term=%5B::1%5D:5000/app") is None
-        assert gate.decider.head("GET", "/images/search?term=%5B::1%5D:5001/app") is not None
+        assert gate.decider.head(resolve("POST", "/images/create?fromImage=localhost:5000/app")) is None
+        assert gate.decider.head(resolve("POST", "/images/create?fromImage=LOCALHOST:6000/app")) is None
+        # port 80
+        assert gate.decider.head(resolve("POST", "/images/create?fromSrc=http://localhost/x")) is None
+        assert gate.decider.head(resolve("GET", "/images/search?term=%5B::1%5D:5000/app")) is None
+        assert gate.decider.head(resolve("GET", "/images/search?term=%5B::1%5D:5001/app")) is not None
 
     def test_a_url_matches_its_schemes_default_port(self, gate: Any) -> None:
         set_setting(gate.fm.machine, "registries", "127.0.0.1:80")
-        assert gate.decider.head("POST", "/build?remote=http://127.0.0.1/context.tar") is None
-        assert gate.decider.head("POST", "/build?remote=https://127.0.0.1/context.tar") is not None
+        assert gate.decider.head(resolve("POST", "/build?remote=http://127.0.0.1/context.tar")) is None
+        assert gate.decider.head(resolve("POST", "/build?remote=https://127.0.0.1/context.tar")) is not None
 
     def test_the_allowance_never_admits_a_git_clone(self, gate: Any) -> None:
         set_setting(gate.fm.machine, "registries", "127.0.0.1")
-        decision = gate.decider.head("POST", "/build?remote=http://127.0.0.1/app.git")
+        decision = gate.decider.head(resolve("POST", "/build?remote=http://127.0.0.1/app.git"))
         assert decision is not None and decision.rules == ("git-remote",)
 
     def test_the_gate_does_not_remember_what_the_setting_decides(self, gate: Any, short_dir: Path) -> None:
@@ -244,4 +246,4 @@ class TestTheMachinesRegistries:
     def test_which_answers_are_remembered(
         self, gate: Any, method: str, target: str, remembered: bool
     ) -> None:
-        assert gate.decider.remembers(method, target) is remembered
+        assert gate.decider.remembers(resolve(method, target)) is remembered

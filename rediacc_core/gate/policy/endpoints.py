@@ -16,6 +16,9 @@ trail and the metrics call it), the struct its body decodes into, and whether a 
 processes run with their devices after it (`runs`), the daemon binds published ports (`binds_ports`),
 its body may name host paths to pin (`pins`) or devices (`devices_in`).
 
+A request's head is resolved once (`resolve`): its target parsed and its route found, and that
+`Resolved` is what every later step of the gate reads, so nothing parses the path again.
+
 A method and path the table does not list is refused: a newer daemon may serve routes the gate has
 never checked. `tests/gate/test_api_coverage.py` fails when the daemon's swagger has an operation the
 table does not classify.
@@ -27,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from rediacc_core.gate.wire.decode import BadRequest, Target, parse_target
 from rediacc_core.gate.wire.decode_fields import FieldType, StructRef
 
 Action = Literal["forward", "inspect", "query", "refuse"]
@@ -287,3 +291,30 @@ def match_route(method: str, path: str) -> Route | None:
         if better and route.method == method and regex.fullmatch(path):
             found = route
     return found
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A request's head as the gate routes it, found once: the target parsed as the daemon parses
+    it and the route it reaches, or why the target could not be parsed."""
+
+    method: str
+    raw_target: str  # as the client sent it
+    target: Target | None  # None: the target is malformed (`bad` says how)
+    route: Route | None  # None: a route the table does not list, or a malformed target
+    bad: str = ""  # why the target could not be parsed (answered 400), "" when it was
+
+    def parsed(self) -> Target:
+        """The parsed target; BadRequest, with the parser's message, when the target is malformed."""
+        if self.target is None:
+            raise BadRequest(self.bad)
+        return self.target
+
+
+def resolve(method: str, raw_target: str) -> Resolved:
+    """Parse `raw_target` and find the route `method` reaches with it, once per request."""
+    try:
+        target = parse_target(raw_target)
+    except BadRequest as exc:
+        return Resolved(method, raw_target, None, None, exc.message)
+    return Resolved(method, raw_target, target, match_route(method, target.path))
