@@ -13,7 +13,6 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
-from rediacc_core.slurm.bridge import boxes, read_jobs, run_bridge, step
 
 if TYPE_CHECKING:
     from rediacc_core.slurm.hooks import Outcome
@@ -201,6 +200,10 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> Non
       rdc slurm bridge --once
       rdc slurm bridge box1 box2 --interval 5
     """
+    # Here, not at the top: `rdc --help` imports this module, and the bridge's rooms load the CDI
+    # schemas and YAML (about 40 ms here).
+    from rediacc_core.slurm.bridge import boxes, run_bridge
+
     config = Config.load()
     machines = [config.machine(n) for n in names] if names else config.machines()
     # Unnamed, the boxes are the machines whose maps this host reads; one over SSH is bridged named.
@@ -244,6 +247,8 @@ def bridge_step(name: str, cluster: str, jobs_text: str, fmt: str) -> None:
     Examples:
       rdc slurm bridge-step localhost --cluster main -o json
     """
+    from rediacc_core.slurm.bridge import read_jobs, step  # as in `bridge`: not for `rdc --help`
+
     done = step(Config.load().machine(name), cluster, read_jobs(jobs_text))
     emit(done.to_json(), fmt, lambda _: "")
     for outcome in done.done:
