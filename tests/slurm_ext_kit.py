@@ -37,13 +37,33 @@ What Slurm 26.05 does with them, as found by running it (the man pages say littl
 
 from __future__ import annotations
 
+import importlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from slurm_kit import Cluster, _sh, _which
+from slurm_kit import (
+    Cluster,
+    _sh,
+    _which,
+    accounts,
+    budgets,
+    machine_tools,
+    slurm_conf,
+    start_accounting,
+    start_controller,
+    wait_for,
+)
 
 from rediacc_core.config import Config
 from rediacc_core.machine import Machine
+from rediacc_core.plugins import get_plugins
+from rediacc_core.repos import RepoStore
+from rediacc_core.setup import run_setup
+from rediacc_core.testing import FakeMachine
 
 EXT_ENV = "RDC_SLURM_EXT"
 REQUIRED = "RDC_SLURM_EXT_REQUIRED"
@@ -109,3 +129,62 @@ def sid_cluster(base: Path) -> Cluster:
     runner.write_text(SIDRUN.format(root=SID_ROOT))
     runner.chmod(0o755)
     return Cluster(base, f"rx{base.name[-5:]}", base / "rdc.yaml", wrap=(str(runner),), nodes=NODES)
+
+
+def _box(cluster: Cluster, node: str) -> None:
+    # Here, not at the top: the core env (no vendor plugin) imports this kit too.
+    nvidia_testing = importlib.import_module("rediacc_nvidia.testing")
+
+    fm = FakeMachine(cluster.root(node), name=node)
+    first, second = UUIDS[node], UUIDS[node].replace("-7d4f-", "-1e2f-")
+    nvidia_testing.nvidia_machine(fm, nvidia_testing.two_a100s(first, second), compute_caps=("8.0", "8.0"))
+    plugins = get_plugins()
+    run_setup(fm.machine, plugins, {opt.name: opt.default for opt in plugins.setup_options() if opt.name})
+
+
+@contextmanager
+def running_ext_cluster() -> Iterator[Cluster]:
+    """The whole external-mode cluster, built in a new directory under /tmp and stopped on the way
+    out: the operator's host `ops` (the Slurm tools, no GPU) and the boxes, each a simulated machine
+    set up as `rdc machine setup` does with repos `alpha` and `beta` and its gres map, a
+    `State=EXTERNAL` node; the accounts, the QOS and the budgets. Needs the NVIDIA plugin (the
+    boxes' fake cards come from its test kit)."""
+    base = Path(tempfile.mkdtemp(prefix="rdcx", dir="/tmp"))
+    cluster = sid_cluster(base)
+    try:
+        config = Config.load(cluster.config_path)
+        (base / "ops").mkdir()
+        config.add("ops", base / "ops")
+        for node in NODES:
+            cluster.root(node).mkdir(parents=True)
+            config.add(node, cluster.root(node))
+        config.save()
+        machine_tools(cluster, base / "ops")
+        (base / "etc").mkdir()
+        lines, gres = [], ["AutoDetect=off"]
+        for node in NODES:
+            _box(cluster, node)
+            box = machine(cluster, node)
+            RepoStore(box).create("alpha")
+            RepoStore(box).create("beta")
+            made = cluster.rdc("slurm", "gres", node, "--node", node, "--conf", "/etc/slurm/gres.conf")
+            assert made.returncode == 0, made.stderr
+            lines.append(f"{made.stdout.strip()} CPUs=2 RealMemory=1000 State=EXTERNAL")
+            text = box.path("/etc/slurm/gres.conf").read_text()
+            gres += [line for line in text.splitlines() if line.startswith("NodeName=")]
+        cluster.conf.write_text(slurm_conf(cluster, lines, host=HOST, hooks=False))
+        (base / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
+        make_network(cluster)
+        start_accounting(cluster)
+        cluster.slurm("sacctmgr", "-i", "add", "cluster", "rdcs")
+        accounts(cluster)
+        start_controller(cluster)
+        wait_for(
+            "slurmctld", lambda: cluster.slurm("scontrol", "ping", check=False).returncode == 0, timeout=60
+        )
+        budgets(cluster)
+        yield cluster
+    finally:
+        cluster.stop()
+        if not os.environ.get("RDC_SLURM_KEEP"):  # set it to read the daemons' logs after a run
+            shutil.rmtree(base, ignore_errors=True)

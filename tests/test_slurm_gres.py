@@ -274,6 +274,22 @@ def test_a_bridge_step_grants_and_reconciles_on_the_box_and_answers_its_refusals
     assert read_grants(fm.machine) == []
 
 
+def test_a_bridge_step_grants_no_job_past_its_end_though_slurm_still_shows_it_running(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    """slurmctld looks at time limits every 30 s: a job past its end may still be RUNNING in squeue;
+    its grant lapsed at that end, and a step must not write a lapsed one again."""
+    set_up(vendor, fm, split=False)
+    assert rdc("slurm", "gres", "box", "--node", "n1").exit_code == 0
+    assert rdc("repo", "create", "alpha@box").exit_code == 0
+    assert rdc("repo", "slurm", "allow", "alpha@box", "--account", "teama").exit_code == 0
+    (job, _) = parse_squeue((DATA / "squeue-22.05.json").read_text())
+    done = step(jobs_json([replace(job, end=int(time.time()) - 1)]))
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["outcomes"] == []
+    assert read_grants(fm.machine) == []
+
+
 def test_a_bridge_step_refuses_jobs_it_cannot_read_and_a_machine_that_is_no_node(
     vendor: FakeVendor, fm: FakeMachine
 ) -> None:

@@ -20,7 +20,9 @@ gres.conf), so an external job's `gres_detail` is a count per type (`gpu:a100(CN
 type from the box's gres map that no grant holds, lowest index first. Where a Slurm does give
 indexes (`gpu:a100:1(IDX:0)`), those are used as they are.
 
-A job that spans several nodes is not granted (an external lease is one box's cards).
+A job that spans several nodes is not granted (an external lease is one box's cards), nor one past
+its end: its grant lapsed there by itself (a lease's grant is absent from its `expires_at` on), and
+slurmctld, which looks at time limits every 30 s, may still show it RUNNING for a while.
 
 One box's part of a round is its step (`step`, `rdc slurm bridge-step`), which runs on the box and
 calls no Slurm tool (a box of external mode has none): the bridge hands it the cluster's name and
@@ -204,6 +206,8 @@ def step(box: Machine, cluster: str, jobs: Sequence[client.Job]) -> Step:
             continue
         if job_tag(cluster, job.job_id) in held or job.admin_comment.startswith("rdc:"):
             continue  # granted in an earlier round, or refused there (its cancel under way)
+        if 0 < job.end <= time.time():
+            continue  # past its time limit, its grant lapsed: slurmctld ends it within 30 s
         done.done.append(ExternalGrant(box, job_env(job, cluster, gres.node, box), job).run())
     return done
 

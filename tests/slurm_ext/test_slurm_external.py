@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from slurm_ext_kit import NODES, machine
@@ -22,13 +25,18 @@ from rediacc_core.machine import Machine
 from rediacc_core.testing.sshd import running_sshd, sshd_unavailable
 
 
-def request(slurm: Cluster, repo: str, account: str = "teama") -> str:
-    done = slurm.rdc(
-        "repo", "gpu", "request", repo, "--gres", "gpu:1", "--for", "5m", "--mem", "100M",
-        "--account", account, "--external", "ops", "-o", "json",
-    )  # fmt: skip
+def request(slurm: Cluster, repo: str, account: str = "teama", *extra: str, lasting: str = "5m") -> str:
+    done = ask(slurm, repo, account, *extra, lasting=lasting)
     assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout)["job"])
+
+
+def ask(slurm: Cluster, repo: str, account: str, *extra: str, lasting: str = "5m") -> CompletedProcess[str]:
+    """`rdc repo gpu request` of one GPU for `repo` in external mode, `extra` its further options."""
+    return slurm.rdc(
+        "repo", "gpu", "request", repo, "--gres", "gpu:1", "--for", lasting, "--mem", "100M",
+        "--account", account, "--external", "ops", "-o", "json", *extra,
+    )  # fmt: skip
 
 
 def bridge(slurm: Cluster) -> list[str]:
@@ -161,6 +169,58 @@ def test_a_moved_time_limit_moves_the_grants_end(slurm: Cluster) -> None:
     (after,) = grants_of(slurm, "x3", job)
     assert (after.device, after.expires_at) == (before.device, moved), said
     assert said == [f"rdc: job slurm:rdcs/{job}: renewed nvidia.com/gpu=0 until {moved}"]
+
+
+def test_a_teams_gpu_reservation_runs_its_accounts_lease_and_keeps_out_anothers(slurm: Cluster) -> None:
+    # Slurm 26.05 takes `TRES=gres/gpu=N` (not a typed `gres/gpu:a100=N`: "Invalid Trackable RESource")
+    # and, on a node named, reserves all its cores beside the cards: the node is the team's meanwhile.
+    # (Every lease here is root's, and Slurm lets its SlurmUser into any reservation: team A's lease
+    # is kept out by asking for none.)
+    slurm.slurm(
+        "scontrol", "create", "reservation", "ReservationName=teamb-gpu", "StartTime=now", "Duration=60",
+        "Nodes=x1", "TRES=gres/gpu=1", "Accounts=teamb",
+    )  # fmt: skip
+    try:
+        allow(slurm, "alpha@x1", "teamb")
+        allow(slurm, "beta@x1", "teama")
+        reserved = request(slurm, "alpha@x1", "teamb", "--reservation", "teamb-gpu")
+        other = request(slurm, "beta@x1", "teama")
+        running(slurm, reserved)
+        said = bridge(slurm)
+        assert [g.device for g in grants_of(slurm, "x1", reserved)] == ["nvidia.com/gpu=0"], said
+        assert said == [f"rdc: job slurm:rdcs/{reserved}: granted nvidia.com/gpu=0 to alpha@x1"]
+        # Slurm has looked at it (Resources: the node's cores are the reservation's) and holds it.
+        wait_for(
+            "Slurm to hold team A's lease", lambda: slurm.job(other).get("state_reason") not in (None, "None")
+        )
+        assert slurm.job_state(other) == "PENDING"
+        assert bridge(slurm) == []
+        assert grants_of(slurm, "x1", other) == []
+    finally:
+        slurm.cancel_all()
+        slurm.slurm("scontrol", "delete", "ReservationName=teamb-gpu")
+
+
+def test_a_lease_that_reaches_its_time_limit_leaves_its_box_with_no_grant(slurm: Cluster) -> None:
+    allow(slurm, "beta@x2", "teama")
+    job = request(slurm, "beta@x2", lasting="1m")  # Slurm's shortest: its limits are whole minutes
+    running(slurm, job)
+    bridge(slurm)
+    (granted,) = grants_of(slurm, "x2", job)
+    assert granted.expires_at == slurm_end(slurm, job)
+    # The grant lapses at the job's end by itself; slurmctld looks at time limits only every 30 s,
+    # so the job may still be RUNNING in squeue then: a round must not grant it again.
+    end = datetime.strptime(granted.expires_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    time.sleep(max(0.0, (end - datetime.now(UTC)).total_seconds()) + 1)
+    assert grants_of(slurm, "x2", job) == []
+    said = bridge(slurm)
+    assert grants_of(slurm, "x2", job) == [], said
+    assert not any("granted" in line for line in said), said
+    wait_for(
+        "Slurm to end the job at its limit", lambda: slurm.job_state(job) == "TIMEOUT", timeout=60, every=2
+    )
+    assert bridge(slurm) == []
+    assert grants_of(slurm, "x2", job) == []
 
 
 @pytest.fixture
