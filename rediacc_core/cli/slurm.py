@@ -181,10 +181,10 @@ def health(name: str) -> None:
 @click.option("--once", is_flag=True, help="Run one round and exit (non-zero when it fails).")
 @click.option(
     "--interval",
-    default=2.0,
+    default=1.0,
     show_default=True,
     type=click.FloatRange(min=0.1),
-    help="Seconds between rounds.",
+    help="Seconds between rounds (a lease's start waits up to one for its grant).",
 )
 def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> None:
     """External mode (Slurm 25.05 or later): the GPU boxes are State=EXTERNAL nodes with no slurmd,

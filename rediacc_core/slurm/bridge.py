@@ -324,7 +324,7 @@ def run_bridge(
     bridged: Sequence[Box],
     say: Callable[[str], None],
     *,
-    interval: float = 2.0,
+    interval: float = 1.0,
     once: bool = False,
     config: Config | None = None,
 ) -> None:
