@@ -155,6 +155,17 @@ def one_round(cluster: Any, env: Any, machine: Machine) -> Round:
         "grant written (prolog)": grant - began,
         "salloc returned": salloc_done[0] - began,
     }
+    result.end |= end_lease(cluster, env, machine, tag, job, "epilog")
+    # The next lease starts on an idle cluster: the epilog done, the node idle.
+    wait("the job to end", lambda: cluster.job_state(job) not in ("RUNNING", "COMPLETING"))
+    wait("n1 idle", lambda: cluster.node_state(NODE) == "idle")
+    return result
+
+
+def end_lease(cluster: Any, env: Any, machine: Machine, tag: str, job: str, revoker: str) -> dict[str, float]:
+    """Start the holder that ignores SIGTERM beside the polite one, `scancel` the lease, and time
+    from then to the first and the last container stopped and to the grant's revoke (by `revoker`);
+    both holders are removed after."""
     started = env.docker("run", "-d", "--name", "stubborn", "--device", GPU, IMAGE, *STUBBORN)
     if started.returncode != 0:
         raise SystemExit(f"the second holder did not start: {started.stderr}")
@@ -164,17 +175,13 @@ def one_round(cluster: Any, env: Any, machine: Machine) -> Round:
     first = wait("a holder to stop", lambda: len(running(env) & {"polite", "stubborn"}) < 2)
     last = wait("every container of the repo to stop", lambda: not running(env))
     gone = revoked.stop()
-    result.end |= {
-        "last container stopped": last - ended,
-        "grant revoked (epilog)": gone - ended,
-        "first container stopped": first - ended,
-    }
     for name in ("polite", "stubborn"):
         env.daemon_api("DELETE", f"/containers/{name}?force=1")
-    # The next lease starts on an idle cluster: the epilog done, the node idle.
-    wait("the job to end", lambda: cluster.job_state(job) not in ("RUNNING", "COMPLETING"))
-    wait("n1 idle", lambda: cluster.node_state(NODE) == "idle")
-    return result
+    return {
+        "last container stopped": last - ended,
+        f"grant revoked ({revoker})": gone - ended,
+        "first container stopped": first - ended,
+    }
 
 
 def measure(rounds: int) -> tuple[list[Round], dict[str, Any]]:

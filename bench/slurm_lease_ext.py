@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the Sl
 import slurm_ext_kit  # type: ignore[import-not-found, unused-ignore]
 import slurm_kit  # type: ignore[import-not-found, unused-ignore]
 from fleet import host_busy
-from slurm_lease import GOALS, GPU, IMAGE, POLITE, STEP_TIMEOUT, STUBBORN, GrantWatch, Round, running, wait
+from slurm_lease import GOALS, GPU, IMAGE, POLITE, STEP_TIMEOUT, GrantWatch, Round, end_lease, wait
 
 from rediacc_core.config import Config
 from rediacc_core.machine import Machine
@@ -109,22 +109,7 @@ def one_round(cluster: Any, env: Any, machine: Machine) -> Round:
     began = started.wait()
     grant = written.stop()
     result.start |= {"admitted": admitted - began, "grant written (bridge)": grant - began}
-    held = env.docker("run", "-d", "--name", "stubborn", "--device", GPU, IMAGE, *STUBBORN)
-    if held.returncode != 0:
-        raise SystemExit(f"the second holder did not start: {held.stderr}")
-    revoked = GrantWatch(machine, tag, present=False)
-    ended = time.monotonic()
-    cluster.slurm("scancel", job)
-    first = wait("a holder to stop", lambda: len(running(env) & {"polite", "stubborn"}) < 2)
-    last = wait("every container of the repo to stop", lambda: not running(env))
-    gone = revoked.stop()
-    result.end |= {
-        "last container stopped": last - ended,
-        "grant revoked (bridge)": gone - ended,
-        "first container stopped": first - ended,
-    }
-    for name in ("polite", "stubborn"):
-        env.daemon_api("DELETE", f"/containers/{name}?force=1")
+    result.end |= end_lease(cluster, env, machine, tag, job, "bridge")
     wait("the job to end", lambda: cluster.job_state(job) not in ("RUNNING", "COMPLETING"))
     return result
 
