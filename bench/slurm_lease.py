@@ -225,6 +225,26 @@ def version(*argv: str) -> str:
     return (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 else "?"
 
 
+def phase_rows(rounds: list[Round]) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The table's rows, a timing each (median, min, max; the two the goals judge in bold), and
+    those numbers by `phase -> what`."""
+    rows: list[str] = []
+    summary: dict[str, dict[str, float]] = {}
+    for phase, label in (("start", "lease start"), ("end", "lease end")):
+        for what in getattr(rounds[0], phase):
+            values = [getattr(r, phase)[what] for r in rounds]
+            key = f"{label} -> {what}"
+            summary[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+            primary = what in ("admitted", "last container stopped")
+            goal = f"<= {GOALS[phase]:.0f} s" if primary else ""
+            to = "first admitted `docker run` returned" if what == "admitted" else what
+            cells = [f"{summary[key][k]:.2f}" for k in ("median", "min", "max")]
+            if primary:
+                cells = [f"**{c}**" for c in cells]
+            rows.append(f"| {label} | {to} | {goal} | " + " | ".join(cells) + " |")
+    return rows, summary
+
+
 def report(rounds: list[Round], load: dict[str, Any], out: Path) -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -248,19 +268,8 @@ def report(rounds: list[Round], load: dict[str, Any], out: Path) -> None:
         "| from | to | goal | median | min | max |",
         "|---|---|---|---|---|---|",
     ]
-    summary: dict[str, dict[str, float]] = {}
-    for phase, label in (("start", "lease start"), ("end", "lease end")):
-        for what in getattr(rounds[0], phase):
-            values = [getattr(r, phase)[what] for r in rounds]
-            key = f"{label} -> {what}"
-            summary[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
-            primary = what in ("admitted", "last container stopped")
-            goal = f"<= {GOALS[phase]:.0f} s" if primary else ""
-            to = "first admitted `docker run` returned" if what == "admitted" else what
-            cells = [f"{summary[key][k]:.2f}" for k in ("median", "min", "max")]
-            if primary:
-                cells = [f"**{c}**" for c in cells]
-            lines.append(f"| {label} | {to} | {goal} | " + " | ".join(cells) + " |")
+    rows, summary = phase_rows(rounds)
+    lines += rows
     refusals = [r.refused_runs for r in rounds]
     lines += [
         "",

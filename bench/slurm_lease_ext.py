@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import threading
@@ -48,7 +47,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the Sl
 import slurm_ext_kit  # type: ignore[import-not-found, unused-ignore]
 import slurm_kit  # type: ignore[import-not-found, unused-ignore]
 from fleet import host_busy
-from slurm_lease import GOALS, GPU, IMAGE, POLITE, STEP_TIMEOUT, GrantWatch, Round, end_lease, wait
+from slurm_lease import (
+    GOALS,
+    GPU,
+    IMAGE,
+    POLITE,
+    STEP_TIMEOUT,
+    GrantWatch,
+    Round,
+    end_lease,
+    phase_rows,
+    wait,
+)
 
 from rediacc_core.config import Config
 from rediacc_core.machine import Machine
@@ -197,19 +207,8 @@ def report(rounds: list[Round], load: dict[str, Any], interval: float, out: Path
         "| from | to | goal | median | min | max |",
         "|---|---|---|---|---|---|",
     ]
-    summary: dict[str, dict[str, float]] = {}
-    for phase, label in (("start", "lease start"), ("end", "lease end")):
-        for what in getattr(rounds[0], phase):
-            values = [getattr(r, phase)[what] for r in rounds]
-            key = f"{label} -> {what}"
-            summary[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
-            primary = what in ("admitted", "last container stopped")
-            goal = f"<= {GOALS[phase]:.0f} s" if primary else ""
-            to = "first admitted `docker run` returned" if what == "admitted" else what
-            cells = [f"{summary[key][k]:.2f}" for k in ("median", "min", "max")]
-            if primary:
-                cells = [f"**{c}**" for c in cells]
-            lines.append(f"| {label} | {to} | {goal} | " + " | ".join(cells) + " |")
+    rows, summary = phase_rows(rounds)
+    lines += rows
     met = {
         "start": summary["lease start -> admitted"]["max"] <= GOALS["start"],
         "end": summary["lease end -> last container stopped"]["max"] <= GOALS["end"],
