@@ -5,6 +5,9 @@ is stale. (The suite under tests/slurm runs them with a real slurmd.)"""
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -300,3 +303,23 @@ def test_a_bridge_step_refuses_jobs_it_cannot_read_and_a_machine_that_is_no_node
     assert rdc("slurm", "gres", "box", "--node", "n1").exit_code == 0
     done = step('[{"job_id": "1"}]')
     assert done.exit_code != 0 and "--jobs is not a list of jobs as the bridge writes them" in done.output
+
+
+def test_the_bridge_writes_a_unit_that_runs_it_by_this_rdcs_path_and_always_restarts_it(
+    fm: FakeMachine, tmp_path: Path
+) -> None:
+    unit = tmp_path / "rediacc-slurm-bridge.service"
+    done = rdc("slurm", "bridge", "box", "--slurm", "box", "--interval", "0.5", "--write-unit", str(unit))
+    assert done.exit_code == 0, done.output
+    lines = unit.read_text().splitlines()
+    start = next(line for line in lines if line.startswith("ExecStart="))
+    program, *args = shlex.split(start.removeprefix("ExecStart="))
+    assert Path(program).is_absolute() and Path(program).name == "rdc"
+    assert args == ["slurm", "bridge", "box", "--slurm", "box", "--interval", "0.5"]
+    assert "Restart=always" in lines and "WantedBy=multi-user.target" in lines
+    assert f"systemctl enable --now {unit.name}" in done.output
+    if shutil.which("systemd-analyze") and Path(program).exists():  # systemd's own reading of it
+        checked = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
+    unknown = rdc("slurm", "bridge", "box", "--slurm", "nowhere", "--write-unit", str(unit))
+    assert unknown.exit_code != 0 and "nowhere" in unknown.output

@@ -4,7 +4,10 @@ reconciler of grants whose Slurm job has ended."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -13,6 +16,7 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
+from rediacc_core.files import atomic_write_text
 
 if TYPE_CHECKING:
     from rediacc_core.slurm.hooks import Outcome
@@ -186,7 +190,14 @@ def health(name: str) -> None:
     type=click.FloatRange(min=0.1),
     help="Seconds between rounds (a lease's start waits up to one for its grant).",
 )
-def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> None:
+@click.option(
+    "--write-unit",
+    "unit",
+    metavar="PATH",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write a systemd unit that runs this bridge, restarted whenever it stops, instead of running it.",
+)
+def bridge(names: tuple[str, ...], via: str, once: bool, interval: float, unit: str | None) -> None:
     """External mode (Slurm 25.05 or later): the GPU boxes are State=EXTERNAL nodes with no slurmd,
     and this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged
     with the job, until its end), revokes them (and stops the repo's containers) once the job no
@@ -199,6 +210,7 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> Non
     Examples:
       rdc slurm bridge --once
       rdc slurm bridge box1 box2 --interval 5
+      rdc slurm bridge box1 box2 --write-unit /etc/systemd/system/rediacc-slurm-bridge.service
     """
     # Here, not at the top: `rdc --help` imports this module, and the bridge's rooms load the CDI
     # schemas and YAML (about 40 ms here).
@@ -206,6 +218,10 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float) -> Non
 
     config = Config.load()
     machines = [config.machine(n) for n in names] if names else config.machines()
+    if unit is not None:
+        config.machine(via)  # a name rdc does not know is an error now, not at the unit's start
+        _write_unit(Path(unit), [*names, "--slurm", via, "--interval", f"{interval:g}"])
+        return
     # Unnamed, the boxes are the machines whose maps this host reads; one over SSH is bridged named.
     bridged = boxes(machines if names else [m for m in machines if m.remote is None])
     if not bridged:
@@ -253,3 +269,22 @@ def bridge_step(name: str, cluster: str, jobs_text: str, fmt: str) -> None:
     emit(done.to_json(), fmt, lambda _: "")
     for outcome in done.done:
         note(outcome.line())
+
+
+def _write_unit(path: Path, args: list[str]) -> None:
+    """A systemd unit running `rdc slurm bridge ARGS` by this rdc's full path, always restarted: a
+    bridge that is not running revokes nothing (grants still end at their job's end)."""
+    beside = Path(sys.executable).parent / "rdc"  # this installation's own console script
+    rdc = str(beside) if beside.is_file() else shutil.which("rdc") or str(Path(sys.argv[0]).resolve())
+    text = (
+        "# rdc's Slurm bridge (external mode): written by `rdc slurm bridge --write-unit`.\n"
+        "[Unit]\nDescription=rediacc Slurm bridge (external mode)\n"
+        "After=network-online.target\nWants=network-online.target\n\n"
+        f"[Service]\nType=simple\nExecStart={shlex.join([rdc, 'slurm', 'bridge', *args])}\n"
+        "Restart=always\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n"
+    )
+    atomic_write_text(path, text)
+    note(
+        f"Wrote {path}; start it: systemctl daemon-reload && systemctl enable --now {path.name} "
+        f"(its lines: journalctl -u {path.name})."
+    )
