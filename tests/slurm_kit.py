@@ -434,6 +434,8 @@ def slurm_conf(
             "SchedulerType=sched/backfill",
             "SchedulerParameters=sched_interval=1,bf_interval=1",
             "PriorityType=priority/multifactor",
+            "PriorityWeightFairshare=10000",
+            "PriorityUsageResetPeriod=MONTHLY",
             "PreemptType=preempt/qos",
             "PreemptMode=CANCEL",
             "MailProg=/bin/true",

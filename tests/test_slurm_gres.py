@@ -26,7 +26,7 @@ from rediacc_core.plugins import get_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.slurm import gres
 from rediacc_core.slurm.bridge import gpu_indexes, jobs_json, read_jobs
-from rediacc_core.slurm.client import Budget, Job, iso, parse_budget, parse_squeue
+from rediacc_core.slurm.client import Budget, Job, Share, iso, parse_budget, parse_share, parse_squeue
 from rediacc_core.testing import FakeMachine
 
 DATA = Path(__file__).parent / "slurm" / "data"
@@ -323,3 +323,12 @@ def test_the_bridge_writes_a_unit_that_runs_it_by_this_rdcs_path_and_always_rest
         assert checked.returncode == 0, checked.stderr
     unknown = rdc("slurm", "bridge", "box", "--slurm", "nowhere", "--write-unit", str(unit))
     assert unknown.exit_code != 0 and "nowhere" in unknown.output
+
+
+def test_a_teams_fair_share_is_its_accounts_row_of_sshare() -> None:
+    """22.05's `sshare -n -P -A teama -o Account,User,NormShares,EffectvUsage`: the account's row has no
+    user; its users' rows follow, indented."""
+    text = "teama||0.250000|0.612500\n teama|root|1.000000|1.000000\n"
+    assert parse_share(text, "teama") == Share("teama", 0.25, 0.6125)
+    assert parse_share(" teamb||0.250000|\n", "teamb") == Share("teamb", 0.25, None)
+    assert parse_share(text, "teamz") == Share("teamz", None, None)

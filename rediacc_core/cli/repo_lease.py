@@ -14,7 +14,7 @@ from rediacc_core.leases import parse_duration
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
 from rediacc_core.slurm.access import access_for
-from rediacc_core.slurm.client import budget, iso
+from rediacc_core.slurm.client import budget, iso, share
 from rediacc_core.slurm.follow import after_grants_change
 from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.requests import LeaseRequest, end, leases_of, submit
@@ -98,8 +98,9 @@ def request(
 @output_option("table", "json")
 def leases(ref: str, via: str | None, fmt: str) -> None:
     """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
-    the GPU minutes left to each account that may lease for it (a warning from 80 % used), and the
-    GPU hours its leases on this node took this month (Slurm's accounting, `sacct`).
+    the GPU minutes left to each account that may lease for it (a warning from 80 % used) with its
+    fair share (its share of the cluster, and of the cluster's usage: `sshare`), and the GPU hours
+    its leases on this node took this month (Slurm's accounting, `sacct`).
 
     \b
     Examples:
@@ -124,8 +125,16 @@ def leases(ref: str, via: str | None, fmt: str) -> None:
         if used is None
         else {"since": iso(since), "gpuSeconds": used.gpu_seconds, "jobs": list(used.jobs)}
     )
+    shares = {a: share(slurm or machine, a) for a in accounts}
     money = [
-        {"account": b.account, "limitMinutes": b.limit, "usedMinutes": b.used, "leftMinutes": b.left}
+        {
+            "account": b.account,
+            "limitMinutes": b.limit,
+            "usedMinutes": b.used,
+            "leftMinutes": b.left,
+            "share": shares[b.account].share,
+            "shareUsed": shares[b.account].used,
+        }
         for b in budgets
     ]
     emit(
@@ -141,8 +150,18 @@ def leases(ref: str, via: str | None, fmt: str) -> None:
             )
             + "\n\n"
             + table(
-                ["ACCOUNT", "GPU MINUTES LEFT", "USED", "LIMIT"],
-                [[b["account"], b["leftMinutes"], b["usedMinutes"], b["limitMinutes"]] for b in d["budgets"]],
+                ["ACCOUNT", "GPU MINUTES LEFT", "USED", "LIMIT", "FAIR SHARE", "OF USAGE"],
+                [
+                    [
+                        b["account"],
+                        b["leftMinutes"],
+                        b["usedMinutes"],
+                        b["limitMinutes"],
+                        _percent(b["share"]),
+                        _percent(b["shareUsed"]),
+                    ]
+                    for b in d["budgets"]
+                ],
             )
         ),
     )
@@ -153,6 +172,10 @@ def leases(ref: str, via: str | None, fmt: str) -> None:
         )
     for line in _warnings(budgets):
         note(line)
+
+
+def _percent(value: float | None) -> str | None:
+    return None if value is None else f"{value * 100:.1f} %"
 
 
 def _warnings(budgets: Any) -> list[str]:

@@ -217,3 +217,35 @@ def parse_budget(text: str, account: str) -> Budget:
 def budget(machine: Machine, account: str) -> Budget:
     text = run(machine, ["scontrol", "show", "assoc_mgr", "flags=assoc", f"accounts={account}"])
     return parse_budget(text, account)
+
+
+@dataclass(frozen=True)
+class Share:
+    """An account's fair share as `sshare` reports it: its share of the cluster (`NormShares`) and
+    its share of the cluster's decayed usage (`EffectvUsage`), both 0..1. Slurm orders pending
+    jobs by them (`PriorityType=priority/multifactor`, `PriorityWeightFairshare`)."""
+
+    account: str
+    share: float | None  # None: the account has no association sshare shows
+    used: float | None
+
+
+def parse_share(text: str, account: str) -> Share:
+    """The account's own row (no user) of `sshare -n -P -o Account,User,NormShares,EffectvUsage`."""
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 4 and parts[0].strip() == account and not parts[1]:
+            return Share(account, _fraction(parts[2]), _fraction(parts[3]))
+    return Share(account, None, None)
+
+
+def _fraction(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def share(machine: Machine, account: str) -> Share:
+    text = run(machine, ["sshare", "-n", "-P", "-A", account, "-o", "Account,User,NormShares,EffectvUsage"])
+    return parse_share(text, account)

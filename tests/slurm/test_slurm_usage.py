@@ -42,6 +42,10 @@ def test_a_leases_gpu_seconds_count_for_its_repo_and_a_refused_jobs_do_not(slurm
     assert job in after["jobs"] and refused not in after["jobs"]
     assert after["gpuSeconds"] - before["gpuSeconds"] == 2 * elapsed(slurm, job) >= 4
     assert after["since"].endswith("-01T00:00:00Z")
+    # Fair share beside the budget: teama is one of four equal shares (root's own, teama, b and c).
+    budgets = json.loads(slurm.rdc("repo", "gpu", "leases", "alpha@n1", "-o", "json").stdout)["budgets"]
+    teama = next(b for b in budgets if b["account"] == "teama")
+    assert teama["share"] == 0.25 and 0.0 <= teama["shareUsed"] <= 1.0
     # The table's words, and another repo of the node has none of it.
     table = slurm.rdc("repo", "gpu", "leases", "alpha@n1")
     assert "alpha@n1's leases on this node since" in table.stderr and "GPU hours in" in table.stderr
