@@ -21,12 +21,15 @@ from setup_kit import KIND, FakeVendor, example_gpu
 from rediacc_core import CdiSpecFile, Gpu, GpuPartition
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
+from rediacc_core.errors import StateError
 from rediacc_core.grants.records import read_grants
+from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.setup import run_setup
 from rediacc_core.slurm import gres
-from rediacc_core.slurm.bridge import gpu_indexes, jobs_json, read_jobs
+from rediacc_core.slurm.bridge import Step, cancel_refused, claim_node, gpu_indexes, jobs_json, read_jobs
 from rediacc_core.slurm.client import Budget, Job, Share, iso, parse_budget, parse_share, parse_squeue
+from rediacc_core.slurm.hooks import Outcome
 from rediacc_core.testing import FakeMachine
 
 DATA = Path(__file__).parent / "slurm" / "data"
@@ -332,3 +335,64 @@ def test_a_teams_fair_share_is_its_accounts_row_of_sshare() -> None:
     assert parse_share(text, "teama") == Share("teama", 0.25, 0.6125)
     assert parse_share(" teamb||0.250000|\n", "teamb") == Share("teamb", 0.25, None)
     assert parse_share(text, "teamz") == Share("teamz", None, None)
+
+
+def lease_on_box(vendor: FakeVendor, fm: FakeMachine) -> tuple[Job, int]:
+    """Box `box` as node n1 with repo alpha (teama may lease for it), and 22.05's first captured
+    job (alpha's, on n1) ending in ten minutes."""
+    set_up(vendor, fm, split=False)
+    assert rdc("slurm", "gres", "box", "--node", "n1").exit_code == 0
+    assert rdc("repo", "create", "alpha@box").exit_code == 0
+    assert rdc("repo", "slurm", "allow", "alpha@box", "--account", "teama").exit_code == 0
+    end = int(time.time()) + 600
+    (job, _) = parse_squeue((DATA / "squeue-22.05.json").read_text())
+    return replace(job, end=end), end
+
+
+def test_a_lease_the_operator_revoked_is_not_granted_again_while_its_job_runs(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    job, _ = lease_on_box(vendor, fm)
+    assert json.loads(step(jobs_json([job])).stdout)["outcomes"][0]["granted"] == [f"{KIND}=0"]
+    revoked = rdc("repo", "gpu", "revoke", "alpha@box", "--device", f"{KIND}=0")
+    assert revoked.exit_code == 0, revoked.output
+    assert json.loads(step(jobs_json([job])).stdout)["outcomes"] == []  # the revoke stands
+    assert read_grants(fm.machine) == []
+    # Once the job left the live jobs (ended, or requeued and pending), its next run is granted anew.
+    assert step("[]").exit_code == 0
+    assert json.loads(step(jobs_json([job])).stdout)["outcomes"][0]["granted"] == [f"{KIND}=0"]
+
+
+def test_a_job_whose_limit_was_lowered_below_its_run_time_is_not_renewed_into_the_past(
+    vendor: FakeVendor, fm: FakeMachine
+) -> None:
+    job, end = lease_on_box(vendor, fm)
+    assert step(jobs_json([job])).exit_code == 0
+    lowered = step(jobs_json([replace(job, end=int(time.time()) - 5)]))
+    assert lowered.exit_code == 0, lowered.output
+    assert [g.expires_at for g in read_grants(fm.machine)] == [iso(end)]  # lapses at its own end
+
+
+def test_a_bridge_step_needs_the_live_jobs_since_a_grant_whose_job_is_missing_is_revoked(
+    fm: FakeMachine,
+) -> None:
+    done = rdc("slurm", "bridge-step", "box", "--cluster", "c")
+    assert done.exit_code != 0 and "--jobs" in done.output
+
+
+def test_the_bridge_acts_on_no_job_or_node_a_box_answers_for_beyond_its_own() -> None:
+    """A box's answer names its node and its refusals; the operator's host cancels and drains only a
+    job sent to that box for that node, and one node is one box's."""
+    on_n1 = client_job("7", "n1")
+    answer = Step("n1", [Outcome("slurm:c/9", "alpha@box", refused="made up")])
+    with pytest.raises(StateError, match="refused job 9, which is no job of its node n1"):
+        cancel_refused(Machine("ops", Path("/nonexistent")), "box", answer, answer.done[0], [on_n1])
+    claimed: dict[str, str] = {}
+    claim_node(claimed, "n1", "box")
+    claim_node(claimed, "n1", "box")
+    with pytest.raises(StateError, match="machines box and other both answer for Slurm node n1"):
+        claim_node(claimed, "n1", "other")
+
+
+def client_job(job_id: str, node: str) -> Job:
+    return Job(job_id, "RUNNING", "", "", "root", "teama", "rdc-repo=alpha", "", node, 0, 0, ())

@@ -247,9 +247,9 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float, unit: 
 @click.option(
     "--jobs",
     "jobs_text",
-    default="[]",
-    show_default=True,
-    help="The live jobs the bridge read, as JSON (the bridge writes it).",
+    required=True,
+    help="The live jobs the bridge read, as JSON (the bridge writes it); a grant whose job is not "
+    "among them is revoked.",
 )
 @output_option("table", "json")
 def bridge_step(name: str, cluster: str, jobs_text: str, fmt: str) -> None:
@@ -257,11 +257,12 @@ def bridge_step(name: str, cluster: str, jobs_text: str, fmt: str) -> None:
     box reached so): revoke the grants whose job is not in --jobs, renew those whose job's end
     moved, and grant each RUNNING job on MACHINE's node (its gres map's) that names a repo, as the
     prolog decides. It calls no Slurm tool: a job it refuses is in its answer, and the bridge
-    cancels it.
+    cancels it. It is the bridge's to run: by hand, give it every live job, since a grant whose job
+    is not among them is revoked.
 
     \b
     Examples:
-      rdc slurm bridge-step localhost --cluster main -o json
+      rdc slurm bridge-step localhost --cluster main --jobs "$(cat live-jobs.json)" -o json
     """
     from rediacc_core.slurm.bridge import read_jobs, step  # as in `bridge`: not for `rdc --help`
 

@@ -41,10 +41,12 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
+from rediacc_core.files import atomic_write_json
 from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.remote.agentcall import Stream, run_remote
@@ -201,15 +203,39 @@ def step(box: Machine, cluster: str, jobs: Sequence[client.Job]) -> Step:
     for grant, end in settled.renewed:
         done.done.append(Outcome(grant.job or "", note=f"renewed {grant.device} until {end}"))
     held = {g.job for g in read_grants(box) if g.job}
+    # Each run of a job is granted once: a grant the operator revoked while the job runs stays
+    # revoked (`scancel` ends the job too). A job that left the live list (ended, or requeued and
+    # pending) is forgotten, so a requeued job is granted again when it runs again.
+    granted = _granted_tags(box) & {job_tag(cluster, j.job_id) for j in jobs if j.state == "RUNNING"}
     for job in jobs:
         if job.state != "RUNNING" or job.nodes != gres.node or repo_named(job.comment) is None:
             continue
-        if job_tag(cluster, job.job_id) in held or job.admin_comment.startswith("rdc:"):
+        tag = job_tag(cluster, job.job_id)
+        if tag in held or tag in granted or job.admin_comment.startswith("rdc:"):
             continue  # granted in an earlier round, or refused there (its cancel under way)
         if 0 < job.end <= time.time():
             continue  # past its time limit, its grant lapsed: slurmctld ends it within 30 s
-        done.done.append(ExternalGrant(box, job_env(job, cluster, gres.node, box), job).run())
+        outcome = ExternalGrant(box, job_env(job, cluster, gres.node, box), job).run()
+        if outcome.granted:
+            granted.add(tag)
+        done.done.append(outcome)
+    atomic_write_json(_granted_path(box), sorted(granted))
     return done
+
+
+def _granted_path(box: Machine) -> Path:
+    return box.state_dir / "slurm" / "bridged.json"
+
+
+def _granted_tags(box: Machine) -> set[str]:
+    """The jobs the bridge granted on `box` (`slurm:<cluster>/<id>`), while they run."""
+    try:
+        found = json.loads(_granted_path(box).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return set()
+    except ValueError:
+        return set()  # a torn or edited file: the grants file still says which jobs hold cards
+    return {str(t) for t in found} if isinstance(found, list) else set()
 
 
 # The fields of a job a step reads, and their names in `--jobs` (squeue's own, where it has one).
@@ -257,11 +283,11 @@ def read_jobs(text: str) -> list[client.Job]:
             )
             for e in entries
         ]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
         raise ValidationError(
             f"--jobs is not a list of jobs as the bridge writes them ({exc!r}); "
             f"each has {', '.join(_FIELDS.values())}",
-            "let `rdc slurm bridge` run the step (it writes --jobs), or leave --jobs out (no job)",
+            "let `rdc slurm bridge` run the step: it writes --jobs from what squeue shows",
         ) from exc
 
 
@@ -299,19 +325,25 @@ def bridge_round(slurm: Machine, bridged: Sequence[Box], config: Config | None =
     cluster = client.cluster_name(slurm)
     jobs = [j for j in client.jobs(slurm) if j.live]
     failed: list[str] = []
+    claimed: dict[str, str] = {}  # node -> the box that answered for it this round
     for box in bridged:
         try:
             answer = step_on(config, box.machine, cluster, jobs)
-        except RdcError as exc:
+            claim_node(claimed, answer.node, box.machine.name)
+            for outcome in answer.done:
+                if outcome.refused:
+                    cancel_refused(slurm, box.machine.name, answer, outcome, jobs)
+                yield outcome
+        except RdcError as exc:  # one box, or one cancel, failing leaves the others their round
             failed.append(f"{box.machine.name}: {exc.what}" + (f" ({exc.todo})" if exc.todo else ""))
-            continue
-        for outcome in answer.done:
-            if outcome.refused:
-                reason = f"rdc: {outcome.refused}"
-                if outcome.drained:
-                    client.drain(slurm, answer.node, reason)
-                client.cancel_now(slurm, outcome.job.rpartition("/")[2], reason)
-            yield outcome
+        except Exception as exc:  # a fault of this rdc's on one box must not starve the boxes after it
+            failed.append(f"{box.machine.name}: {type(exc).__name__}: {exc}")
+    for job in jobs:  # refused earlier, but its cancel failed: rdc alone writes an `rdc:` AdminComment
+        if job.state == "RUNNING" and job.admin_comment.startswith("rdc: ") and job.nodes in claimed:
+            try:
+                client.cancel_now(slurm, job.job_id, job.admin_comment)
+            except RdcError as exc:
+                failed.append(f"job {job.job_id}: {exc.what}")
     if failed:
         raise RdcError(
             f"the bridge reached not every box: {'; '.join(failed)}",
@@ -342,3 +374,31 @@ def run_bridge(
         if once:
             return
         time.sleep(interval)
+
+
+def claim_node(claimed: dict[str, str], node: str, box: str) -> None:
+    """Two boxes may not answer for one node (two gres maps naming it): both would grant its jobs."""
+    owner = claimed.setdefault(node, box)
+    if owner != box:
+        raise StateError(
+            f"machines {owner} and {box} both answer for Slurm node {node}",
+            f"rewrite one's gres map for its own node: rdc slurm gres {box} --node NODE",
+        )
+
+
+def cancel_refused(
+    slurm: Machine, box: str, answer: Step, outcome: Outcome, jobs: Sequence[client.Job]
+) -> None:
+    """Drain and cancel what a box's step refused, on the operator's host, only for a job that was
+    sent to that box for its own node: a box's answer moves no other job or node (a box may be
+    another administrator's, or broken into)."""
+    job_id = outcome.job.rpartition("/")[2]
+    if not any(j.job_id == job_id and j.nodes == answer.node for j in jobs):
+        raise StateError(
+            f"machine {box} refused job {job_id}, which is no job of its node {answer.node}",
+            f"install this rdc's version on it: rdc machine install {box}",
+        )
+    reason = f"rdc: {outcome.refused}"
+    if outcome.drained:
+        client.drain(slurm, answer.node, reason)
+    client.cancel_now(slurm, job_id, reason)

@@ -8,8 +8,10 @@ to the new end.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+from rediacc_core.errors import RdcError
 from rediacc_core.grants.records import Grant, read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
@@ -42,7 +44,9 @@ def reconcile(machine: Machine, seen: tuple[str, list[client.Job]] | None = None
         job = live.get(job_id)
         if job is None:
             gone.setdefault(grant.job, []).append(grant)
-        elif job.end_iso is not None and job.end_iso != grant.expires_at:
+        elif job.end_iso is not None and job.end_iso != grant.expires_at and job.end > time.time():
+            # A job past its end (a limit lowered below its run time, which its user may do) still
+            # shows RUNNING until slurmctld looks: its grant lapses at its own end, never renewed back.
             moved.setdefault((grant.repo_id, job.end_iso), []).append(grant)
     for job_tag, grants in gone.items():
         release(machine, grants, f"{job_tag} no longer runs in Slurm (reconciler)")
@@ -62,7 +66,11 @@ def _renew(machine: Machine, moved: dict[tuple[str, str], list[Grant]], done: Re
         repo = repos.get(repo_id)
         if repo is None:
             continue
-        store.renew(repo, [g.device for g in grants], end)
+        try:
+            store.renew(repo, [g.device for g in grants], end)
+        except RdcError as exc:  # one repo's renewal failing leaves the others theirs
+            audit(machine, repo, "slurm-lease", [g.device for g in grants], f"not renewed: {exc.what}")
+            continue
         audit(
             machine, repo, "slurm-lease", [g.device for g in grants], f"{grants[0].job} renewed until {end}"
         )

@@ -11,6 +11,7 @@ seconds for node_exporter beside the gates' counters (`slurm.prom`).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,8 @@ from rediacc_core.slurm.access import access_for
 from rediacc_core.slurm.gres import read_map
 from rediacc_core.slurm.hooks import repo_named
 
-# The comment last: it is the one field a user writes, so a `|` in it cannot shift the others.
+# A job's user writes its comment, a newline included: fields are split on a delimiter made anew
+# for each read, which no comment can hold, so a line a comment forges has too few of them.
 FIELDS = ("JobID", "User", "Account", "NodeList", "ElapsedRaw", "AllocTRES", "AdminComment", "Comment")
 METRIC = "rediacc_slurm_gpu_seconds"
 
@@ -42,12 +44,13 @@ class Accounted:
     comment: str
 
 
-def parse_sacct(text: str) -> list[Accounted]:
-    """The jobs of `sacct -X -n -P -o <FIELDS>` output."""
+def parse_sacct(text: str, delimiter: str) -> list[Accounted]:
+    """The jobs of `sacct -X -n -P --delimiter=<delimiter> -o <FIELDS>` output; a line without
+    exactly its fields is the rest of a comment, never a job."""
     found = []
     for line in text.splitlines():
-        parts = line.split("|", len(FIELDS) - 1)
-        if len(parts) != len(FIELDS):
+        parts = line.split(delimiter)
+        if len(parts) != len(FIELDS) or not parts[4].isdigit():
             continue
         job_id, user, account, nodes, elapsed, tres, admin, comment = parts
         found.append(
@@ -91,8 +94,9 @@ def usage(
     if found is None:
         return None
     start = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    argv = ["sacct", "-a", "-X", "-n", "-P", "-S", start, "-E", "now", "-o", ",".join(FIELDS)]
-    jobs = parse_sacct(client.run(slurm or machine, argv))
+    delimiter = f"|{secrets.token_hex(8)}|"
+    argv = ["sacct", "-a", "-X", "-n", "-P", f"--delimiter={delimiter}", "-S", start, "-E", "now"]
+    jobs = parse_sacct(client.run(slurm or machine, [*argv, "-o", ",".join(FIELDS)]), delimiter)
     by_label = {r.label: r for r in repos}
     seconds = {r.id: 0 for r in repos}
     counted: dict[str, list[str]] = {r.id: [] for r in repos}
