@@ -147,7 +147,8 @@ def test_a_team_over_its_gpu_minutes_does_not_start(slurm: Cluster) -> None:
     assert [(j["job"], j["state"], j["reason"]) for j in shown["leases"]] == [
         (job, "PENDING", "AssocGrpGRESMinutes")
     ]
-    assert {"account": "teamc", "limitMinutes": 0, "usedMinutes": 0, "leftMinutes": 0} in shown["budgets"]
+    teamc = next(b for b in shown["budgets"] if b["account"] == "teamc")
+    assert (teamc["limitMinutes"], teamc["usedMinutes"], teamc["leftMinutes"]) == (0, 0, 0)
     assert "Warning: account teamc has used 0 of its 0 GPU minutes: its leases do not start" in listed.stderr
 
 
