@@ -1,8 +1,9 @@
-"""The floors of the house: every import in `rediacc_core` runs to its own floor or one below, and no
+"""The floors of the house: every import in `rediacc_core` runs down, to a lower sub-floor, and no
 import closes a circle.
 
-Each module has a floor (`FLOORS`, the most specific dotted prefix wins). An import of a higher
-floor fails, and so does any circle of imports, whatever floors it spans. Every import counts:
+Each module has a floor and a sub-floor within it (`HOUSE`, the most specific dotted prefix wins).
+An import of a higher sub-floor fails; one within a sub-floor fails unless `WITHIN` names it with
+why; so does any circle of imports, whatever floors it spans. Every import counts:
 one inside a function (a late import is for start-up time, never to hide a loop, and their number
 may not grow), one under `if TYPE_CHECKING:` (a type a lower floor names lives on that floor), and
 one by name in a string: a "module:attr" or "module" string (the CLI's lazy command maps), an
@@ -24,38 +25,78 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "rediacc_core"
 
-# Lowest first. A room may import its own floor and the floors below it.
-FLOORS: dict[str, int] = {
+# The floors and their sub-floors, lowest first: (floor, sub-floor) and the rooms on it. A module
+# imports the sub-floors below its own, never its own or above, unless `WITHIN` names the edge. A
+# room ("gate.policy") holds its modules not listed themselves; the most specific room wins; the
+# package itself, the public face, is "rediacc_core".
+HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 0 the ground: leaf modules every floor may use
-    **dict.fromkeys(
-        (
-            "errors", "files", "statelock", "unixhttp", "hostpaths", "machine", "model", "cdi",
-            "placement", "remote.address", "leases", "config", "pids", "blocking", "values",
-            "publishing", "kernlog", "bindings", "setting",
-        ),
-        0,
-    ),
+    ((0, 0), "errors values setting pids blocking unixhttp placement cdi.devnodes"),  # import no core module
+    ((0, 1), "files leases remote.address cdi.names publishing"),
+    ((0, 2), "machine cdi.spec"),  # a machine and its root; one CDI spec
+    ((0, 3), "config hostpaths kernlog model statelock cdi.registry"),  # what a machine holds
+    ((0, 4), "bindings cdi"),  # hardware identities; the CDI package's lazy names
     # 1 the contract: hooks, the plugin manager, the public face
-    "": 1, "hookspecs": 1, "plugins": 1,
+    ((1, 0), "hookspecs"),
+    ((1, 1), "plugins rediacc_core"),
     # 2 the gate's record-free parts: Go-exact decoding, policy, HTTP framing, the audit trail
-    "gate.wire": 2, "gate.policy": 2, "gate.decision": 2, "gate.http": 2, "gate.audit": 2,
+    ((2, 0), "gate.wire gate.policy gate.policy.findings gate.http gate.audit"),  # the rooms' leaves
+    ((2, 1), "gate.wire.decode gate.policy.fetches gate.policy.mounts gate.policy.publish gate.decision "
+             "gate.audit.peer"),
+    ((2, 2), "gate.policy.endpoints gate.policy.limits gate.http.messages gate.audit.log"),
+    ((2, 3), "gate.policy.isolation gate.http.framing gate.audit.read"),
+    ((2, 4), "gate.policy.rules gate.policy.settings gate.http.exchange"),
     # 3 the machine's records and how they change
-    "repos": 3, "holders": 3, "grants": 3, "settings": 3, "inventory": 3, "setup": 3, "health": 3,
-    "telemetry": 3, "recheck": 3, "spec_facts": 3, "slurm.gres": 3, "slurm.access": 3, "slurm.client": 3,
-    "slurm.node": 3,
-    # settings declared beside the rooms that read the settings file, on its reader's floor
-    "telemetry_settings": 3, "runtime.settings": 3,
-    # 4 the gate's engine: what it asks the daemon, its decisions, the asyncio glue
-    "gate": 4,
+    ((3, 0), "repos inventory spec_facts grants slurm.node slurm.access slurm.client runtime.settings "
+             "telemetry_settings"),  # records, and settings declared beside the rooms that act on them
+    ((3, 1), "holders health slurm.gres"),
+    ((3, 2), "settings"),  # the settings file and the registry of every setting
+    ((3, 3), "telemetry"),
+    ((3, 4), "grants.records"),
+    ((3, 5), "grants.live grants.release grants.units"),
+    ((3, 6), "grants.checks grants.handover recheck"),
+    ((3, 7), "grants.store setup"),
+    # 4 the gate's engine: what it asks the daemon, its decisions, BuildKit's relay, the asyncio glue
+    ((4, 0), "gate gate.allowances gate.containers gate.health_check gate.images gate.live_facts gate.views "
+             "gate.buildkit.llb gate.buildkit.h2limits"),
+    ((4, 1), "gate.start_checks gate.info gate.buildkit"),
+    ((4, 2), "gate.grant_refusals gate.buildkit.relay"),
+    ((4, 3), "gate.body gate.server"),
+    ((4, 4), "gate.decide"),  # the facade: routing
     # 5 a repo's running parts
-    "runtime": 5,
-    # 6 other machines
-    "remote": 6,
-    # 6 Slurm's hooks and reconciler: they grant and revoke with --stop (the running parts)
-    "slurm": 6,
+    ((5, 0), "runtime runtime.process runtime.guard runtime.openers runtime.logfiles runtime.boltdb "
+             "runtime.rtnetlink runtime.health_watch"),
+    ((5, 1), "runtime.layout runtime.netns runtime.dataroot runtime.workers"),
+    ((5, 2), "runtime.containerd runtime.uplinkwatch"),
+    ((5, 3), "runtime.daemon runtime.ports"),
+    ((5, 4), "runtime.teardown runtime.filesmount"),
+    ((5, 5), "runtime.lifecycle"),  # up and down
+    ((5, 6), "runtime.holdings runtime.fork"),
+    ((5, 7), "runtime.lapsed"),
+    ((5, 8), "runtime.serve"),  # the gate process
+    # 6 other machines, and Slurm's hooks and reconciler (they grant and revoke with --stop)
+    ((6, 0), "remote remote.ssh remote.protocol slurm slurm.drains"),
+    ((6, 1), "remote.link remote.agent remote.install slurm.hooks"),
+    ((6, 2), "remote.agentcall remote.resident slurm.reconcile slurm.requests slurm.usage"),
+    ((6, 3), "remote.tunnel slurm.round slurm.follow slurm.bridge"),
+    ((6, 4), "remote.dispatch slurm.plugin"),
     # 7 the faces and composition roots
-    "cli": 7, "launcher": 7, "demo": 7, "testing": 7,
-}  # fmt: skip
+    ((7, 0), "cli.output cli.groups cli.check_docker testing.fakemachine testing.kit testing.realdata "
+             "testing.dockerenv testing.sshd"),
+    ((7, 1), "cli.fleet cli.gpu_health cli.machine_ssh cli.plugins cli.repo_lease cli.repo_run "
+             "cli.repo_slurm cli.repo_ssh cli.completion cli.compose_bodies demo testing "
+             "testing.pytest_plugin"),
+    ((7, 2), "cli.machine cli.slurm cli.check_compose"),
+    ((7, 3), "cli.repo_check cli.demo"),
+    ((7, 4), "cli.repo"),
+    ((7, 5), "cli"),  # the `rdc` group
+    ((7, 6), "cli.__main__ launcher"),  # the console scripts
+)  # fmt: skip
+FLOORS: dict[str, tuple[int, int]] = {room: floor for floor, rooms in HOUSE for room in rooms.split()}
+
+# Imports between two modules on one sub-floor, each with why the two share it. Any other such
+# import fails: move the importer up a sub-floor (or what it imports down).
+WITHIN: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:
@@ -66,10 +107,8 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def floor_of(module: str) -> int | None:
-    name = module.removeprefix("rediacc_core").removeprefix(".")
-    if not name:
-        return FLOORS[""]
+def floor_of(module: str) -> tuple[int, int] | None:
+    name = module if module == "rediacc_core" else module.removeprefix("rediacc_core.")
     while name:
         if name in FLOORS:
             return FLOORS[name]
@@ -227,15 +266,20 @@ EDGES = {module: edges_of(module) for module in MODULES}
 GRAPH = {module: {t: line for t, (line, _) in edges.items()} for module, edges in EDGES.items()}
 
 
-def climbing() -> set[tuple[str, str]]:
+def climbing(level: bool = False) -> set[tuple[str, str]]:
+    """The imports that run up a sub-floor (or, with `level`, stay on their own)."""
     found = set()
     for module, targets in GRAPH.items():
         here = floor_of(module)
         for target in targets:
             there = floor_of(target)
-            if here is not None and there is not None and there > here:
+            if here is not None and there is not None and (there == here if level else there > here):
                 found.add((module, target))
     return found
+
+
+def short(module: str) -> str:
+    return module if module == "rediacc_core" else module.removeprefix("rediacc_core.")
 
 
 def cycles() -> list[list[str]]:
@@ -282,12 +326,39 @@ def test_every_module_has_a_floor() -> None:
     assert [m for m in MODULES if floor_of(m) is None] == []
 
 
+def test_every_room_is_listed_once() -> None:
+    rooms = [room for _, listed in HOUSE for room in listed.split()]
+    assert sorted(room for room in set(rooms) if rooms.count(room) > 1) == []
+    assert [floor for floor, _ in HOUSE] == sorted(floor for floor, _ in HOUSE)
+
+
+def _floor_name(module: str) -> str:
+    return ".".join(map(str, floor_of(module) or ()))
+
+
 def test_no_import_climbs_a_floor() -> None:
     found = sorted(climbing())
-    report = [
-        f"{a} (floor {floor_of(a)}) imports {b} (floor {floor_of(b)}), line {GRAPH[a][b]}" for a, b in found
-    ]
+    report = [f"{a} ({_floor_name(a)}) imports {b} ({_floor_name(b)}), line {GRAPH[a][b]}" for a, b in found]
     assert report == [], "move the shared piece down, or hand it in from the caller"
+
+
+def test_readme_draws_the_same_sub_floors() -> None:
+    rows = re.findall(r"^\| (\d+)\.(\d+) \| (`.*`) \|$", (REPO / "README.md").read_text(), re.M)
+    drawn = [
+        ((int(floor), int(sub)), " ".join(re.findall(r"`([^`]+)`", rooms))) for floor, sub, rooms in rows
+    ]
+    assert drawn == [(floor, " ".join(rooms.split())) for floor, rooms in HOUSE], (
+        "README's sub-floor table is drawn from HOUSE: redraw it"
+    )
+
+
+def test_every_import_within_a_sub_floor_is_named() -> None:
+    level = {(short(a), short(b)) for a, b in climbing(level=True)}
+    report = [
+        f"{a} imports {b}, both on {_floor_name('rediacc_core.' + a)}" for a, b in sorted(level - set(WITHIN))
+    ]
+    assert report == [], "put the importer a sub-floor up in HOUSE (or name the edge in WITHIN with why)"
+    assert sorted(set(WITHIN) - level) == [], "an edge WITHIN names is gone: strike it"
 
 
 def test_no_import_closes_a_circle() -> None:
@@ -384,9 +455,10 @@ def test_the_walk_sees_every_import(source: str, expected: set[str]) -> None:
 
 
 def test_floors_go_by_the_most_specific_room() -> None:
-    assert floor_of("rediacc_core.gate.policy.rules") == 2
-    assert floor_of("rediacc_core.gate.decide") == 4
-    assert floor_of("rediacc_core.remote.address") == 0
-    assert floor_of("rediacc_core.remote.dispatch") == 6
-    assert floor_of("rediacc_core") == 1
+    assert floor_of("rediacc_core.gate.policy.rules") == (2, 4)
+    assert floor_of("rediacc_core.gate.policy.field_policy") == (2, 0)
+    assert floor_of("rediacc_core.gate.decide") == (4, 4)
+    assert floor_of("rediacc_core.remote.address") == (0, 1)
+    assert floor_of("rediacc_core.remote.dispatch") == (6, 4)
+    assert floor_of("rediacc_core") == (1, 1)
     assert floor_of("rediacc_core.nowhere") is None
