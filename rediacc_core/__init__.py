@@ -11,6 +11,7 @@ an SSH machine) does not pay for loading pluggy and the CDI schema machinery.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -92,8 +93,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(model, name)
     if name in _ELSEWHERE:
-        import importlib
-
         return getattr(importlib.import_module(_ELSEWHERE[name]), name)
     raise AttributeError(f"module 'rediacc_core' has no attribute {name!r}")
 

@@ -12,9 +12,11 @@ here (the remote package does not import the CLI).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
+import rediacc_core
 from rediacc_core.placement import LOCAL_ONLY
 
 
@@ -77,10 +79,8 @@ def agent_main() -> None:
 def warm_every_module() -> None:
     """Import every module a command may import and load the plugins, so no child of the resident
     agent pays for an import (a child's own imports would not outlive it)."""
-    import importlib
     import pkgutil
 
-    import rediacc_core
     from rediacc_core.plugins import get_plugins
 
     for module in pkgutil.walk_packages(rediacc_core.__path__, "rediacc_core."):

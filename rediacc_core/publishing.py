@@ -16,6 +16,7 @@ directory of small files, and a file whose keeper is gone counts for nothing.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -79,8 +80,6 @@ def check_limit_setting(value: str) -> str | None:
 
 def check_addresses_setting(value: str) -> str | None:
     """Why the `publish-addresses` setting `value` is wrong, or None."""
-    import ipaddress
-
     for item in split_list(value):
         if item == "none":
             continue

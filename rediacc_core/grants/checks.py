@@ -12,6 +12,7 @@ from rediacc_core.cdi.names import parse_qualified_name
 from rediacc_core.errors import NotFoundError, RefusedError, ValidationError
 from rediacc_core.grants.records import Grant
 from rediacc_core.grants.units import HardwareUnits
+from rediacc_core.inventory import load_inventory
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
 
@@ -85,8 +86,6 @@ class GrantChecks:
     def grantable(self, devices: Sequence[str]) -> None:
         """Refuse names a spec defines but the last setup or refresh placed on no hardware it found
         (the inventory's `ungrantable`): a grant of one would reach a stale name, not a device."""
-        from rediacc_core.inventory import load_inventory
-
         document = load_inventory(self.machine) or {}
         why = {row["name"]: row["why"] for row in document.get("ungrantable", [])}
         stale = [device for device in devices if device in why]

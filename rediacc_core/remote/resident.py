@@ -25,6 +25,7 @@ import stat
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -272,8 +273,6 @@ class Resident:
 
 def _lock(fd: int, wait: float) -> bool:
     """Take the resident's lock, waiting up to `wait` seconds for a stopping predecessor."""
-    import time
-
     deadline = time.monotonic() + wait
     while True:
         try:

@@ -255,9 +255,7 @@ def _rdev(path: str) -> tuple[str, int, int] | None:
         st = os.stat(path)
     except OSError:
         return None
-    import stat as st_mod
-
-    kind = "c" if st_mod.S_ISCHR(st.st_mode) else "b" if st_mod.S_ISBLK(st.st_mode) else ""
+    kind = "c" if stat.S_ISCHR(st.st_mode) else "b" if stat.S_ISBLK(st.st_mode) else ""
     return (kind, os.major(st.st_rdev), os.minor(st.st_rdev)) if kind else None
 
 

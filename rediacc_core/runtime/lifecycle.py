@@ -29,7 +29,7 @@ from types import FrameType
 from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
-from rediacc_core.repos import AUDIT_LOG, Repo, repo_state_dir
+from rediacc_core.repos import AUDIT_LOG, Repo, RepoStore, repo_state_dir
 from rediacc_core.runtime import daemon, netns, process
 from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
 from rediacc_core.runtime.process import Child, interrupts_deferred
@@ -387,8 +387,6 @@ def repo_down(machine: Machine, repo: Repo, *, timeout: float = daemon.STOP_TIME
 def running_repos(machine: Machine) -> list[tuple[Repo, list[str]]]:
     """Every repo of the machine with something running, and what (by `running_parts`, the reading
     `rdc repo list` shows): what a command must look at before it deletes, re-points or forgets."""
-    from rediacc_core.repos import RepoStore
-
     found = []
     for repo in RepoStore(machine).list():
         parts = running_parts(machine, repo)
@@ -400,8 +398,6 @@ def running_repos(machine: Machine) -> list[tuple[Repo, list[str]]]:
 def orphaned_parts(machine: Machine) -> list[tuple[Path, list[str]]]:
     """What runs of repos the machine no longer records (deleted by hand or by an older rdc while
     up): each run directory with the parts still running there, found by the same pidfiles."""
-    from rediacc_core.repos import RepoStore
-
     known = {repo.id.replace("-", "")[:12] for repo in RepoStore(machine).list()}
     places: dict[str, Path] = {}
     if machine.run_dir.is_dir():

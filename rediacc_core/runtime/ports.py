@@ -39,8 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from rediacc_core import unixhttp
+from rediacc_core.machine import Machine
 from rediacc_core.publishing import ANY_ADDRESS, PROTOCOLS, Policy, Port, policy_from, write_state
 from rediacc_core.runtime import netns, uplinkwatch
+from rediacc_core.settings import effective, read_settings
+from rediacc_core.values import split_list
 
 GUEST_ADDRESS = "10.0.2.100"  # the namespace's uplink address (slirp4netns --configure)
 DEFAULT_POLICY = policy_from({})
@@ -176,10 +179,6 @@ def reconcile(
 def machine_policy(root: Path) -> tuple[list[str], Policy]:
     """The machine's `publish-addresses` and publishing policy, read at every round (a change
     applies at the next event)."""
-    from rediacc_core.machine import Machine
-    from rediacc_core.settings import effective, read_settings
-    from rediacc_core.values import split_list
-
     try:
         settings = effective(read_settings(Machine(name="local", root=root)))
     except Exception:  # unreadable settings: publish nowhere (failing closed), say so

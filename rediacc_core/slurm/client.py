@@ -8,6 +8,7 @@ ignores `-j`, so jobs are filtered here) and through `-P` (parsable) output wher
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -134,8 +135,6 @@ def cancel_after(machine: Machine, job_id: str, reason: str, pid: int) -> None:
     own session (slurmd kills the prolog's process group when it exits). A job cancelled while its
     prolog runs leaves `salloc` waiting for the node to be ready until its resume timeout; after the
     prolog the job is cancelled as any other, and its epilog finds no grant."""
-    import subprocess
-
     run(machine, ["scontrol", "update", f"JobId={job_id}", f"AdminComment={_quote(reason)}"])
     scancel = machine.which("scancel")
     if scancel is None:

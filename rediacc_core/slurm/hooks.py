@@ -15,11 +15,12 @@ the whole node. Only a node that cannot honour any lease
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rediacc_core.errors import RdcError
+from rediacc_core.errors import RdcError, RefusedError, ValidationError
 from rediacc_core.grants.records import Grant, read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
@@ -138,7 +139,6 @@ class Prolog:
         return self._grant(repo, names)
 
     def _grant(self, repo: Repo, names: list[str]) -> Outcome:
-        from rediacc_core.errors import RefusedError, ValidationError
         from rediacc_core.grants.store import GrantStore
         from rediacc_core.plugins import get_plugins
         from rediacc_core.runtime.holdings import Holdings
@@ -206,8 +206,6 @@ def epilog(machine: Machine, env: Mapping[str, str]) -> Outcome:
 
 def audit(machine: Machine, repo: Repo, endpoint: str, names: Iterable[str], message: str) -> None:
     """One line in the repo's audit log (best effort: the grant or revoke stands without it)."""
-    import contextlib
-
     from rediacc_core.gate.audit.log import append_event
     from rediacc_core.runtime.lifecycle import runtime_for
 
