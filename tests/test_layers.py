@@ -587,7 +587,7 @@ LOADED_ANYWAY: set[tuple[str, str]] = {
 
 
 def test_no_late_import_of_what_is_loaded_anyway() -> None:
-    found = set()
+    found: set[tuple[str, str]] = set()
     for module, path in MODULES.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         nodes = list(late_import_nodes(tree_of(module)))
