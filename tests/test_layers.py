@@ -372,9 +372,11 @@ def test_every_module_has_a_floor() -> None:
     assert [m for m in MODULES if floor_of(m) is None] == []
 
 
-def test_every_room_is_listed_once() -> None:
+def test_every_room_is_listed_once_and_is_there() -> None:
     rooms = [room for _, listed in HOUSE for room in listed.split()]
     assert sorted(room for room in set(rooms) if rooms.count(room) > 1) == []
+    gone = [room for room in rooms if room != "rediacc_core" and f"rediacc_core.{room}" not in MODULES]
+    assert gone == [], "a room HOUSE lists is gone (moved or removed): list where it is now"
     assert [floor for floor, _ in HOUSE] == sorted(floor for floor, _ in HOUSE)
 
 
