@@ -233,10 +233,13 @@ def from_tables(module: str, tree: ast.AST, argument: ast.expr) -> list[str]:
     completes it to a module of the core)."""
     if isinstance(argument, ast.Subscript) and isinstance(argument.value, ast.Name):
         for statement in getattr(tree, "body", []):
-            if (
-                isinstance(statement, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == argument.value.id for t in statement.targets)
-                and isinstance(statement.value, ast.Dict)
+            targets = (
+                statement.targets
+                if isinstance(statement, ast.Assign)
+                else [getattr(statement, "target", None)]
+            )
+            if any(isinstance(t, ast.Name) and t.id == argument.value.id for t in targets) and isinstance(
+                getattr(statement, "value", None), ast.Dict
             ):
                 return [
                     value.value.partition(":")[0]
@@ -647,6 +650,10 @@ def test_the_walk_sees_every_import(source: str, expected: set[str]) -> None:
 def test_an_import_module_reads_the_tables_it_looks_up() -> None:
     lookup = 'import importlib\nAT = {"x": "rediacc_core.repos"}\nimportlib.import_module(AT[name])'
     assert set(imported_by("rediacc_core.gate.audit", lookup)) == {"rediacc_core.repos"}
+    typed = (
+        'import importlib\nAT: dict[str, str] = {"x": "rediacc_core.repos"}\nimportlib.import_module(AT[n])'
+    )
+    assert set(imported_by("rediacc_core.gate.audit", typed)) == {"rediacc_core.repos"}
     homes = 'import importlib\nHOMES = {"metrics": ("Counters",)}\nimportlib.import_module(f"{__name__}.{m}")'
     assert set(imported_by("rediacc_core.gate.audit", homes)) == {"rediacc_core.gate.audit.metrics"}
     computed = "import importlib\nimportlib.import_module(f'{a}.{b}')"
