@@ -38,14 +38,15 @@ FLOORS: dict[str, int] = {
     # 1 the contract: hooks, the plugin manager, the public face
     "": 1, "hookspecs": 1, "plugins": 1,
     # 2 the gate's record-free parts: Go-exact decoding, policy, HTTP framing, the audit trail
-    "gate.wire": 2, "gate.policy": 2, "gate.decision": 2, "gate.http": 2, "gate.audit": 2,
+    "gate.wire": 2, "gate.policy": 2, "gate.decide.decision": 2, "gate.http": 2, "gate.audit": 2,
     # 3 the machine's records and how they change
     "repos": 3, "holders": 3, "grants": 3, "settings": 3, "inventory": 3, "setup": 3, "health": 3,
     "telemetry": 3, "recheck": 3, "spec_facts": 3, "slurm.gres": 3, "slurm.access": 3, "slurm.client": 3,
     "slurm.node": 3,
     # settings declared beside the rooms that read the settings file, on its reader's floor
     "telemetry_settings": 3, "runtime.settings": 3,
-    # 4 the gate's engine: what it asks the daemon, its decisions, the asyncio glue
+    # 4 the gate's engine: the decider's room (`gate.decide`: what it asks the daemon, its decisions),
+    # BuildKit's relay, the asyncio glue
     "gate": 4,
     # 5 a repo's running parts
     "runtime": 5,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rediacc_core.bindings import MOVED, Suspension
-from rediacc_core.gate.containers import Container, LookupFailed
+from rediacc_core.gate.decide.containers import Container, LookupFailed
 from rediacc_core.grants.records import Grant, write_grants
 
 Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
@@ -149,7 +149,7 @@ def test_the_lookup_waits_so_it_never_runs_on_the_event_loop(gate: Gate) -> None
     """The daemon lookup calls may_block(): inline (on the loop) it raises, and the decision moves to
     a worker thread, as an image lookup does."""
     from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
-    from rediacc_core.gate.containers import DaemonContainers
+    from rediacc_core.gate.decide.containers import DaemonContainers
 
     lookup = DaemonContainers(gate.fm.root / "no-daemon.sock")
     with decisions_must_not_block(), pytest.raises(MustNotBlock):

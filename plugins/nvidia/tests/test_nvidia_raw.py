@@ -9,7 +9,7 @@ import pytest
 from rediacc_nvidia.raw import request_rules
 
 from rediacc_core import ApiRequest, GateContext, Gpu, Inventory, Refusal
-from rediacc_core.gate.decision import merge_refusals
+from rediacc_core.gate.decide.decision import merge_refusals
 from rediacc_core.gate.policy import mounts, rules
 from rediacc_core.testing import FakeMachine
 

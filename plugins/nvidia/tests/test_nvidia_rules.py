@@ -11,7 +11,7 @@ from rediacc_nvidia.require import CUDA_ADVICE
 from rediacc_nvidia.rules import request_rules
 
 from rediacc_core import ApiRequest, GateContext, Gpu, GpuPartition, Inventory, Refusal, Rewrite
-from rediacc_core.gate.decision import merge_refusals
+from rediacc_core.gate.decide.decision import merge_refusals
 from rediacc_core.gate.policy import mounts, rules
 from rediacc_core.machine import Machine
 

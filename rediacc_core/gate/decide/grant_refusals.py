@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rediacc_core.gate.live_facts import LiveFacts
-from rediacc_core.gate.start_checks import StartChecks
+from rediacc_core.gate.decide.live_facts import LiveFacts
+from rediacc_core.gate.decide.start_checks import StartChecks
 from rediacc_core.model import Refusal
 
 if TYPE_CHECKING:

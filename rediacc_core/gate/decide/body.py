@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.decision import Decision, Forward, Refuse, merge_refusals, refuse
-from rediacc_core.gate.grant_refusals import GrantRefusals
-from rediacc_core.gate.live_facts import LiveFacts
+from rediacc_core.gate.decide.allowances import AllowanceReader
+from rediacc_core.gate.decide.decision import Decision, Forward, Refuse, merge_refusals, refuse
+from rediacc_core.gate.decide.grant_refusals import GrantRefusals
+from rediacc_core.gate.decide.live_facts import LiveFacts
 from rediacc_core.gate.policy import rules
 from rediacc_core.gate.policy.endpoints import Route
 from rediacc_core.gate.wire.decode import Target, copied, encode

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rediacc_core.errors import RdcError
-from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
-from rediacc_core.gate.decision import Refuse, refuse
-from rediacc_core.gate.health_check import HealthReader, health_refusals
-from rediacc_core.gate.live_facts import LiveFacts
+from rediacc_core.gate.decide.allowances import AllowanceReader
+from rediacc_core.gate.decide.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
+from rediacc_core.gate.decide.decision import Refuse, refuse
+from rediacc_core.gate.decide.health_check import HealthReader, health_refusals
+from rediacc_core.gate.decide.live_facts import LiveFacts
 from rediacc_core.gate.policy import publish
 from rediacc_core.gate.policy.endpoints import Route, path_id
 from rediacc_core.gate.wire.decode import Target

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from rediacc_core.gate.decision import Answer, Decision, Forward, Refuse
+from rediacc_core.gate.decide.decision import Answer, Decision, Forward, Refuse
 
 
 def info_answer(upstream: Path | None, raw_target: str, granted: Callable[[], frozenset[str]]) -> Decision:
     """`GET /info` as this repo may see it: asked of the daemon, its CDI devices cut to the grants."""
     from rediacc_core.blocking import may_block
-    from rediacc_core.gate import views
+    from rediacc_core.gate.decide import views
 
     if upstream is None:
         return Forward()  # no daemon behind this decider (unit tests of other routes)

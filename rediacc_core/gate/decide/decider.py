@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.gate import buildkit
-from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.body import BodyDecider
+from rediacc_core.gate.decide.allowances import AllowanceReader
+from rediacc_core.gate.decide.body import BodyDecider
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
-from rediacc_core.gate.containers import ContainerLookup
-from rediacc_core.gate.decision import Decision, Forward, Refuse, merge_refusals, refuse
-from rediacc_core.gate.grant_refusals import GrantRefusals
-from rediacc_core.gate.health_check import HealthReader, live_health
-from rediacc_core.gate.info import info_answer
-from rediacc_core.gate.live_facts import (
+from rediacc_core.gate.decide.containers import ContainerLookup
+from rediacc_core.gate.decide.decision import Decision, Forward, Refuse, merge_refusals, refuse
+from rediacc_core.gate.decide.grant_refusals import GrantRefusals
+from rediacc_core.gate.decide.health_check import HealthReader, live_health
+from rediacc_core.gate.decide.info import info_answer
+from rediacc_core.gate.decide.live_facts import (
     GrantsReader,
     InventoryReader,
     LiveFacts,
@@ -38,7 +38,7 @@ from rediacc_core.gate.policy import mounts, publish, rules
 from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Resolved, Route, path_id, resolve
 from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.gate.policy.pins import directory_for as pins_directory
-from rediacc_core.gate.start_checks import StartChecks, in_the_way
+from rediacc_core.gate.decide.start_checks import StartChecks, in_the_way
 from rediacc_core.gate.wire.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
