@@ -163,7 +163,7 @@ def test_a_decider_without_a_lookup_leaves_it_to_the_runtime_guard(gate: Gate) -
 
 
 def test_a_copied_container_is_told_who_holds_its_device_exclusively(
-    gate: Gate, containers: FakeContainers, monkeypatch: pytest.MonkeyPatch
+    gate: Gate, containers: FakeContainers
 ) -> None:
     # A fork's copy of a GPU container: asking for the grant would be refused while another repo
     # holds the device exclusively, so the advice names that repo and the handover instead.
@@ -171,7 +171,7 @@ def test_a_copied_container_is_told_who_holds_its_device_exclusively(
         f"repo beta@m1 holds {GPU0} exclusively (to move it in one step: "
         f"`rdc repo gpu grant {REF} --device {GPU0} --exclusive --take-over`)"
     )
-    monkeypatch.setattr(gate.decider, "in_the_way", lambda name: blocked if name == GPU0 else None)
+    gate.rebuild(containers=containers, in_the_way=lambda name: blocked if name == GPU0 else None)
     decision = decide(gate, "POST", "/v1.45/containers/trainer/start", b"")
     assert not decision.forward
     assert f"{GPU0} cannot be granted to repo alpha now: {blocked}" in decision.message
