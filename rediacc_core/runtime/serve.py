@@ -25,9 +25,12 @@ from typing import TextIO
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.gate.audit.log import Audit
+from rediacc_core.gate.decide.containers import DaemonContainers
+from rediacc_core.gate.decide.decider import Decider
 from rediacc_core.gate.decide.images import ImageConfigs
 from rediacc_core.gate.server import GateServer, bind_listener, new_event_loop
 from rediacc_core.machine import Machine
+from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.logfiles import LogKeeper
@@ -153,11 +156,9 @@ def flush_log(gate: GateServer) -> None:
 
 
 def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> GateServer:
-    """The gate for `repo`, deciding with the core's decider and the installed plugins."""
-    from rediacc_core.gate.decide.containers import DaemonContainers
-    from rediacc_core.gate.decide.decider import Decider
-    from rediacc_core.plugins import get_plugins
-
+    """The gate for `repo`, deciding with the core's decider and the installed plugins: every part
+    of the decider is built here, at start, and those that ask the repo's daemon are handed its
+    socket."""
     log = GateLog()
     decider = Decider(
         machine,

@@ -1,7 +1,11 @@
-"""The gate's decision for one Docker API request: forward (canonical body) or refuse, and why.
+"""The gate's decision for one Docker API request: forward (canonical body), refuse, or answer.
 
-Order matters and is fixed: route through the endpoint allow-list (`endpoints.py`: unknown and
-refused routes end here, from the head alone, and so do `/build`'s query parameters) -> decode into
+Each check is the one the request's route record names (`endpoints.Route`: its rule, pinning,
+start checks, view); nothing here decides by a route's name. Order matters and is fixed: route
+through the endpoint allow-list (`endpoints.py`: unknown and refused routes end here, from the head
+alone, and so do the query rules of `/build` and the fetching routes) -> a read the gate answers
+itself is asked of the daemon and seen through its route's view -> for a request that makes a
+container run, the names the container holds against the grants in force now -> decode into
 the canonical body (400 on anything ambiguous) -> fold Compose's legacy CDI `Devices` into the CDI
 device request -> check the requested CDI names against the repo's live grants (and, for a request
 that makes a container run, the names the container already holds) -> core rules, then plugin
