@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
 from rediacc_core.gate.policy import rules, views
@@ -51,11 +51,12 @@ PLUGIN_REFUSED = "installing, configuring or enabling daemon plugins is the mach
 PLUGIN_INSTEAD = "ask the machine's operator; containers get GPUs through CDI grants"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Route:
     method: str
     pattern: str  # the swagger path; `{x}` segments match as the daemon's router does (`.*`)
     action: Action
+    _: KW_ONLY
     name: str = ""  # what decisions, the audit trail and the metrics call it (inspect and query routes)
     body: FieldType | None = None  # the struct an inspected body decodes into
     why: str = ""  # refuse: the reason
@@ -64,9 +65,8 @@ class Route:
     # canonical body (an object); core findings, merged with the plugins' refusals on (rule, subject).
     rule: Rule | None = None
     devices_in: str | None = None  # where its body holds Devices and DeviceRequests ("" = top level)
-    pin: Pin | None = (
-        None  # its admitted body may name host paths: how they are pinned before it is forwarded
-    )
+    # Its admitted body may name host paths: how they are pinned before it is forwarded.
+    pin: Pin | None = None
     # It makes a container with the devices it names: a GPU held back for its health is refused now
     # (a `docker run --rm` refused at its start would leave a container made for nothing), and the
     # plugins' rewrites apply to its body (on any other route they are logged and ignored).
@@ -97,28 +97,15 @@ class Route:
 
 
 def _fwd(method: str, pattern: str, *, builds: bool = False) -> Route:
-    return Route(method=method, pattern=pattern, action="forward", builds=builds)
-
-
-def _inspect(method: str, pattern: str, name: str, body: str | None = None, **checks: Any) -> Route:
-    struct = None if body is None else StructRef(body)
-    return Route(method=method, pattern=pattern, action="inspect", name=name, body=struct, **checks)
-
-
-def _query(method: str, pattern: str, name: str, rule: Rule, *, builds: bool = False) -> Route:
-    return Route(method=method, pattern=pattern, action="query", name=name, rule=rule, builds=builds)
-
-
-def _refused(method: str, pattern: str, why: str, instead: str) -> Route:
-    return Route(method=method, pattern=pattern, action="refuse", why=why, instead=instead)
+    return Route(method, pattern, "forward", builds=builds)
 
 
 def _swarm(method: str, pattern: str) -> Route:
-    return _refused(method, pattern, SWARM_REFUSED, SWARM_INSTEAD)
+    return Route(method, pattern, "refuse", why=SWARM_REFUSED, instead=SWARM_INSTEAD)
 
 
 def _plugin(method: str, pattern: str) -> Route:
-    return _refused(method, pattern, PLUGIN_REFUSED, PLUGIN_INSTEAD)
+    return Route(method, pattern, "refuse", why=PLUGIN_REFUSED, instead=PLUGIN_INSTEAD)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -126,48 +113,61 @@ ROUTES: tuple[Route, ...] = (
     _fwd("GET", "/_ping"),
     _fwd("HEAD", "/_ping"),
     # The daemon logs in to the body's `serveraddress` from the host's network.
-    _inspect("POST", "/auth", "auth", "AuthConfig", rule=rules.auth),
+    Route("POST", "/auth", "inspect", name="auth", body=StructRef("AuthConfig"), rule=rules.auth),
     # Answered by the gate from the daemon's, CDI devices cut to the repo's grants (`views`).
-    _inspect("GET", "/info", "info", view=views.info_for_repo),
+    Route("GET", "/info", "inspect", name="info", view=views.info_for_repo),
     _fwd("GET", "/version"),
     _fwd("GET", "/events"),
     _fwd("GET", "/system/df"),
-    _query("GET", "/distribution/{name}/json", "distribution", rules.distribution),
+    Route("GET", "/distribution/{name}/json", "query", name="distribution", rule=rules.distribution),
     # --- containers ---------------------------------------------------------------------------
-    _inspect(
+    Route(
         "POST",
         "/containers/create",
-        "container-create",
-        "CreateRequest",
+        "inspect",
+        name="container-create",
+        body=StructRef("CreateRequest"),
         rule=rules.container_create,
         devices_in="HostConfig",
         pin=CREATE_PINS,
         creates=True,
     ),
-    _inspect(
+    Route(
         "POST",
         "/containers/{id}/update",
-        "container-update",
-        "UpdateConfig",
+        "inspect",
+        name="container-update",
+        body=StructRef("UpdateConfig"),
         rule=rules.container_update,
         devices_in="",
         runs_when=rules.sets_restart_policy,
     ),
-    _inspect("POST", "/containers/{id}/exec", "exec-create", "ExecConfig", rule=rules.exec_create, runs=True),
+    Route(
+        "POST",
+        "/containers/{id}/exec",
+        "inspect",
+        name="exec-create",
+        body=StructRef("ExecConfig"),
+        rule=rules.exec_create,
+        runs=True,
+    ),
     # The routes that make a container's processes run: the gate checks what the container holds
     # against the grants in force now (`decide/start_checks.py`). Older APIs read a start body as a
     # HostConfig: only an empty one passes.
-    _inspect(
+    Route(
         "POST",
         "/containers/{id}/start",
-        "container-start",
+        "inspect",
+        name="container-start",
         runs=True,
         binds_ports=True,
         starts=True,
         raw_check=rules.start_body,
     ),
-    _inspect("POST", "/containers/{id}/restart", "container-restart", runs=True, binds_ports=True),
-    _inspect("POST", "/containers/{id}/unpause", "container-unpause", runs=True),
+    Route(
+        "POST", "/containers/{id}/restart", "inspect", name="container-restart", runs=True, binds_ports=True
+    ),
+    Route("POST", "/containers/{id}/unpause", "inspect", name="container-unpause", runs=True),
     _fwd("GET", "/containers/json"),
     _fwd("POST", "/containers/prune"),
     _fwd("DELETE", "/containers/{id}"),
@@ -194,9 +194,9 @@ ROUTES: tuple[Route, ...] = (
     _fwd("GET", "/exec/{id}/json"),
     _fwd("POST", "/exec/{id}/resize"),
     # The exec's process starts here, in a container that may have lost a grant since the exec was made.
-    _inspect("POST", "/exec/{id}/start", "exec-start", runs=True, held_in="exec"),
+    Route("POST", "/exec/{id}/start", "inspect", name="exec-start", runs=True, held_in="exec"),
     # --- images and builds --------------------------------------------------------------------
-    _query("POST", "/build", "build", rules.build, builds=True),
+    Route("POST", "/build", "query", name="build", rule=rules.build, builds=True),
     _fwd("POST", "/build/prune"),
     _fwd("POST", "/build/cancel"),  # undocumented; the CLI cancels BuildKit builds with it
     # BuildKit's session (h2c upgrade): the daemon calls the client's file, secret and auth
@@ -207,41 +207,50 @@ ROUTES: tuple[Route, ...] = (
     # (`buildkit/relay.py`, `buildkit/__init__.py`).
     _fwd("POST", "/grpc", builds=True),
     # Pull (`fromImage`) and import (`fromSrc`): the daemon fetches from the registry or URL named.
-    _query("POST", "/images/create", "image-create", rules.image_create),
+    Route("POST", "/images/create", "query", name="image-create", rule=rules.image_create),
     _fwd("GET", "/images/get"),
     _fwd("GET", "/images/json"),
     _fwd("POST", "/images/load"),
     _fwd("POST", "/images/prune"),
-    _query("GET", "/images/search", "image-search", rules.image_search),
+    Route("GET", "/images/search", "query", name="image-search", rule=rules.image_search),
     _fwd("DELETE", "/images/{name}"),
     _fwd("GET", "/images/{name}/attestations"),
     _fwd("GET", "/images/{name}/get"),
     _fwd("GET", "/images/{name}/history"),
     _fwd("GET", "/images/{name}/json"),
-    _query("POST", "/images/{name}/push", "image-push", rules.image_push),
+    Route("POST", "/images/{name}/push", "query", name="image-push", rule=rules.image_push),
     _fwd("POST", "/images/{name}/tag"),
     # --- networks -----------------------------------------------------------------------------
     _fwd("GET", "/networks"),
-    _inspect("POST", "/networks/create", "network-create", "NetworkCreateRequest", rule=rules.network_create),
+    Route(
+        "POST",
+        "/networks/create",
+        "inspect",
+        name="network-create",
+        body=StructRef("NetworkCreateRequest"),
+        rule=rules.network_create,
+    ),
     _fwd("POST", "/networks/prune"),
     _fwd("DELETE", "/networks/{id}"),
     _fwd("GET", "/networks/{id}"),
     # Its endpoint's driver options may ask for per-interface sysctls (API 1.46+).
-    _inspect(
+    Route(
         "POST",
         "/networks/{id}/connect",
-        "network-connect",
-        "NetworkConnectRequest",
+        "inspect",
+        name="network-connect",
+        body=StructRef("NetworkConnectRequest"),
         rule=rules.network_connect,
     ),
     _fwd("POST", "/networks/{id}/disconnect"),
     # --- volumes ------------------------------------------------------------------------------
     _fwd("GET", "/volumes"),
-    _inspect(
+    Route(
         "POST",
         "/volumes/create",
-        "volume-create",
-        "VolumeCreateOptions",
+        "inspect",
+        name="volume-create",
+        body=StructRef("VolumeCreateOptions"),
         rule=rules.volume_create,
         pin=VOLUME_PINS,
     ),
@@ -251,7 +260,7 @@ ROUTES: tuple[Route, ...] = (
     _swarm("PUT", "/volumes/{name}"),  # cluster volumes only
     # --- plugins: listing and removing pass; installing, configuring and enabling do not -------
     _fwd("GET", "/plugins"),
-    _query("GET", "/plugins/privileges", "plugin-privileges", rules.plugin_privileges),
+    Route("GET", "/plugins/privileges", "query", name="plugin-privileges", rule=rules.plugin_privileges),
     _fwd("DELETE", "/plugins/{name}"),
     _fwd("POST", "/plugins/{name}/disable"),
     _fwd("GET", "/plugins/{name}/json"),
@@ -297,18 +306,20 @@ ROUTES: tuple[Route, ...] = (
 # Undocumented routes the daemon serves that no client of a repo needs: listed so they are refused
 # with a reason rather than as unknown.
 EXTRA_REFUSED: tuple[Route, ...] = (
-    _refused(
+    Route(
         "POST",
         "/containers/{id}/checkpoints",
-        "checkpoints (CRIU, experimental) are refused: restoring one recreates a process from a file",
-        "restart the container",
+        "refuse",
+        why="checkpoints (CRIU, experimental) are refused: restoring one recreates a process from a file",
+        instead="restart the container",
     ),
     # Without this row the daemon's `{id}`, which matches slashes, would make it `DELETE /containers/{id}`.
-    _refused(
+    Route(
         "DELETE",
         "/containers/{id}/checkpoints/{checkpoint}",
-        "checkpoints (CRIU, experimental) are refused",
-        "remove the container",
+        "refuse",
+        why="checkpoints (CRIU, experimental) are refused",
+        instead="remove the container",
     ),
 )
 
