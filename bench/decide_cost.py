@@ -23,8 +23,8 @@ def _decider(root: Path, repo_id: str, upstream: str) -> Any:
     import gate_launch
 
     from rediacc_core.config import Config
-    from rediacc_core.gate.decide import Decider
-    from rediacc_core.gate.images import ImageConfigs
+    from rediacc_core.gate.decide.decider import Decider
+    from rediacc_core.gate.decide.images import ImageConfigs
     from rediacc_core.plugins import get_plugins
     from rediacc_core.repos import RepoStore
 

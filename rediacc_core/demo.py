@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rediacc_core.errors import RdcError, StateError
-from rediacc_core.gate.decide import Decider
+from rediacc_core.gate.decide.decider import Decider
 from rediacc_core.grants.records import delete_repo
 from rediacc_core.grants.store import GrantStore
 from rediacc_core.inventory import load_inventory

@@ -34,7 +34,7 @@ from rediacc_core.gate import buildkit
 from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
-from rediacc_core.gate.decision import Decision, Forward, Refuse
+from rediacc_core.gate.decide.decision import Decision, Forward, Refuse
 from rediacc_core.gate.policy.endpoints import Resolved, resolve
 from rediacc_core.gate.server import GateLimits, GateServer
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from rediacc_core.gate.policy import mounts, rules
+from rediacc_core.gate.policy.endpoints import ROUTES, Route
+from rediacc_core.gate.policy.findings import Finding
 from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.repos import files_dir
 from rediacc_core.testing.fakemachine import FakeMachine
@@ -37,3 +40,20 @@ def rule_context(
         pins=pins,
     )
     return rules.RuleContext("alpha@m1", policy, extra_capabilities, query or {})
+
+
+def route(endpoint: str) -> Route:
+    """The route of the table named `endpoint`: its record says which rule and pinning it gets."""
+    return next(r for r in ROUTES if r.name == endpoint)
+
+
+def check(endpoint: str, body: Any, ctx: rules.RuleContext) -> list[Finding]:
+    """Every core finding for a request of `endpoint` with canonical `body`, as the decider asks
+    its route for them."""
+    return route(endpoint).findings(body, ctx)
+
+
+def pin(endpoint: str, body: dict[str, Any], ctx: rules.RuleContext) -> list[Finding]:
+    """Pin the bind sources of an admitted `body` of `endpoint` as the decider does."""
+    pinning = route(endpoint).pin
+    return [] if pinning is None else list(pinning.pin(body, ctx))

@@ -19,8 +19,8 @@ import pytest
 from packages_kit import env_with, install
 
 from rediacc_core.cdi.registry import Registry
-from rediacc_core.gate.containers import Container
-from rediacc_core.gate.decide import Decider
+from rediacc_core.gate.decide.containers import Container
+from rediacc_core.gate.decide.decider import Decider
 from rediacc_core.health import health_path
 from rediacc_core.hookspecs import PROJECT
 from rediacc_core.inventory import read_inventory

@@ -47,11 +47,12 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     ((1, 1), "plugins rediacc_core"),
     # 2 the gate's record-free parts: Go-exact decoding, policy, HTTP framing, the audit trail
     ((2, 0), "gate.wire gate.policy gate.policy.findings gate.http gate.audit"),  # the rooms' leaves
-    ((2, 1), "gate.wire.decode gate.policy.fetches gate.policy.mounts gate.policy.publish gate.decision "
-             "gate.audit.peer"),
-    ((2, 2), "gate.policy.endpoints gate.policy.limits gate.http.messages gate.audit.log"),
+    ((2, 1), "gate.wire.decode gate.policy.fetches gate.policy.mounts gate.policy.publish "
+             "gate.decide.decision gate.audit.peer"),
+    ((2, 2), "gate.policy.limits gate.http.messages gate.audit.log"),
     ((2, 3), "gate.policy.isolation gate.http.framing gate.audit.read"),
     ((2, 4), "gate.policy.rules gate.policy.settings gate.http.exchange"),
+    ((2, 5), "gate.policy.endpoints"),  # each route with its checks
     # 3 the machine's records and how they change
     ((3, 0), "repos inventory spec_facts grants slurm.node slurm.access slurm.client runtime.settings "
              "telemetry_settings"),  # records, and settings declared beside the rooms that act on them
@@ -63,12 +64,13 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     ((3, 6), "grants.checks grants.handover recheck"),
     ((3, 7), "grants.store setup"),
     # 4 the gate's engine: what it asks the daemon, its decisions, BuildKit's relay, the asyncio glue
-    ((4, 0), "gate gate.allowances gate.containers gate.health_check gate.images gate.live_facts gate.views "
+    ((4, 0), "gate gate.decide gate.decide.allowances gate.decide.containers gate.decide.health_check "
+             "gate.decide.images gate.decide.live_facts "
              "gate.buildkit.llb gate.buildkit.h2limits"),
-    ((4, 1), "gate.start_checks gate.info gate.buildkit"),
-    ((4, 2), "gate.grant_refusals gate.buildkit.relay"),
-    ((4, 3), "gate.body gate.server"),
-    ((4, 4), "gate.decide"),  # the facade: routing
+    ((4, 1), "gate.decide.start_checks gate.decide.answers gate.buildkit"),
+    ((4, 2), "gate.decide.grant_refusals gate.buildkit.relay"),
+    ((4, 3), "gate.decide.body gate.server"),
+    ((4, 4), "gate.decide.decider"),  # the facade: routing
     # 5 a repo's running parts
     ((5, 0), "runtime runtime.process runtime.guard runtime.openers runtime.logfiles runtime.boltdb "
              "runtime.rtnetlink runtime.health_watch"),
@@ -461,14 +463,6 @@ LATE: dict[str, tuple[int, str]] = {
                       "specs: a revoke or a read checks none"),
     "grants.store": (2, "the plugins (10 ms) only when the caller hands none in; the CDI registry (43 ms) "
                      "only for a revoke's device nodes"),
-    "gate.allowances": (3, "the repo store (14 ms) only for a refusal that names another repo; two are "
-                        "loaded anyway (LOADED_ANYWAY)"),
-    "gate.live_facts": (5, "the grants, settings, inventory and spec ages (93 ms) only when a decision "
-                        "first reads each: the gate answers `/_ping` without them"),
-    "gate.start_checks": (3, "the grant store (21 ms) only for a start that a device's holder blocks"),
-    "gate.grant_refusals": (2, "the CDI registry (45 ms) and lease records (9 ms) only to word a refusal"),
-    "gate.info": (4, "an HTTP client to the daemon (17 ms) and the tenant's view only when `/info` is asked"),
-    "gate.decide": (1, "none: the repo store is loaded anyway (LOADED_ANYWAY)"),
     "gate.server": (1, "uvloop (2 ms) only when the gate starts its loop, and only where it is installed"),
     "runtime.guard": (2, "the guard runs at every `runc create`: calendar (2 ms) only for a lease's end, "
                       "PyYAML (10 ms) only for a YAML spec"),
@@ -479,8 +473,6 @@ LATE: dict[str, tuple[int, str]] = {
                           "only for up and down: `rdc repo list` reads a repo's status through this module"),
     "runtime.holdings": (7, "the running parts (17 ms), the CDI registry (42 ms) and the audit log (13 ms) "
                          "only when a device's holders are looked for: a grant with no holder needs none"),
-    "runtime.serve": (7, "the decider (24 ms) and the housekeeping rooms (68 ms) in the functions that build "
-                      "them, in the gate process only (issue 41 item 2 wires them at start)"),
     "remote.protocol": (1, "importlib.metadata (14 ms) only when the versions are asked"),
     "remote.agent": (1, "the config and placement (21 ms) only when the agent runs a command"),
     "remote.resident": (3, "importlib.metadata (13 ms) only to stamp an install, the socket listener (6 ms) "
@@ -585,9 +577,6 @@ LOADED_ANYWAY: set[tuple[str, str]] = {
     ("cli.machine", "grants.records"),
     ("cli.machine", "repos"),
     ("cli.repo", "grants.records"),
-    ("gate.allowances", "gate.policy.fetches"),
-    ("gate.allowances", "gate.policy.limits"),
-    ("gate.decide", "repos"),
 }
 
 
@@ -663,7 +652,7 @@ def test_an_import_module_reads_the_tables_it_looks_up() -> None:
 def test_floors_go_by_the_most_specific_room() -> None:
     assert floor_of("rediacc_core.gate.policy.rules") == (2, 4)
     assert floor_of("rediacc_core.gate.policy.field_policy") == (2, 0)
-    assert floor_of("rediacc_core.gate.decide") == (4, 4)
+    assert floor_of("rediacc_core.gate.decide.decider") == (4, 4)
     assert floor_of("rediacc_core.remote.address") == (0, 1)
     assert floor_of("rediacc_core.remote.dispatch") == (6, 4)
     assert floor_of("rediacc_core") == (1, 1)

@@ -23,8 +23,8 @@ from rediacc_core.bindings import MOVED, UnitIdentity, drift
 from rediacc_core.cli import cli
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_REFUSED, RefusedError
-from rediacc_core.gate.containers import Container
-from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.gate.decide.containers import Container
+from rediacc_core.gate.decide.decider import Decider, Decision
 from rediacc_core.grants.live import LiveGrants
 from rediacc_core.grants.records import Grant, read_grants, write_grants
 from rediacc_core.grants.store import GrantStore

@@ -15,8 +15,8 @@ from rediacc_core.cli.compose_bodies import solve_message
 from rediacc_core.cli.output import emit, note, output_option
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_REFUSED, ValidationError
-from rediacc_core.gate.decide import Decider
-from rediacc_core.gate.decision import Decision, Forward, Refuse
+from rediacc_core.gate.decide.decider import Decider
+from rediacc_core.gate.decide.decision import Decision, Forward, Refuse
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, resolve_ref

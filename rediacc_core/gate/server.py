@@ -56,7 +56,7 @@ from rediacc_core.gate.audit.log import Audit
 from rediacc_core.gate.audit.peer import NO_PEER, Peer, peer_of
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.relay import GrpcRelay
-from rediacc_core.gate.decision import Decision
+from rediacc_core.gate.decide.decision import Decision
 from rediacc_core.gate.http.exchange import Exchange
 from rediacc_core.gate.http.messages import RequestHead, error_response
 from rediacc_core.gate.policy.endpoints import Resolved
@@ -102,7 +102,7 @@ class GateLimits:
 
 
 class DeciderLike(Protocol):
-    """What the gate needs of `rediacc_core.gate.decide.Decider`."""
+    """What the gate needs of `rediacc_core.gate.decide.decider.Decider`."""
 
     def resolve(self, method: str, raw_target: str) -> Resolved:
         """The request's target parsed and its route found: done once per request, by `route`."""

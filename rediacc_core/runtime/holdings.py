@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rediacc_core import unixhttp
 from rediacc_core.errors import StateError
-from rediacc_core.gate.containers import DaemonContainers, LookupFailed
+from rediacc_core.gate.decide.containers import DaemonContainers, LookupFailed
 from rediacc_core.holders import RUNS, Node, Opener
 from rediacc_core.holders import Holder as Holder  # made here, named by the grants
 from rediacc_core.machine import Machine

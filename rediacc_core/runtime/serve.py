@@ -25,14 +25,20 @@ from typing import TextIO
 from rediacc_core.errors import RdcError
 from rediacc_core.files import atomic_write_text
 from rediacc_core.gate.audit.log import Audit
-from rediacc_core.gate.images import ImageConfigs
+from rediacc_core.gate.decide.containers import DaemonContainers
+from rediacc_core.gate.decide.decider import Decider
+from rediacc_core.gate.decide.images import ImageConfigs
 from rediacc_core.gate.server import GateServer, bind_listener, new_event_loop
 from rediacc_core.machine import Machine
+from rediacc_core.plugins import get_plugins
 from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime.health_watch import refresh_health
+from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.settings import MAX_WORKERS
 from rediacc_core.runtime.workers import Publish, Supervisor
+from rediacc_core.settings import effective, read_settings
 
 
 def stderr_log(line: str) -> None:
@@ -153,11 +159,9 @@ def flush_log(gate: GateServer) -> None:
 
 
 def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> GateServer:
-    """The gate for `repo`, deciding with the core's decider and the installed plugins."""
-    from rediacc_core.gate.containers import DaemonContainers
-    from rediacc_core.gate.decide import Decider
-    from rediacc_core.plugins import get_plugins
-
+    """The gate for `repo`, deciding with the core's decider and the installed plugins: every part
+    of the decider is built here, at start, and those that ask the repo's daemon are handed its
+    socket."""
     log = GateLog()
     decider = Decider(
         machine,
@@ -193,9 +197,6 @@ def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogK
     applies the machine's `lease-end` setting to running containers whose grant ended; and brings the
     GPU telemetry (a lease ended) and the GPU health records up to date; and runs the plugins'
     chores (`rdc_housekeeping`: Slurm's reconciler and health sync, `slurm.plugin`)."""
-    from rediacc_core.plugins import get_plugins
-    from rediacc_core.runtime.health_watch import refresh_health
-    from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
 
     runtime = lifecycle.runtime_for(machine, repo)
     paths = [runtime.gate_log]
@@ -305,8 +306,6 @@ def run_workers(
 def configured_workers(machine: Machine) -> int:
     """How many processes the machine's `gate-workers` setting asks for (its default when the
     settings file cannot be read: the gate still starts, and its decisions report the file)."""
-    from rediacc_core.settings import effective, read_settings
-
     try:
         return int(effective(read_settings(machine))["gate-workers"])
     except RdcError:

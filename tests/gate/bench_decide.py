@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rediacc_core.gate.decide import Decider
+from rediacc_core.gate.decide.decider import Decider
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import load_plugins
 from rediacc_core.repos import Repo

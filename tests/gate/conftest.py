@@ -13,7 +13,7 @@ import pytest
 from proxy_kit import env, env_down, new_loop, short_dir  # noqa: F401
 
 from rediacc_core import ApiRequest, GateContext, Refusal, Rewrite, Verdict, hookimpl
-from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.gate.decide.decider import Decider, Decision
 from rediacc_core.gate.policy.pins import release_all
 from rediacc_core.plugins import load_plugins
 from rediacc_core.repos import Repo

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rediacc_core.gate.containers import Container
+from rediacc_core.gate.decide.containers import Container
 from rediacc_core.grants.records import Grant, write_grants
 
 Gate = Any  # tests/gate/conftest.py's Gate

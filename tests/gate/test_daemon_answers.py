@@ -20,7 +20,7 @@ import pytest
 from proxy_kit import StandInDecider, read_response, start_gate
 
 from rediacc_core.blocking import may_block
-from rediacc_core.gate.decision import Decision, Refuse
+from rediacc_core.gate.decide.decision import Decision, Refuse
 from rediacc_core.gate.policy.endpoints import Resolved, resolve
 from rediacc_core.gate.server import DeciderLike, GateServer, new_event_loop
 

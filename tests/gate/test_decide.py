@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rediacc_core import ApiRequest, GateContext, Inventory, Refusal, Rewrite, Verdict
 from rediacc_core.errors import ValidationError
-from rediacc_core.gate.decide import MAX_INSPECTED_BODY, Decider
+from rediacc_core.gate.decide.decider import MAX_INSPECTED_BODY, Decider
 from rediacc_core.gate.policy.endpoints import resolve
 from rediacc_core.grants.store import GrantStore
 from rediacc_core.inventory import write_inventory

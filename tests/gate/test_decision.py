@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from rediacc_core.gate.decision import Answer, Decision, Forward, Refuse, merge_refusals, refuse
+from rediacc_core.gate.decide.decision import Answer, Decision, Forward, Refuse, merge_refusals, refuse
 from rediacc_core.gate.policy.findings import refuse as finding
 from rediacc_core.model import Refusal
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from transitions_kit import Table, Transition, docstring_rows, recording, table_rows
 
-from rediacc_core.gate.decision import Answer, Decision, Forward, Refuse
+from rediacc_core.gate.decide.decision import Answer, Decision, Forward, Refuse
 from rediacc_core.gate.http import exchange
 from rediacc_core.gate.http.exchange import PHASES, UPSTREAM, Exchange
 from rediacc_core.gate.http.messages import RequestHead

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rediacc_core.bindings import MOVED, Suspension
-from rediacc_core.gate.containers import Container, LookupFailed
+from rediacc_core.gate.decide.containers import Container, LookupFailed
 from rediacc_core.grants.records import Grant, write_grants
 
 Gate = Any  # tests/gate/conftest.py's Gate: the decider on a simulated machine
@@ -149,7 +149,7 @@ def test_the_lookup_waits_so_it_never_runs_on_the_event_loop(gate: Gate) -> None
     """The daemon lookup calls may_block(): inline (on the loop) it raises, and the decision moves to
     a worker thread, as an image lookup does."""
     from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
-    from rediacc_core.gate.containers import DaemonContainers
+    from rediacc_core.gate.decide.containers import DaemonContainers
 
     lookup = DaemonContainers(gate.fm.root / "no-daemon.sock")
     with decisions_must_not_block(), pytest.raises(MustNotBlock):
@@ -163,7 +163,7 @@ def test_a_decider_without_a_lookup_leaves_it_to_the_runtime_guard(gate: Gate) -
 
 
 def test_a_copied_container_is_told_who_holds_its_device_exclusively(
-    gate: Gate, containers: FakeContainers, monkeypatch: pytest.MonkeyPatch
+    gate: Gate, containers: FakeContainers
 ) -> None:
     # A fork's copy of a GPU container: asking for the grant would be refused while another repo
     # holds the device exclusively, so the advice names that repo and the handover instead.
@@ -171,7 +171,7 @@ def test_a_copied_container_is_told_who_holds_its_device_exclusively(
         f"repo beta@m1 holds {GPU0} exclusively (to move it in one step: "
         f"`rdc repo gpu grant {REF} --device {GPU0} --exclusive --take-over`)"
     )
-    monkeypatch.setattr(gate.decider, "in_the_way", lambda name: blocked if name == GPU0 else None)
+    gate.rebuild(containers=containers, in_the_way=lambda name: blocked if name == GPU0 else None)
     decision = decide(gate, "POST", "/v1.45/containers/trainer/start", b"")
     assert not decision.forward
     assert f"{GPU0} cannot be granted to repo alpha now: {blocked}" in decision.message

@@ -14,8 +14,8 @@ import pytest
 
 from rediacc_core import ApiRequest, GateContext, Verdict, hookimpl
 from rediacc_core.blocking import MustNotBlock, decisions_must_not_block
-from rediacc_core.gate.decide import Decider
-from rediacc_core.gate.images import ImageConfigs
+from rediacc_core.gate.decide.decider import Decider
+from rediacc_core.gate.decide.images import ImageConfigs
 from rediacc_core.plugins import load_plugins
 from rediacc_core.repos import Repo
 from rediacc_core.testing.fakemachine import FakeMachine

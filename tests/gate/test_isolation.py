@@ -5,17 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rules_kit import rule_context
+from rules_kit import check, rule_context
 
-from rediacc_core.gate.policy import rules
 from rediacc_core.gate.policy.isolation import DEFAULT_MASKED_PATHS
 from rediacc_core.testing.fakemachine import FakeMachine
 
 
 def refused(fm: FakeMachine, host: dict[str, Any], **kwargs: Any) -> list[str]:
-    findings = rules.check(
-        "container-create", {"Image": "bb", "HostConfig": host}, rule_context(fm, **kwargs)
-    )
+    findings = check("container-create", {"Image": "bb", "HostConfig": host}, rule_context(fm, **kwargs))
     return [f.refusal.rule for f in findings]
 
 
@@ -98,7 +95,7 @@ def test_the_machine_may_allow_namespaced_capabilities(fake_machine: FakeMachine
 
 def test_messages_name_the_field_and_the_alternative(fake_machine: FakeMachine) -> None:
     body = {"HostConfig": {"PidMode": "host"}}
-    (finding,) = rules.check("container-create", body, rule_context(fake_machine))
+    (finding,) = check("container-create", body, rule_context(fake_machine))
     assert "HostConfig.PidMode=host is refused" in finding.refusal.message
     assert finding.refusal.replacement and "container:<id>" in finding.refusal.replacement
 
@@ -124,7 +121,7 @@ def test_messages_name_the_field_and_the_alternative(fake_machine: FakeMachine) 
     ],
 )
 def test_network_create(fake_machine: FakeMachine, body: dict[str, Any], refused_rules: list[str]) -> None:
-    findings = rules.check("network-create", body, rule_context(fake_machine))
+    findings = check("network-create", body, rule_context(fake_machine))
     assert [f.refusal.rule for f in findings] == refused_rules
 
 
@@ -146,13 +143,13 @@ def test_network_create(fake_machine: FakeMachine, body: dict[str, Any], refused
 def test_build_parameters(
     fake_machine: FakeMachine, query: dict[str, tuple[str, ...]], refused_rules: list[str]
 ) -> None:
-    findings = rules.check("build", None, rule_context(fake_machine, query=query))
+    findings = check("build", None, rule_context(fake_machine, query=query))
     assert [f.refusal.rule for f in findings] == refused_rules
 
 
 def test_the_host_network_cannot_be_joined_as_an_extra_endpoint(fake_machine: FakeMachine) -> None:
     body = {"Image": "bb", "NetworkingConfig": {"EndpointsConfig": {"host": {}, "app_default": {}}}}
-    findings = rules.check("container-create", body, rule_context(fake_machine))
+    findings = check("container-create", body, rule_context(fake_machine))
     assert [f.refusal.rule for f in findings] == ["namespace"]
 
 
@@ -168,7 +165,7 @@ def test_admitted_at_the_edges(fake_machine: FakeMachine, host: dict[str, Any]) 
 
 
 def test_a_network_scoped_beyond_this_machine_is_refused(fake_machine: FakeMachine) -> None:
-    findings = rules.check("network-create", {"Name": "n", "Scope": "swarm"}, rule_context(fake_machine))
+    findings = check("network-create", {"Name": "n", "Scope": "swarm"}, rule_context(fake_machine))
     assert [f.refusal.rule for f in findings] == ["network-driver"]
 
 
@@ -201,7 +198,7 @@ def test_endpoint_sysctls_of_a_create_go_through_the_sysctl_policy(
         "HostConfig": {},
         "NetworkingConfig": {"EndpointsConfig": {"net1": endpoint(sysctls)}},
     }
-    findings = rules.check("container-create", body, rule_context(fake_machine))
+    findings = check("container-create", body, rule_context(fake_machine))
     assert [(f.refusal.rule, f.subject) for f in findings] == [("sysctl", name) for name in refused_names]
     for finding in findings:
         assert SYSCTLS_OPT in finding.refusal.message and "net1" in finding.refusal.message
@@ -209,10 +206,10 @@ def test_endpoint_sysctls_of_a_create_go_through_the_sysctl_policy(
 
 def test_endpoint_sysctls_of_a_network_connect_are_checked_too(fake_machine: FakeMachine) -> None:
     body = {"Container": "c1", "EndpointConfig": endpoint("net.ipv4.conf.IFNAME.forwarding=1")}
-    findings = rules.check("network-connect", body, rule_context(fake_machine))
+    findings = check("network-connect", body, rule_context(fake_machine))
     assert [f.refusal.rule for f in findings] == ["sysctl"]
     assert (
-        rules.check(
+        check(
             "network-connect",
             {"Container": "c1", "EndpointConfig": {"Aliases": ["a"]}},
             rule_context(fake_machine),
@@ -227,6 +224,4 @@ def test_endpoint_sysctls_that_are_not_a_string_are_refused(fake_machine: FakeMa
         "HostConfig": {},
         "NetworkingConfig": {"EndpointsConfig": {"n": endpoint(["x=1"])}},
     }
-    assert [f.refusal.rule for f in rules.check("container-create", body, rule_context(fake_machine))] == [
-        "sysctl"
-    ]
+    assert [f.refusal.rule for f in check("container-create", body, rule_context(fake_machine))] == ["sysctl"]

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from rules_kit import rule_context
+from rules_kit import check, rule_context
 
 from rediacc_core.gate.policy import rules
 from rediacc_core.gate.policy.limits import DEFAULT_PIDS_LIMIT, UNLIMITED, own_hard_limits
@@ -29,18 +29,18 @@ def context(fm: FakeMachine, **kwargs: Any) -> rules.RuleContext:
 def create(fm: FakeMachine, host: dict[str, Any] | None, **kwargs: Any) -> tuple[list[str], dict[str, Any]]:
     """The rule ids refusing a create with `host`, and the HostConfig as it would be forwarded."""
     body: dict[str, Any] = {"Image": "bb"} if host is None else {"Image": "bb", "HostConfig": host}
-    findings = rules.check("container-create", body, context(fm, **kwargs))
+    findings = check("container-create", body, context(fm, **kwargs))
     return [f.refusal.rule for f in findings], body["HostConfig"]
 
 
 def update(fm: FakeMachine, body: dict[str, Any], **kwargs: Any) -> list[str]:
-    return [f.refusal.rule for f in rules.check("container-update", body, context(fm, **kwargs))]
+    return [f.refusal.rule for f in check("container-update", body, context(fm, **kwargs))]
 
 
 def messages(fm: FakeMachine, endpoint: str, body: Any, **kwargs: Any) -> list[str]:
     return [
         f"{f.refusal.message}; use instead: {f.refusal.replacement}"
-        for f in rules.check(endpoint, body, context(fm, **kwargs))
+        for f in check(endpoint, body, context(fm, **kwargs))
     ]
 
 
@@ -200,7 +200,7 @@ class TestUlimits:
     )
     def test_build_steps(self, fake_machine: FakeMachine, ulimits: str, refused: list[str]) -> None:
         ctx = context(fake_machine, query={"ulimits": (ulimits,)})
-        assert [f.refusal.rule for f in rules.check("build", None, ctx)] == refused
+        assert [f.refusal.rule for f in check("build", None, ctx)] == refused
 
     def test_the_gate_reads_its_own_hard_limits(self) -> None:
         limits = own_hard_limits()

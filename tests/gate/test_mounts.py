@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rules_kit import files, rule_context
+from rules_kit import check, files, pin, rule_context
 
-from rediacc_core.gate.policy import mounts, rules
+from rediacc_core.gate.policy import mounts
 from rediacc_core.gate.policy.pins import Pins, open_no_symlinks, release_all
 from rediacc_core.testing.fakemachine import FakeMachine
 
@@ -32,7 +32,7 @@ def mounted(path: str) -> bool:
 
 def create(fm: FakeMachine, host: dict[str, Any], **kwargs: Any) -> tuple[list[str], dict[str, Any]]:
     body: dict[str, Any] = {"Image": "bb", "HostConfig": host}
-    findings = rules.check("container-create", body, rule_context(fm, **kwargs))
+    findings = check("container-create", body, rule_context(fm, **kwargs))
     return [f.refusal.rule for f in findings], body["HostConfig"]
 
 
@@ -170,14 +170,12 @@ class TestVolumes:
     )
     def test_refused(self, fake_machine: FakeMachine, driver: str, opts: dict[str, str], rule: str) -> None:
         body = {"Name": "v", "Driver": driver, "DriverOpts": opts}
-        assert [f.refusal.rule for f in rules.check("volume-create", body, rule_context(fake_machine))] == [
-            rule
-        ]
+        assert [f.refusal.rule for f in check("volume-create", body, rule_context(fake_machine))] == [rule]
 
     def test_a_bind_volume_with_options_beyond_binding_is_refused(self, fake_machine: FakeMachine) -> None:
         opts = {"type": "none", "o": "bind,exec", "device": "/x"}
         body = {"Name": "v", "Driver": "local", "DriverOpts": opts}
-        assert [f.refusal.rule for f in rules.check("volume-create", body, rule_context(fake_machine))] == [
+        assert [f.refusal.rule for f in check("volume-create", body, rule_context(fake_machine))] == [
             "volume-type"
         ]
 
@@ -185,7 +183,7 @@ class TestVolumes:
         data = str(fake_machine.mkdir("/data/sets"))
         opts = {"type": "none", "o": "bind,rw", "device": data}
         body = {"Name": "v", "Driver": "local", "DriverOpts": opts}
-        assert rules.check("volume-create", body, rule_context(fake_machine, roots=((data, True),))) == []
+        assert check("volume-create", body, rule_context(fake_machine, roots=((data, True),))) == []
         assert opts["o"] == "bind,ro"
 
     def test_admitted(self, fake_machine: FakeMachine) -> None:
@@ -197,7 +195,7 @@ class TestVolumes:
             ("vendor-driver", {"any": "thing"}),
         ]:
             body = {"Name": "v", "Driver": driver, "DriverOpts": opts}
-            assert rules.check("volume-create", body, ctx) == [], (driver, opts)
+            assert check("volume-create", body, ctx) == [], (driver, opts)
 
 
 @needs_root
@@ -209,7 +207,7 @@ class TestPinning:
         work.mkdir()
         (work / "mine").write_text("tenant data")
         body = {"HostConfig": {"Binds": [f"{work}:/w"]}}
-        assert rules.pin("container-create", body, rule_context(fake_machine, pins=pins)) == []
+        assert pin("container-create", body, rule_context(fake_machine, pins=pins)) == []
         staged = body["HostConfig"]["Binds"][0].split(":")[0]
         assert staged.startswith(str(pins.directory))
         # The tenant swaps the checked directory for a symlink to the machine's state...
@@ -240,7 +238,7 @@ class TestPinning:
         self, fake_machine: FakeMachine, pins: Pins
     ) -> None:
         body = {"HostConfig": {"Binds": [f"{files(fake_machine)}/new/dir:/d"]}}
-        assert rules.pin("container-create", body, rule_context(fake_machine, pins=pins)) == []
+        assert pin("container-create", body, rule_context(fake_machine, pins=pins)) == []
         assert (Path(files(fake_machine)) / "new" / "dir").is_dir()
 
     def test_release_unmounts_everything(self, fake_machine: FakeMachine, pins: Pins) -> None:

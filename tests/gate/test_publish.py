@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rediacc_core.gate.containers import Container, container_from_inspect
+from rediacc_core.gate.decide.containers import Container, container_from_inspect
 from rediacc_core.gate.policy.publish import Binding, bindings
 from rediacc_core.publishing import short_id, state_file, write_state
 from rediacc_core.repos import RepoStore

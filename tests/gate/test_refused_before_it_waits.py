@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rediacc_core.gate.containers import Container
-from rediacc_core.gate.decide import Decider
-from rediacc_core.gate.health_check import HealthReader
+from rediacc_core.gate.decide.containers import Container
+from rediacc_core.gate.decide.decider import Decider
+from rediacc_core.gate.decide.health_check import HealthReader
 from rediacc_core.health import record_events, unhealthy_cards
 from rediacc_core.model import Gpu, HealthEvent, Inventory
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rules_kit import rule_context
+from rules_kit import check, rule_context
 
-from rediacc_core.gate.policy import rules
 from rediacc_core.gate.policy.rules import add_cdi_devices, cdi_devices, fold_compose_devices
 from rediacc_core.testing.fakemachine import FakeMachine
 
@@ -26,7 +25,7 @@ def fm(fake_machine: FakeMachine) -> FakeMachine:
 
 
 def rule_ids(endpoint: str, body: Any, fm: FakeMachine) -> list[str]:
-    return [f.refusal.rule for f in rules.check(endpoint, body, rule_context(fm))]
+    return [f.refusal.rule for f in check(endpoint, body, rule_context(fm))]
 
 
 class TestComposeFold:
@@ -139,9 +138,7 @@ class TestContainerCreate:
         ]
 
     def test_replacements_are_vendor_neutral_cdi_forms(self, fm: FakeMachine) -> None:
-        findings = rules.check(
-            "container-create", {"HostConfig": {"DeviceCgroupRules": ["a"]}}, rule_context(fm)
-        )
+        findings = check("container-create", {"HostConfig": {"DeviceCgroupRules": ["a"]}}, rule_context(fm))
         assert findings[0].refusal.replacement == (
             "a CDI grant: rdc repo gpu grant alpha@m1 --device <vendor>/<class>=<name>"
         )

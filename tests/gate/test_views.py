@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rediacc_core.gate.views import info_body, info_for_repo
+from rediacc_core.gate.policy.views import info_body, info_for_repo
 
 DEVICES = [
     {"Source": "cdi", "ID": "vendor.example/gpu=0"},

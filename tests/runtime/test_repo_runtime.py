@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from rediacc_core.errors import ValidationError
-from rediacc_core.gate.images import ImageConfigs
+from rediacc_core.gate.decide.images import ImageConfigs
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import daemon, layout, lifecycle

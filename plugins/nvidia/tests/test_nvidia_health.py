@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from rediacc_nvidia import health
 
 from rediacc_core.cli import cli
-from rediacc_core.gate.containers import Container
-from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.gate.decide.containers import Container
+from rediacc_core.gate.decide.decider import Decider, Decision
 from rediacc_core.health import health_path, read_health
 from rediacc_core.inventory import read_inventory
 from rediacc_core.plugins import Plugins, load_plugins, set_plugins

@@ -9,7 +9,7 @@ import pytest
 from rediacc_nvidia.raw import request_rules
 
 from rediacc_core import ApiRequest, GateContext, Gpu, Inventory, Refusal
-from rediacc_core.gate.decision import merge_refusals
+from rediacc_core.gate.decide.decision import merge_refusals
 from rediacc_core.gate.policy import mounts, rules
 from rediacc_core.testing import FakeMachine
 
@@ -60,7 +60,7 @@ def test_the_refusal_replaces_the_cores_about_the_same_device_only(
 ) -> None:
     request = create("/dev/nvidia0", "/dev/sda")
     binds = mounts.BindPolicy(files_dir="/files", roots=(), never=(), volume_drivers=frozenset(), pins=None)
-    core = rules.check("container-create", request.body, rules.RuleContext("alpha@fake", binds))
+    core = list(rules.container_create(request.body, rules.RuleContext("alpha@fake", binds)))
     ours = only_refusal(request_rules(request, gate_context(fake_machine.machine)))
     assert ours.subject == "/dev/nvidia0"
     merged = merge_refusals(core, [ours])

@@ -17,7 +17,7 @@ from rediacc_nvidia.discovery_smi import parse_xml
 
 from rediacc_core.cli import cli
 from rediacc_core.errors import RefusedError, ToolError
-from rediacc_core.gate.decide import Decider, Decision
+from rediacc_core.gate.decide.decider import Decider, Decision
 from rediacc_core.grants.store import GrantStore
 from rediacc_core.inventory import load_inventory
 from rediacc_core.plugins import Plugins, load_plugins

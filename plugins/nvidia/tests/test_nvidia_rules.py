@@ -11,7 +11,7 @@ from rediacc_nvidia.require import CUDA_ADVICE
 from rediacc_nvidia.rules import request_rules
 
 from rediacc_core import ApiRequest, GateContext, Gpu, GpuPartition, Inventory, Refusal, Rewrite
-from rediacc_core.gate.decision import merge_refusals
+from rediacc_core.gate.decide.decision import merge_refusals
 from rediacc_core.gate.policy import mounts, rules
 from rediacc_core.machine import Machine
 
@@ -165,7 +165,7 @@ def test_nvidia_runtime_is_refused_with_compose_devices(gate: Gate) -> None:
 )
 def test_each_refusal_replaces_the_cores_about_the_same_value(gate: Gate, host: dict[str, Any]) -> None:
     binds = mounts.BindPolicy(files_dir="/files", roots=(), never=(), volume_drivers=frozenset(), pins=None)
-    core = rules.check("container-create", create(**host), rules.RuleContext("alpha@m1", binds))
+    core = list(rules.container_create(create(**host), rules.RuleContext("alpha@m1", binds)))
     ours = only_refusal(gate.decide(create(**host)))
     assert [(f.refusal.rule, f.subject) for f in core] == [(ours.rule, ours.subject)]
     assert merge_refusals(core, [ours]) == [ours]

@@ -63,7 +63,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from rediacc_core.gate.decision import Answer, Decision, Forward
+from rediacc_core.gate.decide.decision import Answer, Decision, Forward
 from rediacc_core.gate.http.framing import (
     COMPLETE,
     END,

@@ -12,9 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rediacc_core.gate.policy.endpoints import BUILDKIT_INSTEAD
 from rediacc_core.gate.policy.findings import Finding, refuse
 from rediacc_core.gate.wire.decode import is_empty
+
+# What to use instead of `/build?version=2` (BuildKit behind /build, with no place for the gate to
+# check its steps).
+BUILDKIT_INSTEAD = (
+    "docker build with buildx installed (BuildKit through /grpc, whose build steps the gate checks), "
+    "or DOCKER_BUILDKIT=0 docker build (the classic builder)"
+)
 
 # Docker's default capability set: adding one of these changes nothing.
 DEFAULT_CAPABILITIES = frozenset(

@@ -1,4 +1,5 @@
-"""The core's request rules: the hardware rules here, and the dispatch to every other core rule.
+"""The core's request rules: the hardware rules here, and each route's rule (`Rule`, the field
+`rule` of its record in `endpoints.ROUTES`), which calls the rules of the other rooms it needs.
 
 Hardware: every vendor-neutral way of reaching a device is refused (Privileged, raw Devices, device
 cgroup rules, non-CDI device requests, other runtimes, CDI annotations), each finding naming the CDI
@@ -37,6 +38,7 @@ from rediacc_core.cdi.names import is_qualified_name
 from rediacc_core.gate.policy import fetches, isolation, limits, mounts, publish
 from rediacc_core.gate.policy.findings import Finding, refuse
 from rediacc_core.gate.policy.mounts import BindPolicy
+from rediacc_core.gate.wire.decode import BadRequest, Target
 from rediacc_core.gate.wire.devicerequests import cdi_names
 
 CDI_DEVICE = "--device <vendor>/<class>=<name> (`rdc machine gpu list` shows the names)"
@@ -275,7 +277,7 @@ def container_update(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding
     yield from limits.ulimits(body.get("Ulimits"), "", ctx.extra_capabilities, ctx.hard_limits)
 
 
-def exec_create(body: Mapping[str, Any]) -> Iterator[Finding]:
+def exec_create(body: Mapping[str, Any], ctx: RuleContext) -> Iterator[Finding]:
     if body.get("Privileged") is True:
         yield refuse(
             "privileged",
@@ -297,54 +299,91 @@ def volume_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
         yield refuse("swarm", "ClusterVolumeSpec", "cluster volumes are refused (swarm)", "a local volume")
 
 
-# What the core checks of each endpoint's request: by its query alone (`_BY_QUERY`), or by its
-# canonical body too (`_BY_BODY`, only for a body that decoded to an object). An endpoint in neither
-# has nothing the core rules judge (the field policy and the plugins still may).
-_Check = Callable[[Any, RuleContext], Iterable[Finding]]
-_BY_QUERY: dict[str, _Check] = {
-    "build": lambda _, ctx: (
-        *isolation.build_query(ctx.query),
-        *fetches.build_remote(ctx.query.get("remote", ()), ctx.registries),
-        *limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits),
-    ),
-    "image-create": lambda _, ctx: fetches.image_create(ctx.query, ctx.registries),
-    "image-search": lambda _, ctx: fetches.image_search(ctx.query, ctx.registries),
-    "plugin-privileges": lambda _, ctx: fetches.plugin_privileges(ctx.query, ctx.registries),
-    "image-push": lambda _, ctx: fetches.reference("push of", ctx.name, ctx.registries),
-    "distribution": lambda _, ctx: fetches.reference("registry lookup of", ctx.name, ctx.registries),
-}
-_BY_BODY: dict[str, _Check] = {
-    "auth": lambda body, ctx: fetches.auth(body, ctx.registries),
-    "container-create": container_create,
-    "network-connect": lambda body, _: isolation.endpoint_sysctls(
-        {"EndpointConfig": body["EndpointConfig"]} if body.get("EndpointConfig") else {}, ""
-    ),
-    "container-update": container_update,
-    "exec-create": lambda body, _: exec_create(body),
-    "volume-create": volume_create,
-    "network-create": lambda body, _: isolation.network_create(body),
-}
+def network_create(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    return isolation.network_create(body)
 
 
-def check(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
-    """Every core finding for `endpoint` (see `endpoints.ROUTES`) and its canonical `body`.
-
-    Defaults the request left out are written into `body`; bind sources are rewritten to their
-    pinned staging paths later, by `pin`, once the request is admitted.
-    """
-    by_query = _BY_QUERY.get(endpoint)
-    if by_query is not None:
-        return list(by_query(body, ctx))
-    by_body = _BY_BODY.get(endpoint)
-    return list(by_body(body, ctx)) if by_body is not None and isinstance(body, dict) else []
+def network_connect(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    endpoint = body.get("EndpointConfig")
+    return isolation.endpoint_sysctls({"EndpointConfig": endpoint} if endpoint else {}, "")
 
 
-def names_host_paths(endpoint: str, body: Any) -> bool:
-    """Could `body` name a host path to pin? (Cheap; most bodies name none and skip pinning.)"""
-    if not isinstance(body, dict):
-        return False
-    if endpoint == "volume-create":
-        return bool(body.get("DriverOpts"))
+def auth(body: dict[str, Any], ctx: RuleContext) -> Iterator[Finding]:
+    return fetches.auth(body, ctx.registries)
+
+
+# The checks of the routes that make a container run (`endpoints.Route.raw_check`, `runs_when`).
+
+
+def start_body(target: Target, body: bytes) -> None:
+    """A container start takes no body (older APIs read one as a HostConfig, unchecked) and no
+    checkpoint: BadRequest otherwise."""
+    if body.strip() not in (b"", b"{}", b"null"):
+        raise BadRequest("container start takes no body (older APIs read one as HostConfig)")
+    if any(v for name in ("checkpoint", "checkpoint-dir") for v in target.query.get(name, ())):
+        # Refused on every checkpoint route; here it would restore from a directory of the caller's
+        # choosing (only experimental daemons act on it: defence in depth).
+        raise BadRequest(
+            "starting from a checkpoint (checkpoint, checkpoint-dir) is refused; start without it"
+        )
+
+
+def sets_restart_policy(body: Any) -> bool:
+    """Does an update's canonical body set a restart policy? Then the daemon starts the container on
+    its own, unseen by the gate: the update is checked as a start."""
+    policy = body.get("RestartPolicy") if isinstance(body, dict) else None
+    name = policy.get("Name") if isinstance(policy, dict) else None
+    return isinstance(name, str) and name not in ("", "no")
+
+
+# The rules of the routes decided by their query and path alone (the body streams, unread).
+
+
+def build(_: None, ctx: RuleContext) -> Iterator[Finding]:
+    yield from isolation.build_query(ctx.query)
+    yield from fetches.build_remote(ctx.query.get("remote", ()), ctx.registries)
+    yield from limits.build_ulimits(ctx.query, ctx.extra_capabilities, ctx.hard_limits)
+
+
+def image_create(_: None, ctx: RuleContext) -> Iterator[Finding]:
+    return fetches.image_create(ctx.query, ctx.registries)
+
+
+def image_search(_: None, ctx: RuleContext) -> Iterator[Finding]:
+    return fetches.image_search(ctx.query, ctx.registries)
+
+
+def plugin_privileges(_: None, ctx: RuleContext) -> Iterator[Finding]:
+    return fetches.plugin_privileges(ctx.query, ctx.registries)
+
+
+def image_push(_: None, ctx: RuleContext) -> Iterator[Finding]:
+    return fetches.reference("push of", ctx.name, ctx.registries)
+
+
+def distribution(_: None, ctx: RuleContext) -> Iterator[Finding]:
+    return fetches.reference("registry lookup of", ctx.name, ctx.registries)
+
+
+# A route's core rule (`endpoints.Route.rule`): a query route's is handed no body, an inspected
+# route's its canonical body when that decoded to an object. Defaults the request left out are
+# written into the body; bind sources are rewritten to their pinned staging paths later, by the
+# route's `Pin`, once the request is admitted.
+Rule = Callable[[Any, RuleContext], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Pin:
+    """How a route's admitted body has its bind sources pinned (`endpoints.Route.pin`): whether it
+    could name a host path at all (cheap: most bodies name none and skip pinning), and the pinning,
+    which rewrites each source to its staging path in place and finds only sources that cannot be
+    pinned (changed since they were checked)."""
+
+    names_host_paths: Callable[[dict[str, Any]], bool]
+    pin: Rule
+
+
+def _create_names_host_paths(body: dict[str, Any]) -> bool:
     host = body.get("HostConfig")
     if not isinstance(host, dict):
         return False
@@ -354,16 +393,12 @@ def names_host_paths(endpoint: str, body: Any) -> bool:
     )
 
 
-def pin(endpoint: str, body: Any, ctx: RuleContext) -> list[Finding]:
-    """Pin the bind sources of an admitted `body`, rewriting them to their staging paths in place.
-
-    Returns findings only when a source cannot be pinned (it changed since it was checked).
-    """
-    if not isinstance(body, dict):
+def _pin_create(body: dict[str, Any], ctx: RuleContext) -> list[Finding]:
+    host = body.get("HostConfig")
+    if not isinstance(host, dict):
         return []
-    if endpoint == "container-create" and isinstance(body.get("HostConfig"), dict):
-        host = body["HostConfig"]
-        return [*mounts.binds(host, ctx.binds), *mounts.mounts(host, ctx.binds)]
-    if endpoint == "volume-create":
-        return list(volume_create(body, ctx))
-    return []
+    return [*mounts.binds(host, ctx.binds), *mounts.mounts(host, ctx.binds)]
+
+
+CREATE_PINS = Pin(_create_names_host_paths, _pin_create)
+VOLUME_PINS = Pin(lambda body: bool(body.get("DriverOpts")), volume_create)

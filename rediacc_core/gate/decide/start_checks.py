@@ -8,14 +8,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rediacc_core.errors import RdcError
-from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
-from rediacc_core.gate.decision import Refuse, refuse
-from rediacc_core.gate.health_check import HealthReader, health_refusals
-from rediacc_core.gate.live_facts import LiveFacts
+from rediacc_core.gate.decide.allowances import AllowanceReader
+from rediacc_core.gate.decide.containers import Container, ContainerLookup, ContainerRemover, LookupFailed
+from rediacc_core.gate.decide.decision import Refuse, refuse
+from rediacc_core.gate.decide.health_check import HealthReader, health_refusals
+from rediacc_core.gate.decide.live_facts import LiveFacts
 from rediacc_core.gate.policy import publish
 from rediacc_core.gate.policy.endpoints import Route, path_id
 from rediacc_core.gate.wire.decode import Target
+from rediacc_core.grants.records import ended_lease, suspended_grant, suspension_advice, suspension_text
+from rediacc_core.grants.store import GrantStore
 from rediacc_core.health import refuses as refuses_unhealthy
 from rediacc_core.model import Inventory, Refusal
 
@@ -28,8 +30,6 @@ if TYPE_CHECKING:
 def in_the_way(machine: Machine, plugins: Plugins, repo: Repo, name: str) -> str | None:
     """Why `repo` could not be granted `name` now (another repo's exclusive grant: who holds it,
     and the handover), or None; read only for a refusal's advice."""
-    from rediacc_core.grants.store import GrantStore
-
     try:
         return GrantStore(machine, plugins).in_the_way(repo, name)
     except Exception:  # only the advice depends on it: the refusal stands either way
@@ -86,7 +86,7 @@ class StartChecks:
             return None
         ref = path_id(route, target.path)
         try:
-            if route.name == "exec-start":
+            if route.held_in == "exec":
                 container = self.containers.exec_container(ref)
                 held = None if container is None else self.containers.lookup(container)
             else:
@@ -120,7 +120,7 @@ class StartChecks:
             for name in missing
         ]
         decision = refuse(where, refusals, endpoint=route.name, cdi=held.cdi)
-        if route.name == "container-start" and held.auto_remove and not held.running:
+        if route.starts and held.auto_remove and not held.running:
             return self._removed(decision, held)
         return decision
 
@@ -187,8 +187,6 @@ class StartChecks:
         """Why the repo's grant of `name` reaches nothing (setup suspended it, or the hardware it
         recorded is not what its name reaches in the inventory) and what resolves it; None when
         it is neither."""
-        from rediacc_core.grants.records import suspended_grant, suspension_advice, suspension_text
-
         try:
             grant = suspended_grant(self.machine, self.repo.id, name)
             moved = None if grant is not None else self.facts.moved(name)
@@ -218,8 +216,6 @@ class StartChecks:
 
     def _ended_start(self, container: str, name: str) -> Refusal | None:
         """The refusal of a start whose lease of `name` has ended: said as such, with when."""
-        from rediacc_core.grants.records import ended_lease
-
         try:
             lease = ended_lease(self.machine, self.repo.id, name)
         except Exception:  # only the words depend on it: the refusal stands either way

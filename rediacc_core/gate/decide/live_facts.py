@@ -10,11 +10,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.errors import RdcError
+from rediacc_core.grants.live import LiveGrants
+from rediacc_core.grants.records import Grant, binding_drift, reachable, read_grants
+from rediacc_core.inventory import LiveInventory
 from rediacc_core.model import Inventory
+from rediacc_core.settings import LiveSettings
+from rediacc_core.spec_facts import SpecAge
 
 if TYPE_CHECKING:
     from rediacc_core.bindings import Reaches
-    from rediacc_core.grants.records import Grant
     from rediacc_core.machine import Machine
     from rediacc_core.repos import Repo
 
@@ -28,24 +32,21 @@ ReachesReader = Callable[[], "Reaches | None"]
 DrainReader = Callable[[str], str | None]
 
 
-def _live_grants(machine: Machine, reaches: ReachesReader) -> tuple[GrantsReader, DrainReader]:
-    # Imported when first needed: a gate whose grants cannot be loaded must still serve requests
-    # without devices (it fails closed only for device requests).
-    from rediacc_core.grants.live import LiveGrants
+class _LiveGrantsReader:
+    """The repo's grants and drain mark from the machine's grants file (`grants.live.LiveGrants`:
+    thread-safe, one `stat` when unchanged), its grants held to what each name reaches now.
+    Building it reads nothing: a grants file that cannot be read fails only the reads, closed."""
 
-    live = LiveGrants(machine)
+    def __init__(self, machine: Machine, reaches: ReachesReader) -> None:
+        self._live = LiveGrants(machine)
+        self._reaches = reaches
 
-    def drain(repo_id: str) -> str | None:
-        mark = live.draining(repo_id)
+    def grants(self, repo_id: str) -> frozenset[str]:
+        return self._live.for_repo(repo_id, self._reaches())
+
+    def drain(self, repo_id: str) -> str | None:
+        mark = self._live.draining(repo_id)
         return None if mark is None else f"{mark.why} (since {mark.since}, at most until {mark.until})"
-
-    return (lambda repo_id: live.for_repo(repo_id, reaches())), drain
-
-
-def _live_settings(machine: Machine) -> SettingsReader:
-    from rediacc_core.settings import LiveSettings
-
-    return LiveSettings(machine).settings
 
 
 class _LiveInventoryReader:
@@ -53,9 +54,6 @@ class _LiveInventoryReader:
     unchanged), with an unreadable file logged once per distinct problem and seen as none."""
 
     def __init__(self, machine: Machine, log: Callable[[str], None]) -> None:
-        from rediacc_core.inventory import LiveInventory
-        from rediacc_core.spec_facts import SpecAge
-
         self._live = LiveInventory(machine)
         self._log = log
         self._error: str | None = None
@@ -102,7 +100,8 @@ def _no_reaches() -> Reaches | None:
 class LiveFacts:
     """The grants, settings and inventory of one repo's gate, each read live and failing closed.
 
-    A reader handed in (unit tests, the demo) is used as given; the others are the machine's files.
+    A reader handed in (unit tests, the demo) is used as given; the others read the machine's
+    files, each built here, when the gate starts (building one reads nothing).
     """
 
     def __init__(
@@ -120,8 +119,6 @@ class LiveFacts:
         self.machine = machine
         self.repo = repo
         self.log = log
-        self.grants = grants
-        self.drain = drain
         live = None
         if inventory is None:
             live = _LiveInventoryReader(machine, log)
@@ -133,14 +130,15 @@ class LiveFacts:
         # What each name reaches in that inventory, which a grant's recorded hardware must be: a
         # handed-in inventory is decided on as given, so its grants are not compared.
         self.reaches: ReachesReader = live.reaches if live else _no_reaches
-        self.settings = settings
+        files = _LiveGrantsReader(machine, self.reaches)
+        self.grants: GrantsReader = grants or files.grants
+        self.drain: DrainReader = drain or files.drain
+        self.settings: SettingsReader = settings or LiveSettings(machine).settings
         self._settings_error: str | None = None
 
     def read_grants(self) -> tuple[frozenset[str], str | None]:
         """The repo's granted names, and why they could not be read (then none), or None."""
         try:
-            if self.grants is None:
-                self.grants = _live_grants(self.machine, self.reaches)[0]
             return self.grants(self.repo.id), None
         except Exception as exc:  # whatever went wrong, device requests fail closed and say why
             why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"
@@ -152,8 +150,6 @@ class LiveFacts:
         An unreadable grants file counts as no drain: rdc cannot complete a handover while it cannot
         read the file either, and requests without devices must still be served."""
         try:
-            if self.drain is None:
-                self.drain = _live_grants(self.machine, self.reaches)[1]
             return self.drain(self.repo.id)
         except Exception:
             return None
@@ -165,8 +161,6 @@ class LiveFacts:
         reaches = self.reaches()
         if not reaches:
             return None
-        from rediacc_core.grants.records import binding_drift, reachable, read_grants
-
         for grant in reachable(read_grants(self.machine)):
             if grant.repo_id == self.repo.id and grant.device == name:
                 how = binding_drift(grant, reaches)
@@ -181,8 +175,6 @@ class LiveFacts:
         in the log once per distinct problem, not for every request.
         """
         try:
-            if self.settings is None:
-                self.settings = _live_settings(self.machine)
             settings = self.settings()
         except Exception as exc:
             why = exc.what if isinstance(exc, RdcError) else f"{type(exc).__name__}: {exc}"

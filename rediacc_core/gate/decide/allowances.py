@@ -9,10 +9,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rediacc_core.gate.policy import isolation, mounts, publish, rules
+from rediacc_core.gate.policy import fetches, isolation, limits, mounts, publish, rules
 from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.gate.wire.decode import Target
 from rediacc_core.publishing import Policy, policy_from, short_id
+from rediacc_core.repos import RepoStore, files_dir
 from rediacc_core.values import split_list
 
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ class AllowanceReader:
 
     def _repo_named(self, short: str) -> str:
         """The reference of the machine's repo whose id starts `short` (read only for a refusal)."""
-        from rediacc_core.repos import RepoStore
-
         try:
             found = [r.label for r in RepoStore(self.machine).list() if short_id(r.id) == short]
         except Exception:  # a refusal must still be made when the repos file cannot be read
@@ -90,9 +89,6 @@ class AllowanceReader:
         return cached[1]
 
     def _from(self, settings: Mapping[str, Any]) -> Allowances:
-        from rediacc_core.gate.policy import fetches, limits
-        from rediacc_core.repos import files_dir
-
         roots = [mounts.Root(os.path.realpath(files_dir(self.machine, self.repo.id)), False)]
         for item in split_list(str(settings.get("bind-roots", ""))):
             path = item.removesuffix(":ro")

@@ -1,7 +1,11 @@
-"""The gate's decision for one Docker API request: forward (canonical body) or refuse, and why.
+"""The gate's decision for one Docker API request: forward (canonical body), refuse, or answer.
 
-Order matters and is fixed: route through the endpoint allow-list (`endpoints.py`: unknown and
-refused routes end here, from the head alone, and so do `/build`'s query parameters) -> decode into
+Each check is the one the request's route record names (`endpoints.Route`: its rule, pinning,
+start checks, view); nothing here decides by a route's name. Order matters and is fixed: route
+through the endpoint allow-list (`endpoints.py`: unknown and refused routes end here, from the head
+alone, and so do the query rules of `/build` and the fetching routes) -> a read the gate answers
+itself is asked of the daemon and seen through its route's view -> for a request that makes a
+container run, the names the container holds against the grants in force now -> decode into
 the canonical body (400 on anything ambiguous) -> fold Compose's legacy CDI `Devices` into the CDI
 device request -> check the requested CDI names against the repo's live grants (and, for a request
 that makes a container run, the names the container already holds) -> core rules, then plugin
@@ -14,31 +18,33 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rediacc_core.gate import buildkit
-from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.body import BodyDecider
 from rediacc_core.gate.buildkit import Verdict
 from rediacc_core.gate.buildkit.llb import BuildPolicy
-from rediacc_core.gate.containers import ContainerLookup
-from rediacc_core.gate.decision import Decision, Forward, Refuse, merge_refusals, refuse
-from rediacc_core.gate.grant_refusals import GrantRefusals
-from rediacc_core.gate.health_check import HealthReader, live_health
-from rediacc_core.gate.info import info_answer
-from rediacc_core.gate.live_facts import (
+from rediacc_core.gate.decide import start_checks
+from rediacc_core.gate.decide.allowances import AllowanceReader
+from rediacc_core.gate.decide.answers import answer
+from rediacc_core.gate.decide.body import BodyDecider
+from rediacc_core.gate.decide.containers import ContainerLookup
+from rediacc_core.gate.decide.decision import Decision, Forward, Refuse, merge_refusals, refuse
+from rediacc_core.gate.decide.grant_refusals import GrantRefusals
+from rediacc_core.gate.decide.health_check import HealthReader, live_health
+from rediacc_core.gate.decide.live_facts import (
     GrantsReader,
     InventoryReader,
     LiveFacts,
     SettingsReader,
     SpecAgeReader,
 )
-from rediacc_core.gate.policy import mounts, publish, rules
+from rediacc_core.gate.decide.start_checks import StartChecks
+from rediacc_core.gate.policy import mounts, publish
 from rediacc_core.gate.policy.endpoints import UNKNOWN_INSTEAD, Resolved, Route, path_id, resolve
 from rediacc_core.gate.policy.pins import Pins
 from rediacc_core.gate.policy.pins import directory_for as pins_directory
-from rediacc_core.gate.start_checks import StartChecks, in_the_way
 from rediacc_core.gate.wire.decode import (
     MAX_INSPECTED_BODY,
     MIN_API_VERSION,
@@ -51,9 +57,7 @@ from rediacc_core.gate.wire.decode import (
 from rediacc_core.health import LiveHealth
 from rediacc_core.model import Refusal
 from rediacc_core.publishing import Policy
-
-# BuildKit runs build steps itself, unseen by the container routes: its session and control API.
-_BUILDS = frozenset({"/grpc", "/session"})
+from rediacc_core.repos import repo_state_dir
 
 if TYPE_CHECKING:
     from rediacc_core.machine import Machine
@@ -71,20 +75,15 @@ __all__ = [
 ]
 
 
-def _sets_restart_policy(body: Any) -> bool:
-    policy = body.get("RestartPolicy") if isinstance(body, dict) else None
-    name = policy.get("Name") if isinstance(policy, dict) else None
-    return isinstance(name, str) and name not in ("", "no")
-
-
 class Decider:
     """Decides the requests of one repo's gate. Thread-safe for concurrent `decide` calls.
 
     A facade: the live facts (`live_facts`), the allowances of the settings (`allowances`), the
     start checks (`start_checks`), the grant refusals (`grant_refusals`) and the body decision
-    (`body`) are its parts, each handed what it reads; the routing of a request is its own, on
-    the request as `resolve` found it once (target parsed, route matched): nothing here parses
-    the target again.
+    (`body`) are its parts, each built here, when the gate starts, and handed what it reads. A
+    request is decided on its route as `resolve` found it once (target parsed, route matched):
+    the fields of that record say which checks it gets, so nothing here parses the target again or
+    looks at a route's name.
     """
 
     def __init__(
@@ -104,6 +103,7 @@ class Decider:
         upstream: Path | None = None,
         pinning: bool = True,
         health: HealthReader | None = None,
+        in_the_way: Callable[[str], str | None] | None = None,
     ) -> None:
         self.machine = machine
         self.repo = repo
@@ -112,15 +112,16 @@ class Decider:
         self.facts = LiveFacts(
             machine, repo, log, grants=grants, inventory=inventory, spec_age=spec_age, settings=settings
         )
-        self.upstream = upstream  # the repo daemon's socket, for the answers the gate makes (`_info`)
+        self.upstream = upstream  # the repo daemon's socket, for the answers the gate makes (`answers`)
         # Pinning is on unless a caller opts out: an unpinned bind can be swapped before it is mounted.
         if pins is None:
-            from rediacc_core.repos import repo_state_dir
-
             index = repo_state_dir(machine, repo.id) / "pins.json"
             pins = Pins(pins_directory(machine.run_dir, repo.id), index)
         self.pins = pins
         self.allowances = AllowanceReader(machine, repo, pins, image_config)
+        # Why this repo could not be granted a name now (another repo's exclusive grant), or None:
+        # for the advice of every refusal that names one.
+        self.in_the_way = in_the_way or partial(start_checks.in_the_way, machine, plugins, repo)
         self.start_checks = StartChecks(
             machine,
             repo,
@@ -130,7 +131,7 @@ class Decider:
             health or live_health(machine, plugins, self.facts.inventory, log),
             health or LiveHealth(machine).unhealthy,
             containers,
-            lambda name: self.in_the_way(name),
+            self.in_the_way,
         )
         refusals = GrantRefusals(machine, repo, self.facts, self.start_checks)
         self.body = BodyDecider(machine, repo, plugins, log, self.facts, self.allowances, refusals, pinning)
@@ -175,14 +176,14 @@ class Decider:
         if route.action == "refuse":
             refusal = Refusal(message=f"{where}: {route.why}", replacement=route.instead, rule="endpoint")
             return refuse(where, [refusal], endpoint=route.pattern)
-        if route.runs or route.name == "build" or route.pattern in _BUILDS:
+        if route.runs or route.builds:
             drained = self._drained(where)
             if drained is not None:
                 return refuse(where, [drained], endpoint=route.name or route.pattern)
         if route.action == "query":
             context = self.allowances.rule_context(target, self.facts.read_settings(), pinning=False)
             context = dataclasses.replace(context, name=path_id(route, target.path, "{name}"))
-            findings = rules.check(route.name, None, context)
+            findings = route.findings(None, context)
             if findings:
                 return refuse(where, [f.refusal for f in findings], endpoint=route.name)
         return None
@@ -244,8 +245,8 @@ class Decider:
             return early
         if endpoint is None or endpoint.action != "inspect":
             return Forward()
-        if endpoint.name == "info":
-            return self._info(raw_target)
+        if endpoint.view is not None:
+            return answer(self.upstream, endpoint, raw_target, self._granted)
         where = f"{method} {target.path}"
         version = target.api_version
         if version is not None and version < MIN_API_VERSION:
@@ -256,34 +257,22 @@ class Decider:
             held = self.start_checks.held_check(where, target, endpoint)
             if held is not None:
                 return held
-        if endpoint.name == "container-start":
-            if body.strip() not in (b"", b"{}", b"null"):
-                raise BadRequest("container start takes no body (older APIs read one as HostConfig)")
-            if any(v for name in ("checkpoint", "checkpoint-dir") for v in target.query.get(name, ())):
-                # Refused on every checkpoint route; here it would restore from a directory of the
-                # caller's choosing (only experimental daemons act on it: defence in depth).
-                raise BadRequest(
-                    "starting from a checkpoint (checkpoint, checkpoint-dir) is refused; start without it"
-                )
+        if endpoint.raw_check is not None:
+            endpoint.raw_check(target, body)
             return Forward(body=body or None)
         check_content_type(content_type, body)
         if not body or endpoint.body is None:
             return Forward()  # nothing the daemon could read as settings
         canonical = canonicalise(body, endpoint.body)
-        if endpoint.name == "container-update" and _sets_restart_policy(canonical):
-            # A restart policy makes the daemon start the container on its own, unseen by the gate.
+        if endpoint.runs_when is not None and endpoint.runs_when(canonical):
             held = self.start_checks.held_check(where, target, endpoint)
             if held is not None:
                 return held
         return self.body.decide(method, target, endpoint, canonical)
 
-    def _info(self, raw_target: str) -> Decision:
-        # Unreadable grants: no device is shown.
-        return info_answer(self.upstream, raw_target, lambda: self.facts.read_grants()[0])
-
-    def in_the_way(self, name: str) -> str | None:
-        """Why this repo could not be granted `name` now (another repo's exclusive grant), or None."""
-        return in_the_way(self.machine, self.plugins, self.repo, name)
+    def _granted(self) -> frozenset[str]:
+        """The names the repo may use now, for the answers the gate makes (unreadable grants: none)."""
+        return self.facts.read_grants()[0]
 
     def published(self, policy: Policy) -> publish.Published:
         """What the publishing rules read: `policy`, and the keepers' state files of the machine."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rediacc_core.gate.allowances import AllowanceReader
-from rediacc_core.gate.decision import Decision, Forward, Refuse, merge_refusals, refuse
-from rediacc_core.gate.grant_refusals import GrantRefusals
-from rediacc_core.gate.live_facts import LiveFacts
+from rediacc_core.gate.decide.allowances import AllowanceReader
+from rediacc_core.gate.decide.decision import Decision, Forward, Refuse, merge_refusals, refuse
+from rediacc_core.gate.decide.grant_refusals import GrantRefusals
+from rediacc_core.gate.decide.live_facts import LiveFacts
 from rediacc_core.gate.policy import rules
 from rediacc_core.gate.policy.endpoints import Route
 from rediacc_core.gate.wire.decode import Target, copied, encode
@@ -61,7 +61,7 @@ class BodyDecider:
         if grants_error:
             log.append(f"grants unreadable: {grants_error}")
         refusals = self.grant_refusals.grant_problems(cdi, grants, grants_error)
-        if endpoint == "container-create" and cdi and not refusals:
+        if route.creates and cdi and not refusals:
             # Known now, so refused now: a start refused later leaves a container made for nothing.
             refusals += self.grant_refusals.checks.health_at_create(list(cdi))
         inventory = self.facts.inventory()  # before the spec check, which compares what this read found
@@ -69,9 +69,7 @@ class BodyDecider:
         if stale:  # no rule decides on the old facts, so none is asked (its answer would mislead)
             return refuse(where, refusals + stale, log, endpoint=endpoint, cdi=cdi)
         settings = self.facts.read_settings()  # once per decision: the rules and plugins see one state
-        findings = rules.check(
-            endpoint, canonical, self.allowances.rule_context(target, settings, pinning=False)
-        )
+        findings = route.findings(canonical, self.allowances.rule_context(target, settings, pinning=False))
         # Plugins are shown a copy, so nothing a plugin does to the body it is shown is forwarded.
         request = ApiRequest(
             method=method,
@@ -104,7 +102,7 @@ class BodyDecider:
             return refuse(where, refusals, log, endpoint=endpoint, cdi=cdi)
         asked = cdi  # what the request named; rewrites may add names
         if rewrites:
-            if endpoint != "container-create":
+            if not route.creates:
                 log.extend(
                     f"rewrite ignored (only container create is rewritten): {r.description}" for r in rewrites
                 )
@@ -117,11 +115,15 @@ class BodyDecider:
                 if problems:
                     return refuse(where, problems, log, endpoint=endpoint, cdi=cdi)
                 cdi += new
-        if self.pinning and route.pins and rules.names_host_paths(endpoint, canonical):
+        pin = route.pin
+        if (
+            self.pinning
+            and pin is not None
+            and isinstance(canonical, dict)
+            and pin.names_host_paths(canonical)
+        ):
             # Only now, with the request admitted, are bind sources pinned and rewritten.
-            pinned = rules.pin(
-                endpoint, canonical, self.allowances.rule_context(target, settings, pinning=True)
-            )
+            pinned = list(pin.pin(canonical, self.allowances.rule_context(target, settings, pinning=True)))
             if pinned:
                 return refuse(where, [f.refusal for f in pinned], log, endpoint=endpoint, cdi=cdi)
         forwarded = encode(canonical)  # once: decoded once (canonicalise), changed in place, encoded once

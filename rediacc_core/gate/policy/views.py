@@ -10,8 +10,12 @@ daemon (SECURITY.md, "What read endpoints show").
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
+
+# A view of a read's answer (`endpoints.Route.view`): the daemon's JSON document as a repo that
+# holds these grants may see it.
+View = Callable[[Any, Collection[str]], Any]
 
 
 def info_for_repo(document: Any, granted: Collection[str]) -> Any:
@@ -35,6 +39,12 @@ def _granted_cdi(device: object, granted: Collection[str]) -> bool:
     return isinstance(device, dict) and device.get("Source") == "cdi" and device.get("ID") in granted
 
 
+def seen_through(view: View, raw: bytes, granted: Collection[str]) -> bytes:
+    """The daemon's JSON answer `raw` as this repo may see it through `view`; ValueError when it is
+    not JSON."""
+    return (json.dumps(view(json.loads(raw), granted)) + "\n").encode()
+
+
 def info_body(raw: bytes, granted: Collection[str]) -> bytes:
     """The daemon's `/info` body as this repo may see it; ValueError when it is not JSON."""
-    return (json.dumps(info_for_repo(json.loads(raw), granted)) + "\n").encode()
+    return seen_through(info_for_repo, raw, granted)

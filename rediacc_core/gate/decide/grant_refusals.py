@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rediacc_core.gate.live_facts import LiveFacts
-from rediacc_core.gate.start_checks import StartChecks
+from rediacc_core.cdi.registry import Registry, suggest
+from rediacc_core.gate.decide.live_facts import LiveFacts
+from rediacc_core.gate.decide.start_checks import StartChecks
+from rediacc_core.grants.records import ended_lease
 from rediacc_core.model import Refusal
 
 if TYPE_CHECKING:
@@ -40,9 +42,6 @@ class GrantRefusals:
     def _no_grant(self, name: str, held: frozenset[str] = frozenset()) -> str:
         """Why `name` is refused, and advice that leads somewhere: a grant of a device the machine
         has, or the names it does have when `name` is none of them (a grant of a typo is refused)."""
-        from rediacc_core.cdi.registry import Registry, suggest
-        from rediacc_core.grants.records import ended_lease
-
         where = self.machine.name
         try:
             defined = Registry.for_machine(self.machine).names()
