@@ -515,9 +515,10 @@ class GateServer:
         for `decide`; None when the body streams.
 
         The answers of `head` and `inspects` are remembered: both depend on nothing but their
-        arguments (save for the routes decided by their query, which the decider does not let be
-        remembered), and the same few (method, target) pairs make up most of the traffic. The
-        resolved request is not: it is made once per request, and only where something reads it.
+        arguments (save for the routes decided by their query or governed by the drain mark, which
+        the decider does not let be remembered), and the same few (method, target) pairs make up
+        most of the traffic. The resolved request is not: it is made once per request, and only
+        where something reads it.
         """
         key = (method, target)
         known = self._routes.get(key)

@@ -150,16 +150,18 @@ class Decider:
 
     def remembers(self, request: Resolved) -> bool:
         """May the answers of `head` and `inspects` for this target be remembered? Not for routes
-        decided by their query, whose answer also depends on the machine's settings (`registries`)."""
+        decided by their query, whose answer also depends on the machine's settings (`registries`),
+        nor for routes that run a process or a build, whose answer depends on the drain mark."""
         if request.target is None:
             return True
         route = request.route
-        return route is None or route.action != "query"
+        return route is None or not (route.action == "query" or route.runs or route.builds)
 
     def head(self, request: Resolved) -> Decision | None:
         """The refusal of a request from its head alone (a route refused whole, an unknown route, or
         query parameters of `/build` and the fetching routes), or None when the head passes. Depends
-        on nothing but its arguments and, for routes decided by their query, the machine's settings."""
+        on nothing but its arguments, the machine's settings (routes decided by their query) and the
+        repo's drain mark (routes that run a process or a build)."""
         if request.target is None:
             return None  # read and answered 400 by `decide`
         return self._head(request.method, request.target, request.route)
