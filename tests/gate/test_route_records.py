@@ -5,11 +5,15 @@ and the metrics)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
+from rediacc_core.gate.policy import rules, views
 from rediacc_core.gate.policy.endpoints import EXTRA_REFUSED, ROUTES, Route
+from rediacc_core.gate.wire.decode_fields import StructRef
 
 GATE = Path(__file__).resolve().parents[2] / "rediacc_core" / "gate"
 NAMES = frozenset(r.name for r in ROUTES if r.name)
@@ -120,3 +124,43 @@ def test_the_walk_sees_a_dispatch_by_name(source: str) -> None:
 
 def test_the_walk_leaves_other_strings_alone() -> None:
     assert name_dispatch('FIELDS = {"auth": FREE}\nif level == "info":\n    pass') == []
+
+
+# Every route's record as one line: its action and name, and each check it carries that differs from
+# a plain forward. The file is the endpoint table as an auditor reads it; a check added to or taken
+# from a route changes the file, so it changes only knowingly (regenerate with
+# `RDC_WRITE_ROUTE_CHECKS=1 pytest tests/gate/test_route_records.py` and read the diff).
+ROUTE_CHECKS = Path(__file__).parent / "data" / "route_checks.txt"
+
+
+def _named(value: object) -> str:
+    for module in (rules, views):
+        for attr, held in vars(module).items():
+            if held is value and not attr.startswith("__"):
+                return f"{module.__name__.rpartition('.')[2]}.{attr}"
+    return repr(value)
+
+
+def route_line(route: Route) -> str:
+    plain = Route(route.method, route.pattern, "forward")
+    parts = [route.method, route.pattern, route.action]
+    for field in dataclasses.fields(Route):
+        if field.name in ("method", "pattern", "action", "_"):
+            continue
+        value = getattr(route, field.name)
+        if value == getattr(plain, field.name):
+            continue
+        shown = value.name if isinstance(value, StructRef) else value
+        if callable(value) or isinstance(value, rules.Pin):
+            shown = _named(value)
+        parts.append(f"{field.name}={shown}")
+    return " ".join(parts)
+
+
+def test_every_routes_checks_are_as_recorded() -> None:
+    lines = "".join(f"{route_line(r)}\n" for r in (*ROUTES, *EXTRA_REFUSED))
+    if os.environ.get("RDC_WRITE_ROUTE_CHECKS"):
+        ROUTE_CHECKS.write_text(lines)
+    assert lines == ROUTE_CHECKS.read_text(), (
+        "a route's checks changed: if meant, regenerate tests/gate/data/route_checks.txt (see above)"
+    )
