@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rediacc_core.placement import LOCAL_ONLY
+from rediacc_core.commands import LOCAL_ONLY
 
 
 def confirm_delete(ref: str) -> bool:

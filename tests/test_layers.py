@@ -30,7 +30,7 @@ FLOORS: dict[str, int] = {
     **dict.fromkeys(
         (
             "errors", "files", "statelock", "unixhttp", "hostpaths", "machine", "model", "cdi",
-            "placement", "remote.address", "leases", "config", "pids", "blocking", "values",
+            "commands", "remote.address", "leases", "config", "pids", "blocking", "values",
             "publishing", "kernlog", "bindings", "setting",
         ),
         0,
@@ -125,8 +125,8 @@ DYNAMIC: dict[tuple[str, str], str] = {
     "say where each lives, and they count as imports",
     ("rediacc_core.cdi", "f'{__name__}.{module}'"): "the package's lazy names, likewise declared "
     "by its TYPE_CHECKING imports",
-    ("rediacc_core.cli.groups", "module_name"): 'a lazy command group loads the "module:attr" '
-    "strings its callers hand it; each such string counts as an import of its writer",
+    ("rediacc_core.cli.groups", "module_name"): "a lazy command group loads the module a record of "
+    "rediacc_core.commands names, always one of rediacc_core.cli (test_commands loads each)",
     ("rediacc_core.launcher", "module.name"): "the resident agent's warm-up walks every module; "
     "the launcher is on the top floor, where every floor may be imported",
 }

@@ -2,7 +2,7 @@
 
 This is the one place remote machines are handled for the commands: `rdc`'s entry point asks
 `forward_if_remote` first, which finds the command's target machine the way click parses the line
-(a MACHINE/NAME argument, or the `@machine` of a repo reference, as `rediacc_core.placement`
+(a MACHINE/NAME argument, or the `@machine` of a repo reference, as `rediacc_core.commands`
 declares for each forwarded command). For an SSH machine the unchanged argument list goes to the
 agent, and its output and exit code become this process's, so tables, `-o json|yaml`,
 `Error:`/`What to do:` and exit codes are exactly the local ones.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rediacc_core import placement
+from rediacc_core import commands
 from rediacc_core.config import Config
 from rediacc_core.errors import (
     EXIT_GENERAL,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import click
 
 # How a command names its target: a machine argument, or a repo reference carrying `@machine`.
-PARAMS: dict[placement.Target, tuple[str, ...]] = {"machine": ("machine_name", "name"), "ref": ("ref",)}
+PARAMS: dict[commands.Target, tuple[str, ...]] = {"machine": ("machine_name", "name"), "ref": ("ref",)}
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def parse_target(argv: Sequence[str], root: click.Group) -> Target | None:
             command = sub
     except click.ClickException:
         return None
-    kind = placement.FORWARDED.get(tuple(path))
+    kind = commands.FORWARDED.get(tuple(path))
     if kind is None:
         return None
     for param in PARAMS[kind]:
@@ -99,7 +99,7 @@ def fast_target(argv: Sequence[str]) -> Target | None:
         return None
     for size in (3, 2):
         path = tuple(argv[:size])
-        kind = placement.FORWARDED.get(path)
+        kind = commands.FORWARDED.get(path)
         if kind is not None and len(argv) > size and not argv[size].startswith("-"):
             value = argv[size]
             if kind == "machine":
