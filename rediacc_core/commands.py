@@ -119,8 +119,8 @@ TABLE: tuple[Command, ...] = (
         READ_MACHINE,
         (
             "Each GPU, every grantable CDI name, the grants in force (read live), and the GPUs held back "
-            "because their driver reported a fatal event (as recorded: each repo gate reads the kernel's log "
-            "every 30 s and before a container holding devices starts; --scan reads it now)."
+            "because their driver reported a fatal event (as recorded: each repo gate reads the kernel's "
+            "log every 30 s and before a container holding devices starts; --scan reads it now)."
         ),
         completes={"name": "machine"},
     ),
@@ -150,8 +150,8 @@ TABLE: tuple[Command, ...] = (
         ON_MACHINE,
         (
             "Follow a driver update or a GPU repartition on NAME (default localhost): discover its GPUs "
-            "again, check the CDI specs on it (which a vendor's toolkit may have rewritten) and rewrite its "
-            "inventory. Nothing is installed and no spec is generated."
+            "again, check the CDI specs on it (which a vendor's toolkit may have rewritten) and rewrite "
+            "its inventory. Nothing is installed and no spec is generated."
         ),
         completes={"name": "machine"},
     ),
@@ -160,8 +160,8 @@ TABLE: tuple[Command, ...] = (
         "machine:remove",
         LOCAL,
         (
-            "Forget the machine NAME (nothing under its root is touched). Refused while a repo of it runs: "
-            "its daemon could no longer be reached by name."
+            "Forget the machine NAME (nothing under its root is touched). Refused while a repo of it "
+            "runs: its daemon could no longer be reached by name."
         ),
         completes={"name": "machine"},
     ),
@@ -296,10 +296,10 @@ TABLE: tuple[Command, ...] = (
         "repo_lease:leases",
         LOCAL,
         (
-            "REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end), the "
-            "GPU minutes left to each account that may lease for it (a warning from 80 % used) with its fair "
-            "share (its share of the cluster, and of the cluster's usage: `sshare`), and the GPU hours its "
-            "leases on this node took this month (Slurm's accounting, `sacct`)."
+            "REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end), "
+            "the GPU minutes left to each account that may lease for it (a warning from 80 % used) with "
+            "its fair share (its share of the cluster, and of the cluster's usage: `sshare`), and the GPU "
+            "hours its leases on this node took this month (Slurm's accounting, `sacct`)."
         ),
         completes={"ref": "repo"},
     ),
@@ -329,9 +329,10 @@ TABLE: tuple[Command, ...] = (
         "repo_lease:request",
         LOCAL,
         (
-            "Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with memory "
-            "and CPUs of its own. When the job starts, the prolog grants its GPUs to REPO until its end. With "
-            "--external, an external job (Slurm 25.05 or later) that `rdc slurm bridge` grants."
+            "Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with "
+            "memory and CPUs of its own. When the job starts, the prolog grants its GPUs to REPO until "
+            "its end. With --external, an external job (Slurm 25.05 or later) that `rdc slurm bridge` "
+            "grants."
         ),
         completes={"ref": "repo"},
     ),
@@ -360,8 +361,8 @@ TABLE: tuple[Command, ...] = (
         "repo_slurm:allow",
         ON_REF,
         (
-            "Let jobs of these Slurm accounts or users lease GPUs for REPO (the prolog checks SLURM_JOB_USER "
-            "and SLURM_JOB_ACCOUNT; naming the repo in a job is never enough)."
+            "Let jobs of these Slurm accounts or users lease GPUs for REPO (the prolog checks "
+            "SLURM_JOB_USER and SLURM_JOB_ACCOUNT; naming the repo in a job is never enough)."
         ),
         completes={"ref": "repo"},
     ),
@@ -411,13 +412,13 @@ TABLE: tuple[Command, ...] = (
         "slurm:bridge",
         LOCAL,
         (
-            "External mode (Slurm 25.05 or later): the GPU boxes are State=EXTERNAL nodes with no slurmd, and "
-            "this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged with "
-            "the job, until its end), revokes them (and stops the repo's containers) once the job no longer "
-            "runs, and cancels a job rdc refuses with the reason in its AdminComment. MACHINE: the boxes "
-            "(default: every machine with a gres map this host reads, `rdc slurm gres`); each box's node is "
-            "its map's. A box over SSH is bridged when named: its part of each round runs there (`rdc slurm "
-            "bridge-step`, through its rdc-agent)."
+            "External mode (Slurm 25.05 or later): the GPU boxes are State=EXTERNAL nodes with no slurmd, "
+            "and this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged "
+            "with the job, until its end), revokes them (and stops the repo's containers) once the job no "
+            "longer runs, and cancels a job rdc refuses with the reason in its AdminComment. MACHINE: the "
+            "boxes (default: every machine with a gres map this host reads, `rdc slurm gres`); each box's "
+            "node is its map's. A box over SSH is bridged when named: its part of each round runs there "
+            "(`rdc slurm bridge-step`, through its rdc-agent)."
         ),
     ),
     Command(
@@ -425,12 +426,12 @@ TABLE: tuple[Command, ...] = (
         "slurm:bridge_step",
         ON_MACHINE,
         (
-            "One box's part of a bridge round, run on the box (`rdc slurm bridge` runs it, over SSH for a box "
-            "reached so): revoke the grants whose job is not in --jobs, renew those whose job's end moved, "
-            "and grant each RUNNING job on MACHINE's node (its gres map's) that names a repo, as the prolog "
-            "decides. It calls no Slurm tool: a job it refuses is in its answer, and the bridge cancels it. "
-            "It is the bridge's to run: by hand, give it every live job, since a grant whose job is not among "
-            "them is revoked."
+            "One box's part of a bridge round, run on the box (`rdc slurm bridge` runs it, over SSH for a "
+            "box reached so): revoke the grants whose job is not in --jobs, renew those whose job's end "
+            "moved, and grant each RUNNING job on MACHINE's node (its gres map's) that names a repo, as "
+            "the prolog decides. It calls no Slurm tool: a job it refuses is in its answer, and the "
+            "bridge cancels it. It is the bridge's to run: by hand, give it every live job, since a grant "
+            "whose job is not among them is revoked."
         ),
     ),
     Command(
@@ -444,8 +445,9 @@ TABLE: tuple[Command, ...] = (
         "slurm:gres",
         ON_MACHINE,
         (
-            "Write MACHINE's gres.conf (every GPU, explicit File= lines, AutoDetect=off) and the index map "
-            "beside it, from its inventory; print the slurm.conf line (Gres=, Features=) for the node."
+            "Write MACHINE's gres.conf (every GPU, explicit File= lines, AutoDetect=off) and the index "
+            "map beside it, from its inventory; print the slurm.conf line (Gres=, Features=) for the "
+            "node."
         ),
     ),
     Command(
@@ -453,10 +455,10 @@ TABLE: tuple[Command, ...] = (
         "slurm:health",
         LOCAL,
         (
-            "Pass MACHINE's GPU health to Slurm: read the kernel log now, drain the node while a card is held "
-            "back or its grant is suspended for drift (the reason names the card) and resume it once every "
-            "card is cleared and every such grant confirmed or revoked. A drain that is not one of these "
-            "reasons of rdc's is left as it is. Each repo gate's housekeeping round does the same."
+            "Pass MACHINE's GPU health to Slurm: read the kernel log now, drain the node while a card is "
+            "held back or its grant is suspended for drift (the reason names the card) and resume it once "
+            "every card is cleared and every such grant confirmed or revoked. A drain that is not one of "
+            "these reasons of rdc's is left as it is. Each repo gate's housekeeping round does the same."
         ),
     ),
     Command(
@@ -464,8 +466,8 @@ TABLE: tuple[Command, ...] = (
         "slurm:prolog",
         LOCAL,
         (
-            "slurmd's Prolog (root, the job's environment): grant the job's GPUs to its repo until the job's "
-            "end, or cancel the job with rdc's reason. Exit 0 unless something is broken."
+            "slurmd's Prolog (root, the job's environment): grant the job's GPUs to its repo until the "
+            "job's end, or cancel the job with rdc's reason. Exit 0 unless something is broken."
         ),
     ),
     Command(
@@ -473,10 +475,11 @@ TABLE: tuple[Command, ...] = (
         "slurm:reconcile",
         LOCAL,
         (
-            "Hold MACHINE's job-tagged grants to the jobs Slurm runs: revoke (and stop) those whose job is "
-            "gone (an epilog does not run when slurmd or the node dies), renew those whose job's end moved "
-            "(`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup, refresh and "
-            "every repo gate's housekeeping round (about every 30 s) run it too; this runs it now."
+            "Hold MACHINE's job-tagged grants to the jobs Slurm runs: revoke (and stop) those whose job "
+            "is gone (an epilog does not run when slurmd or the node dies), renew those whose job's end "
+            "moved (`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup, "
+            "refresh and every repo gate's housekeeping round (about every 30 s) run it too; this runs it "
+            "now."
         ),
     ),
 )

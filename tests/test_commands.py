@@ -40,7 +40,10 @@ def test_a_record_names_its_command_and_is_a_group_exactly_when_it_has_no_placem
     assert record.summary not in command.help[len(record.summary) :]
 
 
-@pytest.mark.parametrize("record", [r for r in TABLE if r.completes], ids=_ids(tuple(r for r in TABLE if r.completes)))
+COMPLETING = tuple(r for r in TABLE if r.completes)
+
+
+@pytest.mark.parametrize("record", COMPLETING, ids=_ids(COMPLETING))
 def test_what_a_record_completes_is_a_parameter_of_its_command(record: Command) -> None:
     names = {p.name for p in load(record).params}
     assert set(record.completes) <= names, f"no such parameter: {set(record.completes) - names}"
@@ -64,7 +67,8 @@ def test_help_lists_every_command_without_importing_one() -> None:
         "try:\n    main(['repo', '--help'])\nexcept SystemExit:\n    pass\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rediacc_core.cli.'))))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    argv = [sys.executable, "-c", code]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
     loaded = json.loads(proc.stdout.splitlines()[-1])
     # The group `repo` itself, and what the package always loads (the root, its groups, output).
     assert set(loaded) <= {"rediacc_core.cli.groups", "rediacc_core.cli.output", "rediacc_core.cli.repo"}

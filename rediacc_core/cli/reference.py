@@ -34,8 +34,9 @@ def _section(record: Command, ctx: click.Context) -> str:
     formatter = click.HelpFormatter(width=WIDTH, max_width=WIDTH)
     # The command's own parameters, without what plugins add when it is parsed.
     params = [p for p in click.Command.get_params(command, ctx) if not getattr(p, "hidden", False)]
-    pieces = ["[OPTIONS]"] + [piece for p in params if isinstance(p, click.Argument) for piece in
-                              p.get_usage_pieces(ctx)]
+    pieces = ["[OPTIONS]"] + [
+        piece for p in params if isinstance(p, click.Argument) for piece in p.get_usage_pieces(ctx)
+    ]
     if isinstance(command, click.Group):
         pieces.append("COMMAND [ARGS]...")
     formatter.write_usage(" ".join(("rdc", *record.path)), " ".join(pieces))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -249,6 +248,8 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
             copied = fork_copy.copy_repo(machine, found, forked)
         except BaseException:
             delete_repo(machine, forked)  # nothing half-made stays: the fork goes with its partial copy
+            import shutil  # late: only a failed fork needs it; the reads of this module never do
+
             shutil.rmtree(repo_state_dir(machine, forked.id), ignore_errors=True)
             raise
     emit(

@@ -26,7 +26,6 @@ from rediacc_core.errors import (
     RdcError,
 )
 from rediacc_core.machine import Machine
-from rediacc_core.remote.agentcall import Stream, report, run_remote
 
 if TYPE_CHECKING:
     import click
@@ -141,6 +140,8 @@ def forward_if_remote(
     machine = config.machine(name)
     if machine.remote is None:
         return None
+    from rediacc_core.remote.agentcall import Stream, run_remote  # late: only forwarding needs ssh
+
     if target.path == ("repo", "docker-host") and _output_of(argv) in _FORMATS:
         # The machine's socket path means nothing here: hand out the local end of a tunnel to it.
         return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv))
@@ -199,6 +200,7 @@ def _output_of(argv: Sequence[str]) -> str:
 def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str, *, up: bool = False) -> int:
     """Print the DOCKER_HOST of `ref` here, a tunnel's socket, as `rdc repo docker-host` (or, with
     `up`, `rdc repo up`) prints it locally."""
+    from rediacc_core.remote.agentcall import Stream, report  # late: only forwarding needs ssh
     from rediacc_core.remote.tunnel import open_tunnel
 
     try:
@@ -233,6 +235,7 @@ def place_repo(config: Config, ref: str) -> str | None:
     remote = [m for m in config.machines() if m.remote is not None]
     if not remote:
         return None
+    from rediacc_core.remote.agentcall import Stream, run_remote  # late: only forwarding needs ssh
     from rediacc_core.repos import RepoRef, RepoStore
 
     label = RepoRef.parse(ref).label
