@@ -114,7 +114,7 @@ def report(samples: dict[tuple[str, str], list[float]], trees: list[str], runs: 
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}): medians of {runs} interleaved rounds, each command a fresh "
         f"`python -m rediacc_core.cli` with .pyc files, on a demo machine. t_py = {t_py * 1000:.1f} ms.",
-        "Target: each read <= 4 t_py. Rerun: `python bench/cli_reads.py [--compare REF]`.",
+        "Target: each read <= 3.5 t_py. Rerun: `python bench/cli_reads.py [--compare REF]`.",
         "",
         header,
         "|---|" + "---:|---:|" * len(trees),
