@@ -287,7 +287,8 @@ def ended_lease(machine: Machine, repo_id: str, device: str, *, now: str | None 
 
 
 def _earlier_iso(stamp: str, delta: timedelta) -> str:
-    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    # fromisoformat, not strptime: strptime's first call costs every read of the grants a millisecond.
+    moment = datetime.fromisoformat(stamp.removesuffix("Z")).replace(tzinfo=UTC)
     return (moment - delta).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
