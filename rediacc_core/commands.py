@@ -87,6 +87,8 @@ TABLE: tuple[Command, ...] = (
         None,
         "Machines: where their root is, their settings, setup and GPUs.",
     ),
+    # Local ones work on this host's config, or make connections of their own (host keys, installs,
+    # tunnels).
     Command(
         ("machine", "add"),
         "machine:add",
@@ -191,6 +193,7 @@ TABLE: tuple[Command, ...] = (
         None,
         "Repos: isolated Docker workloads on a machine, each with its own daemon behind the gate.",
     ),
+    # Decides offline, on the machine whose grants it reads.
     Command(
         ("repo", "check"),
         "repo_check:check",
@@ -387,6 +390,7 @@ TABLE: tuple[Command, ...] = (
         "Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST.",
         completes={"ref": "repo"},
     ),
+    # Forwarded: --install writes unit files there.
     Command(
         ("repo", "units"),
         "repo_run:units",
@@ -407,6 +411,9 @@ TABLE: tuple[Command, ...] = (
         None,
         "Fleet scheduling with Slurm: Slurm allocates GPUs, rdc turns each allocation into a grant.",
     ),
+    # Slurm's side runs on the node itself (slurmd's hooks, its CLIs), or on a directory-rooted
+    # machine: not forwarded to an SSH machine (README: "not over SSH"). A box's own files, which
+    # external mode's bridge reaches over SSH too, are: its gres map, and its part of each round.
     Command(
         ("slurm", "bridge"),
         "slurm:bridge",
