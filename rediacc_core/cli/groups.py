@@ -37,7 +37,7 @@ def load(record: Command) -> click.Command:
     if not (command.help or "").startswith(record.summary):  # the module's text follows it
         rest = inspect.cleandoc(command.help) if command.help else ""
         command.help = record.summary + (f"\n\n{rest}" if rest else "")
-        command.hidden = record.hidden
+    command.name, command.hidden = record.path[-1], record.hidden  # the record's, whatever the module says
     return command
 
 

@@ -272,7 +272,7 @@ def _ssh_cell(ssh: object) -> str:
     return f" ssh {ssh.get('user', '?')}@{ssh.get('client', '?')}"
 
 
-@click.command("dockerd", hidden=True)
+@click.command("dockerd")
 @click.argument("ref", metavar="REPO-REF")
 def dockerd(ref: str) -> None:
     """\b
