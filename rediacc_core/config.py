@@ -21,7 +21,6 @@ effect, and `old_settings` lets the CLI tell the operator how to move them.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import os
 import re
@@ -163,6 +162,8 @@ class Config:
             return Machine(LOCALHOST, Path("/"))
         entry = self.entries.get(name)
         if entry is None:
+            import difflib  # late: only a mistyped name pays for it
+
             close = difflib.get_close_matches(name, [LOCALHOST, *self.entries], n=1)
             raise NotFoundError(
                 f"no machine named {name!r}{self._where()}",

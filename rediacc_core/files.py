@@ -7,11 +7,9 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +28,8 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     Temp file in the same directory, fsync, rename, then fsync the directory so the rename survives
     a crash.
     """
+    import tempfile  # late: only a write needs it, and `rdc`'s reads write nothing
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -72,8 +72,10 @@ def replace_watched_json(path: Path, document: Any) -> None:
 
 @cache
 def schema_text(name: str) -> str:
-    """The text of a JSON Schema shipped in `rediacc_core/schema/`."""
-    return resources.files("rediacc_core").joinpath("schema", name).read_text(encoding="utf-8")
+    """The text of a JSON Schema shipped in `rediacc_core/schema/`: read beside this module, as every
+    read checks its state files' marks against it (importlib.resources costs a read a tenth of its
+    start, in tempfile, shutil and the compressors it loads)."""
+    return (Path(__file__).parent / "schema" / name).read_text(encoding="utf-8")
 
 
 @cache

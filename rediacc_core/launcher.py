@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import rediacc_core
-from rediacc_core.placement import LOCAL_ONLY
+from rediacc_core.commands import LOCAL_ONLY
 
 
 def confirm_delete(ref: str) -> bool:

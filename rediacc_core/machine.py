@@ -9,8 +9,6 @@ whole command to the agent on it (`rediacc_core.remote`), which works on it as a
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +63,8 @@ class LocalTransport:
         input: str | None = None,
         timeout: float | None = None,
     ) -> CommandResult:
+        import subprocess  # late: a read runs no tool, and the module costs every `rdc` start
+
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
@@ -81,6 +81,8 @@ class LocalTransport:
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
     def which(self, program: str) -> str | None:
+        import shutil  # late: a read looks for no tool
+
         return shutil.which(program)
 
 

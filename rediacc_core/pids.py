@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 KILL_WAIT = 10.0  # seconds for the kernel to take a SIGKILLed process away
 
@@ -46,6 +49,8 @@ def stop_pid(pid: int, timeout: float, process: subprocess.Popen[bytes] | None =
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     if process is not None:
+        import subprocess  # late: only a child of ours waits here; reads import this module
+
         try:
             process.wait(KILL_WAIT)
         except subprocess.TimeoutExpired:

@@ -7,7 +7,6 @@ the machine's state lock and checked against `schema/repos.schema.json` on every
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import uuid
@@ -165,6 +164,8 @@ class RepoStore:
     def get_by_label(self, label: str) -> Repo:
         repo = self.find(label)
         if repo is None:
+            import difflib  # late: only a mistyped name pays for it
+
             close = difflib.get_close_matches(label, [r.label for r in self._read()], n=1)
             meant = f"did you mean {close[0]}@{self.machine.name}? " if close else ""
             raise NotFoundError(
@@ -263,6 +264,8 @@ def make_state_dirs(machine: Machine, repo_id: str) -> Path:
 
 def _did_you_mean(label: str, config: MachineSource) -> str:
     """`did you mean b@m1? ` for the nearest labels of the local machines' repos; empty for none."""
+    import difflib  # late: only a repo not found pays for it
+
     close = []
     for machine in config.machines():
         if machine.remote is None:

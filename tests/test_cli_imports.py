@@ -45,6 +45,10 @@ NEVER = (
     "rediacc_core.remote.tunnel",
     "http.client",
 )
+# What only a write, a forward to an SSH machine or a mistyped name needs.
+ASIDE = ("rediacc_core.remote.agentcall", "rediacc_core.telemetry", "difflib", "ctypes")
+# What the stdlib's importlib.metadata loads itself, so only `--version` may load it.
+METADATA = ("importlib.resources", "tempfile")
 # What only a command that works with plugins needs.
 PLUGINS = (
     "pluggy",
@@ -54,6 +58,7 @@ PLUGINS = (
     "rediacc_dri",
     "rediacc_amd",
 )
+LIGHT = NEVER + ASIDE + METADATA + PLUGINS
 
 # Settings are declared in the rooms that act on them and collected by the settings file's reader
 # (`rediacc_core.settings`), which every command reading the file loads: those declarations, and the
@@ -69,14 +74,15 @@ DECLARATIONS = frozenset(
 )
 
 READS: list[tuple[list[str], tuple[str, ...]]] = [
-    (["repo", "gpu", "list", "alpha@demo"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
-    (["repo", "list", "demo"], NEVER + PLUGINS),
-    (["machine", "gpu", "list", "demo"], NEVER + PLUGINS + ("rediacc_core.runtime", "rediacc_core.model")),
-    (["machine", "list"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
-    (["--help"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
-    (["machine", "gpu", "--help"], NEVER + PLUGINS + ("rediacc_core.runtime",)),
+    (["repo", "gpu", "list", "alpha@demo"], (*LIGHT, "rediacc_core.runtime")),
+    (["repo", "list", "demo"], LIGHT),
+    (["machine", "gpu", "list", "demo"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.model")),
+    (["machine", "list"], (*LIGHT, "rediacc_core.runtime")),
+    # A listing reads each command's one-line help from its record: no command module is imported.
+    (["--help"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.cli.machine", "rediacc_core.cli.repo")),
+    (["machine", "gpu", "--help"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.cli.repo")),
     # Each plugin's version comes from its distribution's metadata: no plugin is imported.
-    (["--version"], (*NEVER, "rediacc_core.runtime", "rediacc_nvidia", "rediacc_dri", "rediacc_amd")),
+    (["--version"], (*NEVER, *ASIDE, "rediacc_core.runtime", "rediacc_nvidia", "rediacc_dri", "rediacc_amd")),
 ]
 
 

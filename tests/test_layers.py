@@ -37,7 +37,7 @@ PACKAGE = REPO / "rediacc_core"
 # package itself, the public face, is "rediacc_core".
 HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 0 the ground: leaf modules every floor may use
-    ((0, 0), "errors values setting pids blocking unixhttp placement cdi.devnodes"),  # import no core module
+    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes"),  # import no core module
     ((0, 1), "files leases remote.address cdi.names publishing"),
     ((0, 2), "machine cdi.spec"),  # a machine and its root; one CDI spec
     ((0, 3), "config hostpaths kernlog model statelock cdi.registry"),  # what a machine holds
@@ -98,7 +98,7 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     ((7, 3), "cli.repo_check cli.demo"),
     ((7, 4), "cli.repo"),
     ((7, 5), "cli"),  # the `rdc` group
-    ((7, 6), "cli.__main__ launcher"),  # the console scripts
+    ((7, 6), "cli.__main__ cli.reference launcher"),  # the console scripts
 )  # fmt: skip
 FLOORS: dict[str, tuple[int, int]] = {room: floor for floor, rooms in HOUSE for room in rooms.split()}
 
@@ -173,8 +173,8 @@ IMPORT_HEAD = re.compile(r"(rediacc_core(\.\w+)*):")
 # literals, each with why its targets are still held to the floors. Any other such call fails the
 # test: name the module in a literal, or in a literal table the call reads.
 DYNAMIC: dict[tuple[str, str], str] = {
-    ("rediacc_core.cli.groups", "module_name"): 'a lazy command group loads the "module:attr" '
-    "strings its callers hand it; each such string counts as an import of its writer",
+    ("rediacc_core.cli.groups", "module_name"): "a lazy command group loads the module a record of "
+    "rediacc_core.commands names, always one of rediacc_core.cli (test_commands loads each)",
     ("rediacc_core.launcher", "module.name"): "the resident agent's warm-up walks every module; "
     "the launcher is on the top floor, where every floor may be imported",
 }
@@ -446,8 +446,10 @@ def test_every_listed_dynamic_import_is_still_there() -> None:
 LATE: dict[str, tuple[int, str]] = {
     "rediacc_core": (3, "pluggy and the hook specs (14 ms), the typed model (20 ms), each on first use: "
                      "a command forwarded to an SSH machine loads neither"),
-    "config": (2, "PyYAML (9 ms) only when a config file is read or saved: a machine with none pays nothing"),
-    "files": (1, "jsonschema (34 ms) only when a document is checked against its schema"),
+    "config": (3, "PyYAML (9 ms) only when a config file is read or saved: a machine with none pays nothing; "
+               "difflib only for a mistyped name"),
+    "files": (2, "jsonschema (34 ms) only when a document is checked against its schema; tempfile only for a "
+              "write: `rdc`'s reads write nothing"),
     "statelock": (2, "filelock (15 ms) only when the lock is taken: every command imports this module"),
     "inventory": (3, "the typed model (11 ms) and the hardware identities only when a document is turned "
                   "into records: a name check reads the inventory's rows"),
@@ -466,19 +468,25 @@ LATE: dict[str, tuple[int, str]] = {
     "gate.server": (1, "uvloop (2 ms) only when the gate starts its loop, and only where it is installed"),
     "runtime.guard": (2, "the guard runs at every `runc create`: calendar (2 ms) only for a lease's end, "
                       "PyYAML (10 ms) only for a YAML spec"),
-    "runtime.daemon": (7, "the guard's wrapper and PyYAML (13 ms), the gate's rules (37 ms), the settings "
+    "runtime.daemon": (8, "the guard's wrapper and PyYAML (13 ms), the gate's rules (37 ms), the settings "
                        "(9 ms), an HTTP client (8 ms), each only where a daemon starts: `rdc repo list` "
-                       "reads pidfiles through this module"),
+                       "reads pidfiles through this module; ctypes only for an unmount"),
     "runtime.lifecycle": (5, "the CDI specs with jsonschema (52 ms), the files mount and teardown (6 ms) "
                           "only for up and down: `rdc repo list` reads a repo's status through this module"),
     "runtime.holdings": (7, "the running parts (17 ms), the CDI registry (42 ms) and the audit log (13 ms) "
                          "only when a device's holders are looked for: a grant with no holder needs none"),
+    "grants.records": (1, "telemetry only when a write exports: every read imports this module"),
+    "machine": (2, "subprocess and shutil only when a tool runs or is looked for: every `rdc` start "
+                "imports this"),
+    "pids": (2, "subprocess only where a child of ours is waited for: reads import this module"),
+    "repos": (2, "difflib only for a repo not found or a mistyped name"),
     "remote.protocol": (1, "importlib.metadata (14 ms) only when the versions are asked"),
     "remote.agent": (1, "the config and placement (21 ms) only when the agent runs a command"),
     "remote.resident": (3, "importlib.metadata (13 ms) only to stamp an install, the socket listener (6 ms) "
                         "only in the resident itself, subprocess (1 ms) only to start one"),
-    "remote.dispatch": (8, "click (10 ms), the repo store (4 ms), tunnels (14 ms), PyYAML (8 ms) and a "
-                        "thread pool (3 ms) only when a command is forwarded: a local one pays nothing"),
+    "remote.dispatch": (11, "click (10 ms), the repo store (4 ms), tunnels (14 ms), PyYAML (8 ms) and a "
+                        "thread pool (3 ms) only when a command is forwarded: a local one pays nothing; "
+                        "the SSH call (agentcall) likewise"),
     "slurm.hooks": (9, "the grant store, plugins and holders (36 ms) only for a job with GPUs, the audit "
                     "log and running parts (24 ms) only when a line is written: most prologs grant nothing"),
     "slurm.reconcile": (2, "the grant store and plugins (21 ms) only when a lease is renewed"),
@@ -489,7 +497,8 @@ LATE: dict[str, tuple[int, str]] = {
     # the CLI: each command imports what only it runs (`tests/test_cli_imports.py` holds the budgets)
     "cli": (8, "a command forwarded to an SSH machine loads no command module: the dispatcher (7 ms), "
             "completion (3 ms), the plugins (18 ms) for `--version`, the delete prompt (38 ms)"),
-    "cli.output": (2, "PyYAML (15 ms) only for `-o yaml`, the config (15 ms) only for a named machine"),
+    "cli.output": (5, "PyYAML (15 ms) only for `-o yaml`, the config (15 ms) only for a named machine; "
+                   "shutil and textwrap only for output to a terminal or a cell too wide"),
     "cli.completion": (4, "the CDI registry (62 ms) and grants (25 ms) only while a shell asks to complete"),
     "cli.gpu_health": (4, "the plugins (13 ms) and the typed model (10 ms) only to show or clear health"),
     "cli.plugins": (1, "the plugins (16 ms) only for `rdc plugins`"),
@@ -497,9 +506,9 @@ LATE: dict[str, tuple[int, str]] = {
     "cli.machine": (17, "setup and the plugins (147 ms), the running parts (15 ms), Slurm's follow-up "
                     "(33 ms), SSH machines (33 ms) only for the commands that change them: "
                     "`rdc machine list` loads none"),
-    "cli.repo": (26, "the grant store (14 ms), plugins (8 ms), holders (18 ms), running parts (16 ms) and "
+    "cli.repo": (27, "the grant store (14 ms), plugins (8 ms), holders (18 ms), running parts (16 ms) and "
                  "lease tables (81 ms), each only for the command that changes or shows them: "
-                 "`rdc repo list` loads none of them"),
+                 "`rdc repo list` loads none of them; shutil only for a failed fork"),
     "cli.repo_run": (4, "the gate process (85 ms) only for `repo up --foreground` and `repo gate run`; the "
                      "audit reader and containerd only for their commands"),
     "cli.repo_slurm": (3, "Slurm's access records (1 ms) only for `repo slurm`"),

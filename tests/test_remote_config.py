@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from rediacc_core.cli import cli
+from rediacc_core.commands import FORWARDED
 from rediacc_core.config import Config
 from rediacc_core.errors import NotFoundError, StateError, ValidationError
-from rediacc_core.placement import FORWARDED
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.remote.dispatch import Target, command_target, fast_target, parse_target
 from rediacc_core.repos import resolve_ref

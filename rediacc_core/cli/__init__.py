@@ -16,6 +16,7 @@ import click
 from rediacc_core import __version__
 from rediacc_core.cli.groups import COMPLETE_VAR, HintingGroup
 from rediacc_core.cli.output import waiting
+from rediacc_core.commands import LOCAL_ONLY
 from rediacc_core.errors import EXIT_GENERAL, EXIT_INTERRUPTED, RdcError, from_os_error
 from rediacc_core.statelock import notify_waits
 
@@ -62,18 +63,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-# Where each top-level command lives: imported only when that command runs (or help lists it).
-COMMANDS = {
-    "machine": "rediacc_core.cli.machine:machine",
-    "repo": "rediacc_core.cli.repo:repo",
-    "plugins": "rediacc_core.cli.plugins:plugins",
-    "slurm": "rediacc_core.cli.slurm:slurm",
-    "demo": "rediacc_core.cli.demo:demo",
-    "completion": "rediacc_core.cli.completion:completion",
-}
-
-
-@click.group(cls=RdcGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=RdcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,
@@ -128,8 +118,6 @@ def main(argv: list[str] | None = None) -> None:
 
         attach_completers(cli)
     try:
-        from rediacc_core.placement import LOCAL_ONLY
-
         args = sys.argv[1:] if argv is None else argv
         if args and args[0] not in LOCAL_ONLY:
             from rediacc_core.remote.dispatch import forward_if_remote

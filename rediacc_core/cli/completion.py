@@ -1,8 +1,9 @@
 """`rdc completion bash|zsh|fish`, and what the shell completes: machines, repos and CDI names.
 
-Which values a parameter completes is decided here, in one place, by the parameter's name, so the
-commands need no completion code: `ref` arguments complete repo references, a machine's `name` (or
-`machine_name`) completes machines, `--device` completes the CDI names defined on the repo's machine.
+Which values a parameter completes is declared with its command (`completes` in
+`rediacc_core.commands`), so the commands need no completion code: a repo reference completes repo
+references, a machine's name completes machines, `--device` the CDI names defined on the repo's
+machine (or, to revoke, those granted to the repo); each kind's completer is here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from click.shell_completion import (
 )
 
 from rediacc_core.cli.groups import COMPLETE_VAR, walk
+from rediacc_core.commands import BY_PATH, Completes
 from rediacc_core.config import Config
 from rediacc_core.errors import RdcError
 from rediacc_core.machine import Machine
@@ -185,19 +187,16 @@ def complete_setting_keys(
     return _items((f"{key}={choice}" for choice in setting.choices), incomplete) if setting else []
 
 
-def _completer_for(path: tuple[str, ...], param: click.Parameter) -> Completer | None:
-    if param.name == "ref":
-        return complete_new_repo if path[-2:] == ("repo", "create") else complete_repos
-    names_a_machine = param.name == "name" and path[:1] == ("machine",) and path[-1] != "add"
-    if param.name == "machine_name" or names_a_machine:
-        return complete_machines
-    if param.name == "device" and path[-2:] == ("gpu", "clear"):
-        return complete_held_back
-    if param.name == "devices":
-        return complete_granted if path[-1] in ("revoke", "renew", "confirm") else complete_devices
-    if path[-2:] == ("machine", "config") and param.name in ("assignments", "unset"):
-        return complete_setting_keys
-    return None
+# What each kind a command's record names (`completes` in `rediacc_core.commands`) completes with.
+COMPLETERS: dict[Completes, Completer] = {
+    "machine": complete_machines,
+    "repo": complete_repos,
+    "new-repo": complete_new_repo,
+    "device": complete_devices,
+    "granted": complete_granted,
+    "held-back": complete_held_back,
+    "setting": complete_setting_keys,
+}
 
 
 def attach_completers(root: click.Group) -> None:
@@ -207,9 +206,10 @@ def attach_completers(root: click.Group) -> None:
     """
     ctx = click.Context(root, info_name="rdc")
     for path, command in walk(root, ctx):
+        completes = BY_PATH[path].completes
         for param in command.params:
-            completer = _completer_for(path, param)
-            if completer is not None:
+            if param.name in completes:
+                completer = COMPLETERS[completes[param.name]]
                 # click's own hook for `shell_complete=`: set here so the commands stay free of it.
                 param._custom_shell_complete = completer
 
@@ -217,9 +217,7 @@ def attach_completers(root: click.Group) -> None:
 @click.command("completion")
 @click.argument("shell", type=click.Choice(SHELLS))
 def completion(shell: str) -> None:
-    """Print the script that makes SHELL complete rdc's commands, machines, repos and CDI names.
-
-    \b
+    """\b
     Examples:
       eval "$(rdc completion bash)"                       # in ~/.bashrc
       eval "$(rdc completion zsh)"                        # in ~/.zshrc

@@ -32,9 +32,7 @@ from rediacc_core.machine import Machine
     help="Stop the demo machine's running repos first (`rdc repo down` of each), instead of refusing.",
 )
 def demo(workdir: Path | None, stop: bool) -> None:
-    """Build a simulated machine, register it as `demo`, set it up and list its GPUs.
-
-    It is a walkthrough, so everything but warnings goes to stdout, in order. Run again, it rebuilds
+    """It is a walkthrough, so everything but warnings goes to stdout, in order. Run again, it rebuilds
     the demo machine where it was rather than leaving one temporary directory per run. It rebuilds
     (or moves) a demo machine only while none of its repos runs: it refuses, naming each, unless
     --stop, which stops them first.

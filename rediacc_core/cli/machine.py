@@ -35,18 +35,9 @@ if TYPE_CHECKING:
 # imported by the command that runs it.
 
 
-# Commands of this group defined elsewhere, imported when used.
-_ELSEWHERE = {
-    "trust": "rediacc_core.cli.machine_ssh:trust",
-    "install": "rediacc_core.cli.machine_ssh:install_command",
-}
-
-
-@click.group(cls=HintingGroup, lazy=_ELSEWHERE)
+@click.group(cls=HintingGroup)
 def machine() -> None:
-    """Machines: where their root is, their settings, setup and GPUs.
-
-    \b
+    """\b
     Examples:
       rdc machine list
       rdc machine add lab1 --root /srv/lab1
@@ -57,7 +48,7 @@ def machine() -> None:
 # --- registry of machines ---------------------------------------------------------------------
 
 
-@machine.command("add")
+@click.command("add")
 @click.argument("name")
 @click.option(
     "--root",
@@ -70,9 +61,7 @@ def machine() -> None:
 @click.option("--identity", metavar="FILE", help="With --ssh: the private key to log in with.")
 @click.option("--accept-host-key", is_flag=True, help="With --ssh: trust the key the host presents now.")
 def add(name: str, root: str | None, ssh: str | None, identity: str | None, accept_host_key: bool) -> None:
-    """Register the machine NAME: a local root DIR, or a machine reached over SSH.
-
-    \b
+    """\b
     Examples:
       rdc machine add lab1 --root /srv/lab1
       rdc machine add gpu-box --ssh root@gpu-box.example
@@ -94,12 +83,10 @@ def add(name: str, root: str | None, ssh: str | None, identity: str | None, acce
     note(f"Next: rdc machine setup {added.name}")
 
 
-@machine.command("list")
+@click.command("list")
 @output_option()
 def list_machines(fmt: str) -> None:
-    """List the configured machines (localhost always among them) and the settings set on each.
-
-    \b
+    """\b
     Examples:
       rdc machine list
       rdc machine list -o json
@@ -186,13 +173,10 @@ def _note_old_settings(config: Config, name: str) -> None:
         )
 
 
-@machine.command("remove")
+@click.command("remove")
 @click.argument("name")
 def remove(name: str) -> None:
-    """Forget the machine NAME (nothing under its root is touched). Refused while a repo of it runs:
-    its daemon could no longer be reached by name.
-
-    \b
+    """\b
     Examples:
       rdc machine remove lab1
     """
@@ -219,15 +203,13 @@ def _settings_help(text: str | None) -> str:
     return (text or "").replace("{settings}", "\n    ".join(lines))  # the docstring's indent
 
 
-@machine.command("config")
+@click.command("config")
 @click.argument("name")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set a per-machine setting.")
 @click.option("--unset", "unset", multiple=True, metavar="KEY", help="Go back to a setting's default.")
 @output_option()
 def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], fmt: str) -> None:
-    """Show or change the per-machine settings of NAME.
-
-    Settings are kept on the machine, in /etc/rediacc/settings.json under its root; running repo
+    """Settings are kept on the machine, in /etc/rediacc/settings.json under its root; running repo
     gates apply a change at their next request.
 
     {settings}
@@ -318,13 +300,11 @@ class _SetupCommand(click.Command):
         return params
 
 
-@machine.command("setup", cls=_SetupCommand)
+@click.command("setup", cls=_SetupCommand)
 @click.argument("name")
 @click.option("--dry-run", is_flag=True, help="Print the plan (each command, each file) and change nothing.")
 def setup(name: str, dry_run: bool, **options: Any) -> None:
-    """Discover the GPUs of NAME, write its CDI specs and its inventory.
-
-    \b
+    """\b
     Examples:
       rdc machine setup localhost --dry-run
       sudo rdc machine setup localhost
@@ -341,15 +321,11 @@ def setup(name: str, dry_run: bool, **options: Any) -> None:
     _follow_slurm(target, dry_run)
 
 
-@machine.command("refresh")
+@click.command("refresh")
 @click.argument("name", default="localhost")
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
 def refresh(name: str, dry_run: bool) -> None:
-    """Follow a driver update or a GPU repartition on NAME (default localhost): discover its GPUs again,
-    check the CDI specs on it (which a vendor's toolkit may have rewritten) and
-    rewrite its inventory. Nothing is installed and no spec is generated.
-
-    \b
+    """\b
     Examples:
       rdc machine refresh localhost --dry-run
       sudo rdc machine refresh localhost
@@ -450,11 +426,9 @@ def print_plan(report: SetupReport) -> None:
 # --- GPUs -------------------------------------------------------------------------------------
 
 
-@machine.group("gpu")
+@click.group("gpu", cls=HintingGroup)
 def gpu() -> None:
-    """The GPUs of a machine.
-
-    \b
+    """\b
     Examples:
       rdc machine gpu list localhost
       rdc machine gpu clear localhost --device 0000:3b:00.0
@@ -462,7 +436,7 @@ def gpu() -> None:
     """
 
 
-@gpu.command("list")
+@click.command("list")
 @click.argument("name", required=False)
 @click.option("--all", "every", is_flag=True, help="Every machine at once, one row per GPU.")
 @click.option(
@@ -472,11 +446,7 @@ def gpu() -> None:
 )
 @output_option()
 def gpu_list(name: str | None, every: bool, scan: bool, fmt: str) -> None:
-    """Each GPU, every grantable CDI name, the grants in force (read live), and the GPUs held back
-    because their driver reported a fatal event (as recorded: each repo gate reads the kernel's log
-    every 30 s and before a container holding devices starts; --scan reads it now).
-
-    `-o json` prints the inventory exactly as it is recorded on the machine.
+    """`-o json` prints the inventory exactly as it is recorded on the machine.
 
     \b
     Examples:
@@ -533,7 +503,7 @@ def ended_lease_lines(target: Machine) -> list[str]:
     ]
 
 
-@gpu.command("clear")
+@click.command("clear")
 @click.argument("name")
 @click.option(
     "--device",
@@ -542,9 +512,7 @@ def ended_lease_lines(target: Machine) -> list[str]:
 )
 @output_option()
 def gpu_clear(name: str, device: str | None, fmt: str) -> None:
-    """Let containers holding a GPU its driver reported unhealthy start again (once it is sound).
-
-    The events stay recorded as cleared: the same kernel log line read again holds nothing back.
+    """The events stay recorded as cleared: the same kernel log line read again holds nothing back.
 
     \b
     Examples:
@@ -591,13 +559,11 @@ def suspended_lines(target: Machine) -> list[str]:
     return lines
 
 
-@gpu.command("prune")
+@click.command("prune")
 @click.argument("name")
 @output_option()
 def gpu_prune(name: str, fmt: str) -> None:
-    """Remove the grants left behind by repos that no longer exist on NAME (shown as "deleted repo").
-
-    \b
+    """\b
     Examples:
       rdc machine gpu prune localhost
       rdc machine gpu prune localhost -o json

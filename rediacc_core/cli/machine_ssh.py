@@ -67,9 +67,7 @@ def _ssh_target(name: str) -> tuple[Config, Machine, SshMachine]:
 @click.argument("name")
 @click.option("--fingerprint", metavar="SHA256:…", help="Accept the key only if it has this fingerprint.")
 def trust(name: str, fingerprint: str | None) -> None:
-    """Trust the host key the SSH machine NAME presents now (replacing one trusted before).
-
-    \b
+    """\b
     Examples:
       rdc machine trust gpu-box
       rdc machine trust gpu-box --fingerprint SHA256:…
@@ -121,9 +119,7 @@ def _confirm_replacement(name: str, old: list[str], new: list[str]) -> None:
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Install even when the machine has the same versions already.")
 def install_command(name: str, force: bool) -> None:
-    """Install this client's rediacc-core and plugin versions on the SSH machine NAME (a venv there).
-
-    \b
+    """\b
     Examples:
       rdc machine install gpu-box
       rdc machine install gpu-box --force

@@ -11,9 +11,7 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -70,6 +68,8 @@ def fitted(fmt: str) -> Iterator[None]:
     """Tables made inside fit the terminal stdout is (unless `fmt` is `wide`, or it is no terminal)."""
     width = None
     if fmt == "table" and sys.stdout.isatty():
+        import shutil  # late: a read that prints to no terminal never loads it
+
         width = shutil.get_terminal_size().columns
     token = _width.set(width)
     try:
@@ -99,6 +99,8 @@ def emit(data: Any, fmt: str, table_fn: Callable[[Any], str]) -> None:
 def runnable_rdc() -> str:
     """How to run this rdc from the user's shell: `rdc` when PATH finds this one, else its full
     path (after `tox -e demo`, rdc lives in the env's bin, which is on PATH only while tox runs)."""
+    import shutil  # late: only advice that names rdc needs it
+
     here = Path(sys.executable).parent / "rdc"
     found = shutil.which("rdc")
     # Under tox the env's bin is on PATH only while tox runs: the user's shell will not find it.
@@ -214,6 +216,8 @@ def _wrap(value: str, width: int) -> list[str]:
     if len(value) <= width:
         return [value]
     # Lists wrap after their commas; a long name (a UUID, a path) is cut where it must be.
+    import textwrap  # late: only a cell too wide for its terminal needs it
+
     return textwrap.wrap(value, width, break_on_hyphens=False) or [value]
 
 

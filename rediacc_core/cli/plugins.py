@@ -12,9 +12,7 @@ from rediacc_core.cli.output import emit, output_option, table
 @click.command("plugins")
 @output_option()
 def plugins(fmt: str) -> None:
-    """List the plugins: name, distribution, version, hooks implemented, load errors.
-
-    \b
+    """\b
     Examples:
       rdc plugins
       rdc plugins -o json

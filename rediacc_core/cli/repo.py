@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -69,30 +68,9 @@ def _devices_cell(grants: list[dict[str, Any]]) -> str:
     )
 
 
-# Slurm leases of a repo (`rdc repo gpu request|release|leases`), defined elsewhere.
-_LEASES = {name: f"rediacc_core.cli.repo_lease:{name}" for name in ("request", "release", "leases")}
-
-# Commands of this group defined elsewhere, imported when used ("module:command"): the group adds
-# each one, so those modules never import this one.
-_ELSEWHERE = {
-    "up": "rediacc_core.cli.repo_run:up",
-    "down": "rediacc_core.cli.repo_run:down",
-    "docker-host": "rediacc_core.cli.repo_run:docker_host",
-    "gate": "rediacc_core.cli.repo_run:gate",
-    "dockerd": "rediacc_core.cli.repo_run:dockerd",
-    "units": "rediacc_core.cli.repo_run:units",
-    "env": "rediacc_core.cli.repo_ssh:env",
-    "tunnel": "rediacc_core.cli.repo_ssh:tunnel_command",
-    "check": "rediacc_core.cli.repo_check:check",
-    "slurm": "rediacc_core.cli.repo_slurm:slurm",
-}
-
-
-@click.group(cls=HintingGroup, lazy=_ELSEWHERE)
+@click.group(cls=HintingGroup)
 def repo() -> None:
-    """Repos: isolated Docker workloads on a machine, each with its own daemon behind the gate.
-
-    \b
+    """\b
     Examples:
       rdc repo create gpu-a@localhost
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0
@@ -100,7 +78,7 @@ def repo() -> None:
     """
 
 
-@repo.command("create")
+@click.command("create")
 @click.argument("ref", metavar="NAME[:TAG]@MACHINE")
 @click.option(
     "--docker-host",
@@ -109,9 +87,7 @@ def repo() -> None:
 )
 @output_option("table", "json", "yaml")
 def create(ref: str, docker_host: str | None, fmt: str) -> None:
-    """Create a repo with a new identity and no grants (`-o json` prints its id for scripts).
-
-    \b
+    """\b
     Examples:
       rdc repo create gpu-a@localhost
       rdc repo create gpu-a@localhost -o json | jq -r .id
@@ -129,14 +105,12 @@ def create(ref: str, docker_host: str | None, fmt: str) -> None:
     note(f"Created repo {created.ref} (id {created.id}); it has no GPU grants yet.")
 
 
-@repo.command("list")
+@click.command("list")
 @click.argument("machine_name", metavar="MACHINE", required=False)
 @click.option("--all", "every", is_flag=True, help="The repos of every machine at once.")
 @output_option()
 def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
-    """The repos on MACHINE with their GPU grants (`*` marks an exclusive grant).
-
-    \b
+    """\b
     Examples:
       rdc repo list localhost
       rdc repo list localhost -o wide
@@ -208,13 +182,11 @@ def confirm_delete(ref: str) -> bool:
     return click.confirm(f"Delete repo {ref} and its GPU grants?", err=True)
 
 
-@repo.command("delete")
+@click.command("delete")
 @click.argument("ref", metavar="REPO")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete(ref: str, yes: bool) -> None:
-    """Delete a repo and its grants.
-
-    \b
+    """\b
     Examples:
       rdc repo delete gpu-a@localhost --yes
     """
@@ -243,7 +215,7 @@ def delete(ref: str, yes: bool) -> None:
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 
 
-@repo.command("fork")
+@click.command("fork")
 @click.argument("ref", metavar="REPO")
 @click.option("--tag", required=True, help="The fork's tag: it becomes NAME:TAG.")
 @click.option(
@@ -251,9 +223,7 @@ def delete(ref: str, yes: bool) -> None:
 )
 @output_option("table", "json", "yaml")
 def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
-    """Copy REPO as NAME:TAG: its files, images, volumes and containers, under a new identity.
-
-    Whatever the daemon recorded of REPO's paths names the fork's own in the copy (a bind volume
+    """Whatever the daemon recorded of REPO's paths names the fork's own in the copy (a bind volume
     mounts the fork's copy of REPO's files); a record rdc cannot rewrite refuses the fork.
     The fork starts without grants (they stay with the original): a copied container that holds
     a GPU does not start in the fork until the fork is granted it. REPO must be down (`rdc repo
@@ -278,6 +248,8 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
             copied = fork_copy.copy_repo(machine, found, forked)
         except BaseException:
             delete_repo(machine, forked)  # nothing half-made stays: the fork goes with its partial copy
+            import shutil  # late: only a failed fork needs it; the reads of this module never do
+
             shutil.rmtree(repo_state_dir(machine, forked.id), ignore_errors=True)
             raise
     emit(
@@ -304,11 +276,9 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
 # --- rdc repo gpu ---------------------------------------------------------------------------------
 
 
-@repo.group("gpu", cls=HintingGroup, lazy=_LEASES)
+@click.group("gpu", cls=HintingGroup)
 def gpu() -> None:
-    """GPU grants: the exact CDI device names a repo may use.
-
-    \b
+    """\b
     Examples:
       rdc repo gpu grant gpu-a --device vendor.example/gpu=0
       rdc repo gpu list gpu-a
@@ -318,7 +288,7 @@ def gpu() -> None:
 _DEVICE_HELP = "A CDI device name, e.g. vendor.example/gpu=0 (repeat for several)."
 
 
-@gpu.command("grant")
+@click.command("grant")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
 @click.option("--exclusive", is_flag=True, help="Reserve the device's hardware for this repo alone.")
@@ -347,9 +317,7 @@ def grant(
     until: str | None,
     fmt: str,
 ) -> None:
-    """Grant REPO the named devices (all of them or none); takes effect at its next Docker request.
-
-    An exclusive grant is refused (exit 4) while another repo holds or may hold the same hardware:
+    """An exclusive grant is refused (exit 4) while another repo holds or may hold the same hardware:
     a container of it runs with it, a process of it has a node open, or its grant of it ended
     (revoked, a lease's end) while it still runs anything (a descriptor in flight shows in no
     scan). --stop-holders empties those repos first, under the machine's lock: every running
@@ -447,7 +415,7 @@ def _confirm_take_over(
     return {(g.repo_id, g.device) for _, g in plan}
 
 
-@gpu.command("revoke")
+@click.command("revoke")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
 @click.option(
@@ -457,9 +425,7 @@ def _confirm_take_over(
 )
 @output_option("table", "json", "yaml")
 def revoke(ref: str, devices: tuple[str, ...], stop: bool, fmt: str) -> None:
-    """Revoke REPO's grants of the named devices (all of them or none).
-
-    No container of REPO can start, restart, unpause or exec with a revoked device again, whoever
+    """No container of REPO can start, restart, unpause or exec with a revoked device again, whoever
     starts it. Containers already running keep the device open until stopped: they are listed,
     and so are those whose processes hold the device's node by any path (a descriptor handed over,
     a hard link); without --stop the exit code is 12 while any still runs. A descriptor in flight
@@ -571,7 +537,7 @@ def _revoke_and_report(
         click.get_current_context().exit(EXIT_STATE)
 
 
-@gpu.command("renew")
+@click.command("renew")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
 @click.option("--for", "duration", metavar="DURATION", help="The lease ends this long from now (8h, 1d).")
@@ -581,9 +547,7 @@ def _revoke_and_report(
 def renew(
     ref: str, devices: tuple[str, ...], duration: str | None, until: str | None, forever: bool, fmt: str
 ) -> None:
-    """Move the end of REPO's leased grants (all of them or none); a lease already over is gone.
-
-    \b
+    """\b
     Examples:
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --for 8h
       rdc repo gpu renew gpu-a --device vendor.example/gpu=0 --forever
@@ -607,14 +571,12 @@ def renew(
         note(f"{found.ref} holds {grant_.device} {ends}.")
 
 
-@gpu.command("confirm")
+@click.command("confirm")
 @click.argument("ref", metavar="REPO")
 @click.option("--device", "devices", multiple=True, required=True, metavar="CDI-NAME", help=_DEVICE_HELP)
 @output_option("table", "json", "yaml")
 def confirm(ref: str, devices: tuple[str, ...], fmt: str) -> None:
-    """Accept the hardware REPO's grants reach now: bind them to it and lift their suspension.
-
-    Setup suspends a grant whose name reaches other hardware than when it was granted (cards
+    """Setup suspends a grant whose name reaches other hardware than when it was granted (cards
     swapped), or whose exclusive reservation overlaps another repo's; `rdc repo gpu list` says
     why. Refused when accepting would overlap another repo's grant while one of them is exclusive.
 
@@ -639,13 +601,11 @@ def confirm(ref: str, devices: tuple[str, ...], fmt: str) -> None:
     _slurm_follows(machine)
 
 
-@gpu.command("list")
+@click.command("list")
 @click.argument("ref", metavar="REPO")
 @output_option()
 def list_grants(ref: str, fmt: str) -> None:
-    """The grants in force for REPO, read from the machine now.
-
-    \b
+    """\b
     Examples:
       rdc repo gpu list gpu-a
       rdc repo gpu list gpu-a -o json

@@ -95,9 +95,7 @@ def _render(rows: list[dict[str, Any]]) -> str:
 @click.argument("what", nargs=-1, required=True, type=click.UNPROCESSED, metavar="COMPOSE-FILE | -- docker …")
 @output_option("table", "json", "yaml")
 def check(ref: str, what: tuple[str, ...], fmt: str) -> None:
-    """Say what the repo's gate would decide for a Compose file or a docker run line, sending nothing.
-
-    Each request they would make (each service's container, each named volume and network) is
+    """Each request they would make (each service's container, each named volume and network) is
     decided by the gate's own rules, against the repo's grants in force and the machine's settings.
     Every refusal is printed with what to use instead; the exit code is 4 when any would be refused.
     A Compose project is read by the installed Compose (docker compose config), with the same

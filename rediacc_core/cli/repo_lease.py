@@ -63,11 +63,7 @@ def request(
     via: str | None,
     fmt: str,
 ) -> None:
-    """Ask Slurm for a lease of GPUs for REPO on its machine's node: `salloc --no-shell`, with memory
-    and CPUs of its own. When the job starts, the prolog grants its GPUs to REPO until its end.
-    With --external, an external job (Slurm 25.05 or later) that `rdc slurm bridge` grants.
-
-    \b
+    """\b
     Examples:
       rdc repo gpu request gpu-a --gres gpu:a100:1 --for 8h --account team-a
       rdc repo gpu request gpu-a --gres gpu:1 --for 90m --constraint ampere -o json
@@ -97,12 +93,7 @@ def request(
 )
 @output_option("table", "json")
 def leases(ref: str, via: str | None, fmt: str) -> None:
-    """REPO's Slurm leases, pending and running (the job, its state, its (expected) start and end),
-    the GPU minutes left to each account that may lease for it (a warning from 80 % used) with its
-    fair share (its share of the cluster, and of the cluster's usage: `sshare`), and the GPU hours
-    its leases on this node took this month (Slurm's accounting, `sacct`).
-
-    \b
+    """\b
     Examples:
       rdc repo gpu leases gpu-a
       rdc repo gpu leases gpu-a -o json | jq .budgets
@@ -228,9 +219,7 @@ def slurm_leases(machine: Machine, repos: list[Repo]) -> tuple[dict[str, list[An
     help="External mode: cancel with MACHINE's Slurm tools (where `rdc slurm bridge` runs).",
 )
 def release(ref: str, job_id: str | None, via: str | None) -> None:
-    """End REPO's Slurm leases early: scancel, and revoke their grants with --stop.
-
-    \b
+    """\b
     Examples:
       rdc repo gpu release gpu-a
       rdc repo gpu release gpu-a --job 42

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, fitted, note, output_option, table, waiting
 from rediacc_core.config import Config, serving_client
 from rediacc_core.errors import EXIT_INTERRUPTED, PermissionDeniedError, StateError, ValidationError
@@ -32,9 +33,7 @@ def _resolve(ref: str) -> tuple[Machine, Repo]:
 )
 @output_option("table", "json", "yaml")
 def up(ref: str, foreground: bool, fmt: str) -> None:
-    """Start the repo's Docker daemon and its gate; return once the gate answers.
-
-    \b
+    """\b
     Examples:
       sudo rdc repo up gpu-a
       sudo rdc repo up gpu-a -o json
@@ -79,9 +78,7 @@ def _up_foreground(machine: Machine, found: Repo) -> None:
 @click.command("down")
 @click.argument("ref", metavar="REPO-REF")
 def down(ref: str) -> None:
-    """Stop the repo's gate and, when rdc started it, its Docker daemon (and so its containers).
-
-    \b
+    """\b
     Examples:
       sudo rdc repo down gpu-a
     """
@@ -121,9 +118,7 @@ def _say_where_it_stands(machine: Machine, found: Repo, doing: str) -> None:
 @click.argument("ref", metavar="REPO-REF")
 @output_option("table", "json", "yaml")
 def docker_host(ref: str, fmt: str) -> None:
-    """Print the DOCKER_HOST value of the repo: its gate's socket (a local tunnel's, for an SSH machine).
-
-    `-o json` prints the repo, its id and the DOCKER_HOST.
+    """`-o json` prints the repo, its id and the DOCKER_HOST.
 
     \b
     Examples:
@@ -138,33 +133,29 @@ def docker_host(ref: str, fmt: str) -> None:
     emit({"repo": found.ref, "repoId": found.id, "dockerHost": url}, fmt, lambda _: "")
 
 
-class _GateGroup(click.Group):
+class _GateGroup(HintingGroup):
     """`rdc repo gate REPO` runs the gate (as it always has: systemd's unit says so); `rdc repo gate
     log REPO` reads its audit trail. A first word that is no subcommand is the repo of `run`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and not args[0].startswith("-") and args[0] not in self.commands:
+        if args and not args[0].startswith("-") and args[0] not in self.list_commands(ctx):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
 
 @click.group("gate", cls=_GateGroup)
 def gate() -> None:
-    """Run a repo's gate (rdc repo gate REPO), or read its audit trail (rdc repo gate log REPO).
-
-    \b
+    """\b
     Examples:
       rdc repo gate gpu-a
       rdc repo gate log gpu-a --since 15m
     """
 
 
-@gate.command("run")
+@click.command("run")
 @click.argument("ref", metavar="REPO-REF")
 def gate_run(ref: str) -> None:
-    """Run only the repo's gate, in the foreground (the daemon must be up: systemd's gate unit).
-
-    \b
+    """\b
     Examples:
       rdc repo gate gpu-a
       rdc repo gate run gpu-a
@@ -179,7 +170,7 @@ def gate_run(ref: str) -> None:
         raise SystemExit(status)
 
 
-@gate.command("log")
+@click.command("log")
 @click.argument("ref", metavar="REPO-REF")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing decisions as they are made.")
 @click.option(
@@ -189,9 +180,7 @@ def gate_run(ref: str) -> None:
 )
 @output_option("table", "json")
 def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
-    """Print the gate's decisions: who (pid/uid/gid) asked what, and what the gate said.
-
-    One line per decided or refused request. `-o json` prints each decision as one JSON object per
+    """One line per decided or refused request. `-o json` prints each decision as one JSON object per
     line, as the audit log holds it.
 
     \b
@@ -283,12 +272,10 @@ def _ssh_cell(ssh: object) -> str:
     return f" ssh {ssh.get('user', '?')}@{ssh.get('client', '?')}"
 
 
-@click.command("dockerd", hidden=True)
+@click.command("dockerd")
 @click.argument("ref", metavar="REPO-REF")
 def dockerd(ref: str) -> None:
-    """Run only the repo's own dockerd, in the foreground (systemd's dockerd unit).
-
-    \b
+    """\b
     Examples:
       rdc repo dockerd gpu-a
     """
@@ -320,9 +307,7 @@ def dockerd(ref: str) -> None:
     help="Also copy the unit templates into this directory (e.g. /etc/systemd/system).",
 )
 def units(ref: str, install_dir: Path | None) -> None:
-    """Print the systemd units that run the repo at boot (templates ship with rdc).
-
-    \b
+    """\b
     Examples:
       rdc repo units gpu-a
       sudo rdc repo units gpu-a --install /etc/systemd/system

@@ -13,9 +13,7 @@ from rediacc_core.repos import resolve_ref
 
 @click.group("slurm", cls=HintingGroup)
 def slurm() -> None:
-    """Who may lease GPUs for a repo through Slurm (its job's user or account).
-
-    \b
+    """\b
     Examples:
       rdc repo slurm allow gpu-a --account team-a
       rdc repo slurm show gpu-a
@@ -36,16 +34,13 @@ def _show(ref: str, accounts: tuple[str, ...], users: tuple[str, ...], fmt: str)
     )
 
 
-@slurm.command("allow")
+@click.command("allow")
 @click.argument("ref", metavar="REPO")
 @click.option("--account", "accounts", multiple=True, help="A Slurm account whose jobs may lease for REPO.")
 @click.option("--user", "users", multiple=True, help="A Slurm user whose jobs may lease for REPO.")
 @output_option("table", "json")
 def allow(ref: str, accounts: tuple[str, ...], users: tuple[str, ...], fmt: str) -> None:
-    """Let jobs of these Slurm accounts or users lease GPUs for REPO (the prolog checks
-    SLURM_JOB_USER and SLURM_JOB_ACCOUNT; naming the repo in a job is never enough).
-
-    \b
+    """\b
     Examples:
       rdc repo slurm allow gpu-a --account team-a
       rdc repo slurm allow gpu-a --user alice --user bob
@@ -61,14 +56,12 @@ def allow(ref: str, accounts: tuple[str, ...], users: tuple[str, ...], fmt: str)
         _show(found.ref, now.accounts, now.users, fmt)
 
 
-@slurm.command("deny")
+@click.command("deny")
 @click.argument("ref", metavar="REPO")
 @click.option("--account", "accounts", multiple=True, help="An account to take off REPO's list.")
 @click.option("--user", "users", multiple=True, help="A user to take off REPO's list.")
 def deny(ref: str, accounts: tuple[str, ...], users: tuple[str, ...]) -> None:
-    """Take accounts or users off REPO's list (leases already granted run to their end).
-
-    \b
+    """\b
     Examples:
       rdc repo slurm deny gpu-a --user bob
     """
@@ -79,13 +72,11 @@ def deny(ref: str, accounts: tuple[str, ...], users: tuple[str, ...]) -> None:
     note(f"Jobs of {now.describe()} may lease GPUs for {found.ref}.")
 
 
-@slurm.command("show")
+@click.command("show")
 @click.argument("ref", metavar="REPO")
 @output_option("table", "json")
 def show(ref: str, fmt: str) -> None:
-    """Show who may lease GPUs for REPO through Slurm.
-
-    \b
+    """\b
     Examples:
       rdc repo slurm show gpu-a -o json
     """

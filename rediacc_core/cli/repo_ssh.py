@@ -16,9 +16,7 @@ from rediacc_core.repos import RepoRef, resolve_ref
 @click.command("env")
 @click.argument("ref", metavar="REPO")
 def env(ref: str) -> None:
-    """Print `export DOCKER_HOST=…` for REPO's gate (over a tunnel for an SSH machine).
-
-    Use it as: eval "$(rdc repo env REPO)"; then docker and docker compose reach the repo's gate.
+    """Use it as: eval "$(rdc repo env REPO)"; then docker and docker compose reach the repo's gate.
 
     \b
     Examples:
@@ -33,9 +31,7 @@ def env(ref: str) -> None:
 @click.option("--list", "listing", is_flag=True, help="List this config's tunnels and whether each answers.")
 @output_option()
 def tunnel_command(ref: str | None, close: bool, listing: bool, fmt: str) -> None:
-    """Forward a local socket to REPO's gate on its SSH machine and print its DOCKER_HOST.
-
-    A tunnel is found again only while it leads to the same machine (address and host key), root,
+    """A tunnel is found again only while it leads to the same machine (address and host key), root,
     repo (its id) and gate, and its gate answers; otherwise a new one replaces it.
 
     \b

@@ -24,16 +24,14 @@ if TYPE_CHECKING:
 
 @click.group(cls=HintingGroup)
 def slurm() -> None:
-    """Fleet scheduling with Slurm: Slurm allocates GPUs, rdc turns each allocation into a grant.
-
-    \b
+    """\b
     Examples:
       rdc slurm gres localhost
       rdc slurm reconcile localhost
     """
 
 
-@slurm.command("gres")
+@click.command("gres")
 @click.argument("name", metavar="MACHINE", default="localhost")
 @click.option(
     "--node", help="The machine's Slurm NodeName (default: the machine's name, or this host's for localhost)."
@@ -42,10 +40,7 @@ def slurm() -> None:
 @click.option("--dry-run", is_flag=True, help="Print gres.conf and the slurm.conf node line; write nothing.")
 @output_option("table", "json")
 def gres(name: str, node: str | None, conf: str, dry_run: bool, fmt: str) -> None:
-    """Write MACHINE's gres.conf (every GPU, explicit File= lines, AutoDetect=off) and the index map
-    beside it, from its inventory; print the slurm.conf line (Gres=, Features=) for the node.
-
-    Run it after `rdc machine setup` and after every `rdc machine refresh`: until it runs again, a
+    """Run it after `rdc machine setup` and after every `rdc machine refresh`: until it runs again, a
     machine whose GPUs changed refuses every Slurm lease.
 
     \b
@@ -80,13 +75,10 @@ def _hook_exit(run: Outcome) -> None:
     click.echo(run.line(), err=True)
 
 
-@slurm.command("prolog")
+@click.command("prolog")
 @click.argument("name", metavar="MACHINE", default="localhost")
 def prolog(name: str) -> None:
-    """slurmd's Prolog (root, the job's environment): grant the job's GPUs to its repo until the
-    job's end, or cancel the job with rdc's reason. Exit 0 unless something is broken.
-
-    \b
+    """\b
     Examples:
       rdc slurm prolog localhost        # as slurm.conf's Prolog=, through a script of one line
     """
@@ -99,12 +91,10 @@ def prolog(name: str) -> None:
         sys.exit(1)
 
 
-@slurm.command("epilog")
+@click.command("epilog")
 @click.argument("name", metavar="MACHINE", default="localhost")
 def epilog(name: str) -> None:
-    """slurmd's Epilog: revoke what the job was granted on MACHINE and stop its containers.
-
-    \b
+    """\b
     Examples:
       rdc slurm epilog localhost        # as slurm.conf's Epilog=, through a script of one line
     """
@@ -117,16 +107,11 @@ def epilog(name: str) -> None:
         sys.exit(1)
 
 
-@slurm.command("reconcile")
+@click.command("reconcile")
 @click.argument("name", metavar="MACHINE", default="localhost")
 @output_option("table", "json")
 def reconcile(name: str, fmt: str) -> None:
-    """Hold MACHINE's job-tagged grants to the jobs Slurm runs: revoke (and stop) those whose job is
-    gone (an epilog does not run when slurmd or the node dies), renew those whose job's end moved
-    (`scontrol update JobId=… TimeLimit=…`). Each is in the repo's audit log. Setup, refresh and
-    every repo gate's housekeeping round (about every 30 s) run it too; this runs it now.
-
-    \b
+    """\b
     Examples:
       rdc slurm reconcile localhost
       rdc slurm reconcile localhost -o json
@@ -151,15 +136,10 @@ def reconcile(name: str, fmt: str) -> None:
         note(f"Renewed {grant.device} until {end} (job {grant.job}'s new end).")
 
 
-@slurm.command("health")
+@click.command("health")
 @click.argument("name", metavar="MACHINE", default="localhost")
 def health(name: str) -> None:
-    """Pass MACHINE's GPU health to Slurm: read the kernel log now, drain the node while a card is
-    held back or its grant is suspended for drift (the reason names the card) and resume it once
-    every card is cleared and every such grant confirmed or revoked. A drain that is not one of
-    these reasons of rdc's is left as it is. Each repo gate's housekeeping round does the same.
-
-    \b
+    """\b
     Examples:
       rdc slurm health localhost
       rdc machine gpu clear localhost --device 0000:3b:00.0 && rdc slurm health localhost
@@ -173,7 +153,7 @@ def health(name: str) -> None:
     note(f"Slurm: {done}." if done else "Slurm: nothing to change.")
 
 
-@slurm.command("bridge")
+@click.command("bridge")
 @click.argument("names", metavar="[MACHINE]...", nargs=-1)
 @click.option(
     "--slurm",
@@ -198,15 +178,7 @@ def health(name: str) -> None:
     help="Write a systemd unit that runs this bridge, restarted whenever it stops, instead of running it.",
 )
 def bridge(names: tuple[str, ...], via: str, once: bool, interval: float, unit: str | None) -> None:
-    """External mode (Slurm 25.05 or later): the GPU boxes are State=EXTERNAL nodes with no slurmd,
-    and this bridge grants each RUNNING external job's GPUs on its box to the job's repo (tagged
-    with the job, until its end), revokes them (and stops the repo's containers) once the job no
-    longer runs, and cancels a job rdc refuses with the reason in its AdminComment. MACHINE: the
-    boxes (default: every machine with a gres map this host reads, `rdc slurm gres`); each box's
-    node is its map's. A box over SSH is bridged when named: its part of each round runs there
-    (`rdc slurm bridge-step`, through its rdc-agent).
-
-    \b
+    """\b
     Examples:
       rdc slurm bridge --once
       rdc slurm bridge box1 box2 --interval 5
@@ -241,7 +213,7 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float, unit: 
     )
 
 
-@slurm.command("bridge-step")
+@click.command("bridge-step")
 @click.argument("name", metavar="MACHINE", default="localhost")
 @click.option("--cluster", required=True, help="The Slurm cluster's name (its grants' tag).")
 @click.option(
@@ -253,14 +225,7 @@ def bridge(names: tuple[str, ...], via: str, once: bool, interval: float, unit: 
 )
 @output_option("table", "json")
 def bridge_step(name: str, cluster: str, jobs_text: str, fmt: str) -> None:
-    """One box's part of a bridge round, run on the box (`rdc slurm bridge` runs it, over SSH for a
-    box reached so): revoke the grants whose job is not in --jobs, renew those whose job's end
-    moved, and grant each RUNNING job on MACHINE's node (its gres map's) that names a repo, as the
-    prolog decides. It calls no Slurm tool: a job it refuses is in its answer, and the bridge
-    cancels it. It is the bridge's to run: by hand, give it every live job, since a grant whose job
-    is not among them is revoked.
-
-    \b
+    """\b
     Examples:
       rdc slurm bridge-step localhost --cluster main --jobs "$(cat live-jobs.json)" -o json
     """

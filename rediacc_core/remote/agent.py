@@ -127,10 +127,10 @@ def run_command(
     run_cli: Callable[[list[str]], None],
 ) -> int:
     """`rdc ARGV` through `run_cli` (the CLI's `main`), against machine NAME at ROOT."""
-    from rediacc_core import config, placement
+    from rediacc_core import commands, config
 
     config.pin_machine(name, root)
-    sender.stop_when_gone = placement.only_reads(argv)
+    sender.stop_when_gone = commands.only_reads(argv)
     sys.stdout, sys.stderr = _Chunks(sender, "out"), _Chunks(sender, "err", tty)
     try:
         run_cli(argv)

@@ -2,7 +2,7 @@
 
 This is the one place remote machines are handled for the commands: `rdc`'s entry point asks
 `forward_if_remote` first, which finds the command's target machine the way click parses the line
-(a MACHINE/NAME argument, or the `@machine` of a repo reference, as `rediacc_core.placement`
+(a MACHINE/NAME argument, or the `@machine` of a repo reference, as `rediacc_core.commands`
 declares for each forwarded command). For an SSH machine the unchanged argument list goes to the
 agent, and its output and exit code become this process's, so tables, `-o json|yaml`,
 `Error:`/`What to do:` and exit codes are exactly the local ones.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rediacc_core import placement
+from rediacc_core import commands
 from rediacc_core.config import Config
 from rediacc_core.errors import (
     EXIT_GENERAL,
@@ -26,13 +26,12 @@ from rediacc_core.errors import (
     RdcError,
 )
 from rediacc_core.machine import Machine
-from rediacc_core.remote.agentcall import Stream, report, run_remote
 
 if TYPE_CHECKING:
     import click
 
 # How a command names its target: a machine argument, or a repo reference carrying `@machine`.
-PARAMS: dict[placement.Target, tuple[str, ...]] = {"machine": ("machine_name", "name"), "ref": ("ref",)}
+PARAMS: dict[commands.Target, tuple[str, ...]] = {"machine": ("machine_name", "name"), "ref": ("ref",)}
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ def parse_target(argv: Sequence[str], root: click.Group) -> Target | None:
             command = sub
     except click.ClickException:
         return None
-    kind = placement.FORWARDED.get(tuple(path))
+    kind = commands.FORWARDED.get(tuple(path))
     if kind is None:
         return None
     for param in PARAMS[kind]:
@@ -99,7 +98,7 @@ def fast_target(argv: Sequence[str]) -> Target | None:
         return None
     for size in (3, 2):
         path = tuple(argv[:size])
-        kind = placement.FORWARDED.get(path)
+        kind = commands.FORWARDED.get(path)
         if kind is not None and len(argv) > size and not argv[size].startswith("-"):
             value = argv[size]
             if kind == "machine":
@@ -141,6 +140,8 @@ def forward_if_remote(
     machine = config.machine(name)
     if machine.remote is None:
         return None
+    from rediacc_core.remote.agentcall import Stream, run_remote  # late: only forwarding needs ssh
+
     if target.path == ("repo", "docker-host") and _output_of(argv) in _FORMATS:
         # The machine's socket path means nothing here: hand out the local end of a tunnel to it.
         return _local_docker_host(config, machine, _ref_on(argv, name), _output_of(argv))
@@ -199,6 +200,7 @@ def _output_of(argv: Sequence[str]) -> str:
 def _local_docker_host(config: Config, machine: Machine, ref: str, fmt: str, *, up: bool = False) -> int:
     """Print the DOCKER_HOST of `ref` here, a tunnel's socket, as `rdc repo docker-host` (or, with
     `up`, `rdc repo up`) prints it locally."""
+    from rediacc_core.remote.agentcall import Stream, report  # late: only forwarding needs ssh
     from rediacc_core.remote.tunnel import open_tunnel
 
     try:
@@ -233,6 +235,7 @@ def place_repo(config: Config, ref: str) -> str | None:
     remote = [m for m in config.machines() if m.remote is not None]
     if not remote:
         return None
+    from rediacc_core.remote.agentcall import Stream, run_remote  # late: only forwarding needs ssh
     from rediacc_core.repos import RepoRef, RepoStore
 
     label = RepoRef.parse(ref).label

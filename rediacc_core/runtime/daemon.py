@@ -22,7 +22,6 @@ guard (`runtime.guard`: a repo's own daemon always does).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shlex
@@ -199,6 +198,8 @@ _MNT_DETACH = 2
 
 def unmount(point: str | os.PathLike[str]) -> str | None:
     """Detach one mount from `point`; None when done, else why not."""
+    import ctypes  # late: only an unmount needs libc; `rdc repo list` reads a repo's state through here
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
         return None
