@@ -42,7 +42,7 @@ from rediacc_core import unixhttp
 from rediacc_core.publishing import ANY_ADDRESS, PROTOCOLS, Policy, Port, policy_from, write_state
 from rediacc_core.runtime import netns, uplinkwatch
 
-GUEST_ADDRESS = "10.0.2.100"  # the namespace's uplink address (slirp4netns --configure)
+GUEST_ADDRESS = netns.UPLINK_ADDRESS
 DEFAULT_POLICY = policy_from({})
 _EVENTS = '/events?filters={"type":["container"]}'
 RETRY = 1.0  # seconds between attempts while the daemon is not (yet, or any more) answering
