@@ -228,17 +228,19 @@ def exists(net: RepoNetwork) -> bool:
     return net.path.exists()
 
 
-def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
+def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None = None) -> None:
     """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
     (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
     rules are written again each time, from the host's addresses as they are now; the keeper's
-    `uplinkwatch` thread keeps them so while the host changes."""
+    `uplinkwatch` thread keeps them so while the host changes. The path out is the one the
+    namespace came up with while it lives, else `path` (`kernel` or `user`, the bench's), else
+    the machine's `net-path` setting."""
     ip = _tool("ip")
     if not exists(net):
         net.path_record.unlink(missing_ok=True)  # a namespace gone (a reboot) takes its path with it
         _run([ip, "netns", "add", net.name])
         _run([ip, "-n", net.name, "link", "set", "lo", "up"])
-    path, at = _path_for(net, root)
+    path, at = _path_for(net, root, path)
     blocked = host_destinations()
     apply_rules(net, blocked)
     if uplink_pid(net) is None:
@@ -255,7 +257,7 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
         net.keeper.start(keeper)
 
 
-def _path_for(net: RepoNetwork, root: Path) -> tuple[str, kernelpath.Slot | None]:
+def _path_for(net: RepoNetwork, root: Path, forced: str | None = None) -> tuple[str, kernelpath.Slot | None]:
     """The path out `net` takes (setting `net-path`, `kernelpath.choose`), its slot taken and
     recorded on the kernel path."""
     recorded = path_of(net)
@@ -265,7 +267,7 @@ def _path_for(net: RepoNetwork, root: Path) -> tuple[str, kernelpath.Slot | None
     from rediacc_core.settings import effective, read_settings
 
     machine = Machine(name="local", root=root)
-    setting = effective(read_settings(machine))["net-path"]
+    setting = forced or effective(read_settings(machine))["net-path"]
     usable = kernelpath.forwarding() and net.state_dir is not None and shutil.which("iptables") is not None
     path = kernelpath.choose(setting, usable)
     at = None
