@@ -220,31 +220,62 @@ def _ok(argv: Sequence[str]) -> bool:
     return subprocess.run(argv, capture_output=True, check=False).returncode == 0
 
 
-def set_up(namespace: str, short: str, at: Slot, mtu: int, enter: Sequence[str], blocked: Sequence[str]) -> None:
+def _has_link(name: str) -> bool:
+    """Whether this network namespace has interface `name` (/proc/net/dev is the caller's own)."""
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return any(line.split(":", 1)[0].strip() == name for line in lines)
+
+
+def set_up(
+    namespace: str,
+    short: str,
+    at: Slot,
+    mtu: int,
+    enter: Sequence[str],
+    blocked: Sequence[str],
+    inside_too: Sequence[str] = (),
+) -> None:
     """The veth pair, its addresses and the namespace's default route through it, then the host's
-    rules (`apply`); idempotent. `enter` runs a command inside the namespace."""
+    rules (`apply`); idempotent. `enter` runs a command inside the namespace, where `inside_too`
+    (`ip -batch` lines) is done in the same step. A handful of commands in all: each costs a repo's
+    start some milliseconds."""
     veth = veth_name(short)
-    if not _ok(["ip", "link", "show", "dev", veth]):
+    if not _has_link(veth):
         peer = ["peer", "name", INSIDE_DEVICE, "mtu", str(mtu), "netns", namespace]  # made inside: no clash
         _run(["ip", "link", "add", veth, "mtu", str(mtu), "type", "veth", *peer])
     # No IPv6 on either end: the host would answer it on its own addresses, past the IPv4 rules.
     Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6").write_text("1\n")
-    _run([*enter, "sh", "-c", f"echo 1 > /proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"])
     apply(short, at, blocked)  # the rules before the link is up: nothing passes unruled
-    _run(["ip", "addr", "replace", f"{at.host}/{SLOT_PREFIX}", "dev", veth])
-    _run(["ip", "link", "set", veth, "up"])
-    _run([*enter, "ip", "addr", "replace", f"{at.inside}/{SLOT_PREFIX}", "dev", INSIDE_DEVICE])
-    _run([*enter, "ip", "link", "set", INSIDE_DEVICE, "up"])
-    _run([*enter, "ip", "route", "replace", "default", "via", at.host, "dev", INSIDE_DEVICE])
+    _run(["ip", "-batch", "-"], f"addr replace {at.host}/{SLOT_PREFIX} dev {veth}\nlink set {veth} up\n")
+    inside = [
+        f"addr replace {at.inside}/{SLOT_PREFIX} dev {INSIDE_DEVICE}",
+        f"link set {INSIDE_DEVICE} up",
+        f"route replace default via {at.host} dev {INSIDE_DEVICE}",
+        *inside_too,
+    ]
+    ipv6_off = f"echo 1 > /proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"
+    _run([*enter, "sh", "-c", f"{ipv6_off} && exec ip -batch -"], "\n".join(inside) + "\n")
 
 
 def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
-    """Write the repo's chains (atomic per table), then add whichever of its jumps is missing."""
+    """Write the repo's chains and whichever of its jumps is missing, atomically per table (one
+    iptables-restore; the jumps are looked up in one listing per table)."""
     filt, nat = host_rules(short, at, blocked)
-    _run(["iptables-restore", "--noflush"], filt + nat)
+    have = {
+        table: subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False).stdout
+        for table in ("filter", "nat")
+    }
+    missing: dict[str, list[str]] = {"filter": [], "nat": []}
     for table, chain, rule in jumps(short, at):
-        if not _ok(["iptables", "-t", table, "-C", chain, *rule]):
-            _run(["iptables", "-t", table, "-I", chain, "1", *rule])
+        if " ".join(["-A", chain, *rule]) not in have[table].splitlines():
+            missing[table].append(" ".join(["-I", chain, "1", *rule]))
+    text = _before_commit(filt, missing["filter"]) + _before_commit(nat, missing["nat"])
+    _run(["iptables-restore", "--noflush"], text)
+
+
+def _before_commit(table: str, lines: Sequence[str]) -> str:
+    head, _, _ = table.rpartition("COMMIT")
+    return head + "".join(f"{line}\n" for line in lines) + "COMMIT\n"
 
 
 def tear_down(short: str) -> list[str]:
@@ -252,7 +283,7 @@ def tear_down(short: str) -> list[str]:
     (after a failed `repo up` too: found by name, not by a record). Returns what it removed."""
     removed = []
     veth = veth_name(short)
-    if _ok(["ip", "link", "show", "dev", veth]):
+    if _has_link(veth):
         _run(["ip", "link", "del", veth])
         removed.append(f"veth {veth}")
     into, forward, nat = chain_names(short)

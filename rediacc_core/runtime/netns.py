@@ -246,9 +246,9 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None
     if uplink_pid(net) is None:
         _start_uplink(net, configure=path == kernelpath.USER)
     if at is not None:  # the uplink then carries only published ports and DNS, the veth the rest
-        _run(net.enter([ip, "addr", "replace", f"{UPLINK_ADDRESS}/24", "dev", UPLINK_DEVICE]))
-        _run(net.enter([ip, "link", "set", UPLINK_DEVICE, "mtu", str(UPLINK_MTU), "up"]))
-        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, net.enter([]), blocked)
+        uplink = [f"addr replace {UPLINK_ADDRESS}/24 dev {UPLINK_DEVICE}"]
+        uplink.append(f"link set {UPLINK_DEVICE} mtu {UPLINK_MTU} up")
+        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, net.enter([]), blocked, uplink)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]

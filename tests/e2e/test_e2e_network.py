@@ -356,7 +356,8 @@ def eta(e2e: E2E) -> Iterator[RepoEnv]:
 def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) -> None:
     network = eta.runtime.network
     uplink = netns.uplink_pid(network)
-    assert network.path.exists() and uplink is not None
+    path = netns.path_of(network)
+    assert network.path.exists() and uplink is not None and path is not None
     published = state_file(e2e.machine.run_dir, short_id(eta.repo.id))
     assert _until(published.exists)  # the keeper's state, for the other repos' gates
     down = e2e.rdc("repo", "down", eta.repo.ref)
@@ -365,12 +366,41 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     assert f"network namespace {network.name}" in down.stdout + down.stderr
     assert not network.path.exists()
     assert not pids.pid_alive(uplink)
-    # Up again: a new namespace, and the repo works in it.
+    _assert_nothing_on_the_host(network.short)
+    assert netns.path_of(network) is None
+    # Up again: a new namespace, and the repo works in it, on the slot its state kept.
     again = e2e.rdc("repo", "up", eta.repo.ref)
     assert again.returncode == 0, again.stderr
     assert network.path.exists()
+    assert netns.path_of(network) == path
     ran = eta.docker("run", "--rm", IMAGE, "true")
     assert ran.returncode == 0, ran.stderr
+
+
+def _assert_nothing_on_the_host(short: str) -> None:
+    """No veth of the repo's, and no chain or jump of its in the host's filter and nat tables."""
+    assert subprocess.run(["ip", "link", "show", "dev", kernelpath.veth_name(short)], capture_output=True).returncode
+    for table in ("filter", "nat"):
+        listed = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True).stdout
+        assert f"RDC-{short}" not in listed, listed
+
+
+def test_repo_down_removes_what_a_failed_up_left_on_the_host(e2e: E2E, eta: RepoEnv) -> None:
+    """A `repo up` cut short on the kernel path can leave a veth and the repo's host chains with
+    no namespace and no record: `repo down` finds them by the repo's name and removes them."""
+    network = eta.runtime.network
+    down = e2e.rdc("repo", "down", eta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    if not kernelpath.forwarding():
+        pytest.skip("the host does not forward IPv4: no kernel path to leave anything of")
+    left = kernelpath.slot(kernelpath.SLOTS - 1)
+    kernelpath.apply(network.short, left, [])
+    veth = kernelpath.veth_name(network.short)
+    subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", f"x{network.short}"], check=True)
+    again = e2e.rdc("repo", "down", eta.repo.ref)
+    assert again.returncode == 0, again.stderr
+    assert f"veth {veth}" in again.stdout + again.stderr
+    _assert_nothing_on_the_host(network.short)
 
 
 def _host_read(port: int, attempts: int = 100) -> str:
