@@ -37,6 +37,7 @@ from typing import Any
 
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
+from rediacc_core.machine import Machine
 from rediacc_core.pids import pid_alive, stop_pid
 from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.runtime.netns import UPLINK_DNS, UPLINK_MTU, RepoNetwork
@@ -238,7 +239,6 @@ def prepare(
 
 
 def _image_store(root: Path) -> str:
-    from rediacc_core.machine import Machine
     from rediacc_core.settings import effective, read_settings
 
     return effective(read_settings(Machine(name="local", root=root)))["image-store"]

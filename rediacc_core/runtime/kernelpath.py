@@ -95,8 +95,8 @@ def free_slot(taken: Collection[int], host_networks: Iterable[str]) -> Slot:
             return candidate
     raise StateError(
         f"no free address pair left in {RANGE} for a repo's kernel path",
-        "delete repos no longer used (rdc repo delete REPO --yes), or use the user path: "
-        "rdc machine config MACHINE --set net-path=user",
+        "delete the repos no longer used (see rdc repo list --all), or set this machine's net-path "
+        "to user (its NAME: rdc machine list): rdc machine config NAME --set net-path=user",
     )
 
 
@@ -111,8 +111,9 @@ def choose(setting: str, forwarding: bool, recorded: str | None = None) -> str:
         raise StateError(
             "net-path is kernel, but this host does not forward IPv4 (/proc/sys/net/ipv4/ip_forward "
             "is 0), and rdc does not turn forwarding on",
-            "turn it on yourself (sysctl -w net.ipv4.ip_forward=1, as Docker's own daemon does) or "
-            "let repos take the user path: rdc machine config MACHINE --set net-path=auto",
+            "turn it on yourself (sysctl -w net.ipv4.ip_forward=1, as Docker's own daemon does), or let "
+            "repos take the user path here (its NAME: rdc machine list): "
+            "rdc machine config NAME --unset net-path",
         )
     return KERNEL
 
@@ -138,7 +139,13 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
     filt.append(" ".join([*out, "-m", "addrtype", "--dst-type", "LOCAL", *_REJECT]))
     filt += [" ".join([*out, "-d", cidr, *_REJECT]) for cidr in [str(RANGE), *blocked]]
     filt += [" ".join([*out, "-j", "ACCEPT"]), "COMMIT", ""]
-    nat_rules = ["*nat", f":{nat} - [0:0]", f"-A {nat} -s {at.inside}/32 ! -d {RANGE} -j MASQUERADE", "COMMIT", ""]
+    nat_rules = [
+        "*nat",
+        f":{nat} - [0:0]",
+        f"-A {nat} -s {at.inside}/32 ! -d {RANGE} -j MASQUERADE",
+        "COMMIT",
+        "",
+    ]
     return "\n".join(filt), "\n".join(nat_rules)
 
 
@@ -191,7 +198,9 @@ def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[st
         chosen = free_slot(taken, host_networks)
         state_dir.mkdir(parents=True, exist_ok=True)
         lease = state_dir / LEASE
-        lease.with_suffix(".tmp").write_text(json.dumps({"repo": state_dir.name, "slot": chosen.index}) + "\n")
+        lease.with_suffix(".tmp").write_text(
+            json.dumps({"repo": state_dir.name, "slot": chosen.index}) + "\n"
+        )
         os.replace(lease.with_suffix(".tmp"), lease)
         return chosen
 
@@ -211,8 +220,8 @@ def _run(argv: Sequence[str], stdin: str | None = None) -> None:
     if done.returncode != 0:
         raise ToolError(
             f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}",
-            "run rdc repo up as root with iproute2 and iptables installed, or set net-path=user: "
-            "rdc machine config MACHINE --set net-path=user",
+            "run rdc repo up as root with iproute2 and iptables installed, or set this machine's "
+            "net-path to user (its NAME: rdc machine list): rdc machine config NAME --set net-path=user",
         )
 
 
@@ -262,7 +271,9 @@ def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
     iptables-restore; the jumps are looked up in one listing per table)."""
     filt, nat = host_rules(short, at, blocked)
     have = {
-        table: subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False).stdout
+        table: subprocess.run(
+            ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False
+        ).stdout
         for table in ("filter", "nat")
     }
     missing: dict[str, list[str]] = {"filter": [], "nat": []}
@@ -288,8 +299,14 @@ def tear_down(short: str) -> list[str]:
         removed.append(f"veth {veth}")
     into, forward, nat = chain_names(short)
     rules = 0
-    for table, chain, target in (("filter", "INPUT", into), ("filter", "FORWARD", forward), ("nat", "POSTROUTING", nat)):
-        listed = subprocess.run(["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False)
+    for table, chain, target in (
+        ("filter", "INPUT", into),
+        ("filter", "FORWARD", forward),
+        ("nat", "POSTROUTING", nat),
+    ):
+        listed = subprocess.run(
+            ["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False
+        )
         for line in listed.stdout.splitlines():
             if line.endswith(f"-j {target}") and line.startswith(f"-A {chain} "):
                 with contextlib.suppress(ToolError):

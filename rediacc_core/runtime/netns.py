@@ -263,18 +263,19 @@ def _path_for(net: RepoNetwork, root: Path, forced: str | None = None) -> tuple[
     recorded = path_of(net)
     if recorded is not None:
         return recorded
-    from rediacc_core.repos import RepoStore
-    from rediacc_core.settings import effective, read_settings
+    from rediacc_core import repos, settings  # here: `rdc repo list` reads paths, never settings
 
     machine = Machine(name="local", root=root)
-    setting = forced or effective(read_settings(machine))["net-path"]
+    setting = forced or settings.effective(settings.read_settings(machine))["net-path"]
     usable = kernelpath.forwarding() and net.state_dir is not None and shutil.which("iptables") is not None
     path = kernelpath.choose(setting, usable)
     at = None
     if path == kernelpath.KERNEL:
         if net.state_dir is None:
-            raise StateError(f"{net.name} has no state directory to keep its kernel path's slot in", "use net-path=user")
-        known = {repo.id for repo in RepoStore(machine).list()}
+            raise StateError(
+                f"{net.name} has no state directory to keep its kernel path's slot in", "use net-path=user"
+            )
+        known = {repo.id for repo in repos.RepoStore(machine).list()}
         routes = [r.dst for r in _host_routes() if r.table == rtnetlink.RT_TABLE_MAIN]
         at = kernelpath.allocate(net.state_dir, known, routes)
     net.workdir.mkdir(parents=True, exist_ok=True)

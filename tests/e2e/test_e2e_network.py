@@ -21,7 +21,7 @@ from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
 from rediacc_core import pids
 from rediacc_core.publishing import short_id, state_file
-from rediacc_core.runtime import kernelpath, lifecycle, netns
+from rediacc_core.runtime import kernelpath, netns
 from rediacc_core.runtime.process import read_pid
 from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
@@ -115,7 +115,9 @@ def _path(env: RepoEnv) -> str:
 
 
 def _host_chain(env: RepoEnv, table: str, chain: str) -> str:
-    listed = subprocess.run(["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False)
+    listed = subprocess.run(
+        ["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False
+    )
     return listed.stdout
 
 
@@ -156,7 +158,10 @@ def test_each_repo_takes_the_path_out_the_setting_names_and_repo_list_shows_it(e
         veth = kernelpath.veth_name(short)
         on_host = subprocess.run(["ip", "link", "show", "dev", veth], capture_output=True).returncode == 0
         route = subprocess.run(
-            env.runtime.network.enter(["ip", "route", "show", "default"]), capture_output=True, text=True, check=True
+            env.runtime.network.enter(["ip", "route", "show", "default"]),
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         if expected == "kernel":
             assert on_host and f"dev {kernelpath.INSIDE_DEVICE}" in route, route
@@ -207,7 +212,9 @@ def outside() -> Iterator[int]:
     try:
         for step in steps:
             subprocess.run(step, check=True)
-        process = subprocess.Popen(["ip", "netns", "exec", space, "python3", "-c", server], stdout=subprocess.PIPE)
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", space, "python3", "-c", server], stdout=subprocess.PIPE
+        )
         assert process.stdout is not None
         yield int(process.stdout.readline())
     finally:
@@ -379,9 +386,13 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
 
 def _assert_nothing_on_the_host(short: str) -> None:
     """No veth of the repo's, and no chain or jump of its in the host's filter and nat tables."""
-    assert subprocess.run(["ip", "link", "show", "dev", kernelpath.veth_name(short)], capture_output=True).returncode
+    assert subprocess.run(
+        ["ip", "link", "show", "dev", kernelpath.veth_name(short)], capture_output=True
+    ).returncode
     for table in ("filter", "nat"):
-        listed = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True).stdout
+        listed = subprocess.run(
+            ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True
+        ).stdout
         assert f"RDC-{short}" not in listed, listed
 
 
@@ -396,7 +407,9 @@ def test_repo_down_removes_what_a_failed_up_left_on_the_host(e2e: E2E, eta: Repo
     left = kernelpath.slot(kernelpath.SLOTS - 1)
     kernelpath.apply(network.short, left, [])
     veth = kernelpath.veth_name(network.short)
-    subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", f"x{network.short}"], check=True)
+    subprocess.run(
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", f"x{network.short}"], check=True
+    )
     again = e2e.rdc("repo", "down", eta.repo.ref)
     assert again.returncode == 0, again.stderr
     assert f"veth {veth}" in again.stdout + again.stderr
@@ -641,7 +654,10 @@ def _lift_refusal(env: RepoEnv) -> str:
     rules inside; on the kernel path the jump to the repo's host chain for what comes to the host
     itself (the late address is one of the host's). Returns that jump ("" on the user path)."""
     if _path(env) == "kernel":
-        veth, into = kernelpath.veth_name(env.runtime.network.short), kernelpath.chain_names(env.runtime.network.short)[0]
+        veth, into = (
+            kernelpath.veth_name(env.runtime.network.short),
+            kernelpath.chain_names(env.runtime.network.short)[0],
+        )
         subprocess.run(["iptables", "-D", "INPUT", "-i", veth, "-j", into], check=True)
         return f"-A INPUT -i {veth} -j {into}"
     for cidr in (f"{LATE_V4}/32", LATE_NET):

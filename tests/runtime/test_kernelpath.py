@@ -27,8 +27,10 @@ def test_auto_takes_the_kernel_path_only_where_the_host_forwards() -> None:
 def test_forcing_the_kernel_path_where_the_host_does_not_forward_says_why_and_what_to_do() -> None:
     with pytest.raises(StateError) as refused:
         kernelpath.choose("kernel", False)
-    assert "does not forward IPv4" in refused.value.what and "does not turn forwarding on" in refused.value.what
-    assert "rdc machine config MACHINE --set net-path=auto" in refused.value.todo
+    assert (
+        "does not forward IPv4" in refused.value.what and "does not turn forwarding on" in refused.value.what
+    )
+    assert "rdc machine config NAME --unset net-path" in refused.value.todo
 
 
 def test_a_namespace_keeps_the_path_it_came_up_with_whatever_the_setting_says_now() -> None:
@@ -38,7 +40,10 @@ def test_a_namespace_keeps_the_path_it_came_up_with_whatever_the_setting_says_no
 
 def test_each_slot_is_a_pair_of_addresses_of_its_own_in_the_range() -> None:
     pairs = [kernelpath.slot(i) for i in (0, 1, kernelpath.SLOTS - 1)]
-    assert [(p.host, p.inside) for p in pairs[:2]] == [("10.199.0.1", "10.199.0.2"), ("10.199.0.5", "10.199.0.6")]
+    assert [(p.host, p.inside) for p in pairs[:2]] == [
+        ("10.199.0.1", "10.199.0.2"),
+        ("10.199.0.5", "10.199.0.6"),
+    ]
     assert pairs[2].inside == "10.199.255.254"
     for pair in pairs:
         assert pair.network.subnet_of(kernelpath.RANGE)
@@ -57,7 +62,7 @@ def test_the_free_slot_is_the_lowest_no_repo_holds_nor_the_host_reaches_directly
 def test_a_full_range_says_how_to_free_a_slot() -> None:
     with pytest.raises(StateError) as full:
         kernelpath.free_slot(set(range(kernelpath.SLOTS)), [])
-    assert "rdc repo delete" in full.value.todo and "net-path=user" in full.value.todo
+    assert "rdc repo list --all" in full.value.todo and "net-path=user" in full.value.todo
 
 
 def _repos(tmp_path: Path) -> Path:
