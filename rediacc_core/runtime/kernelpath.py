@@ -253,7 +253,9 @@ def set_up(
         peer = ["peer", "name", INSIDE_DEVICE, "mtu", str(mtu), "netns", namespace]  # made inside: no clash
         _run(["ip", "link", "add", veth, "mtu", str(mtu), "type", "veth", *peer])
     # No IPv6 on either end: the host would answer it on its own addresses, past the IPv4 rules.
-    Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6").write_text("1\n")
+    ipv6 = Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6")
+    if ipv6.exists():  # absent where the kernel runs without IPv6 at all
+        ipv6.write_text("1\n")
     apply(short, at, blocked)  # the rules before the link is up: nothing passes unruled
     _run(["ip", "-batch", "-"], f"addr replace {at.host}/{SLOT_PREFIX} dev {veth}\nlink set {veth} up\n")
     inside = [
@@ -262,7 +264,8 @@ def set_up(
         f"route replace default via {at.host} dev {INSIDE_DEVICE}",
         *inside_too,
     ]
-    ipv6_off = f"echo 1 > /proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"
+    knob = f"/proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"
+    ipv6_off = f"{{ [ ! -e {knob} ] || echo 1 > {knob}; }}"
     _run([*enter, "sh", "-c", f"{ipv6_off} && exec ip -batch -"], "\n".join(inside) + "\n")
 
 

@@ -36,7 +36,7 @@ from rediacc_core.testing.dockerenv import import_busybox
 
 use_engine()
 
-NET_PATH = os.environ.get("RDC_E2E_NET_PATH", "auto")
+NET_PATH = os.environ.get("RDC_E2E_NET_PATH")
 
 # Where RDC_E2E_REQUIRED=1 (tox's e2e envs, CI): a machine that cannot run the suite is a usage
 # error, and a skipped test a failure unless allowed_skips.txt names it.
@@ -76,8 +76,9 @@ def e2e() -> Iterator[E2E]:
     # drive the default, one process.
     set_setting(machine, "gate-workers", "2")
     # Which path out the repos' namespaces take (CI runs the network files on both: `kernel` under
-    # .ci/forwarding-host where the host does not forward); unset, the machine's default, auto.
-    set_setting(machine, "net-path", NET_PATH)
+    # .ci/forwarding-host where the host does not forward); unset, the machine's default (auto).
+    if NET_PATH is not None:
+        set_setting(machine, "net-path", NET_PATH)
     store = RepoStore(machine)
     env = client_env(base)
     started: list[Repo] = []
