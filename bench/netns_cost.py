@@ -10,12 +10,13 @@ started side by side.
 
 Measured, in interleaved rounds whose order rotates (medians; ratios taken seconds apart):
 daemon start (the namespace, uplink and veth included), `docker run --rm` (create, start, wait,
-remove) of a container on a network, and a download by a container (every network at the MTU
-a repo daemon gives its networks, 65520) from an HTTP server on the host (busybox httpd; the rules against the host's own address are lifted for these namespaces, since
-that server stands for a registry outside), whole or failed. CPU per GiB downloaded, two ways:
-the slirp4netns process's own CPU (the user path's uplink), and the whole machine's softirq time
-(/proc/stat, all CPUs, over the download): the kernel's forwarding (bridges, veth, NAT) and its
-TCP receive work run there; what a path adds to the host route's of the same round is its own.
+remove) of a container on a network, and a download by a container (every network at the MTU a
+repo daemon gives its networks, 65520) from an HTTP server on the host (busybox httpd; the rules
+against the host's own address are lifted for these namespaces, since that server stands for a
+registry outside), whole or failed. CPU per GiB downloaded, two ways: the slirp4netns process's
+own CPU (the user path's uplink), and the whole machine's softirq time (/proc/stat, all CPUs,
+over the download): the kernel's forwarding (bridges, veth, NAT) and its TCP receive work run
+there; what a path adds to the host route's of the same round is its own.
 
 Needs root, Docker Engine >= 25, slirp4netns, busybox-static, and a host that forwards IPv4 for
 the kernel path: where it does not, run it under .ci/forwarding-host (a throwaway namespace with
@@ -240,7 +241,8 @@ def report(
 def create_networks(socks: Sequence[Path]) -> None:
     """NETWORK on each daemon, all at the MTU repo daemons give their networks (65520), so the
     routes differ only in the path out, not in the size of their packets."""
-    body: dict[str, object] = {"Name": NETWORK, "Options": {"com.docker.network.driver.mtu": str(netns.UPLINK_MTU)}}
+    mtu = {"com.docker.network.driver.mtu": str(netns.UPLINK_MTU)}
+    body: dict[str, object] = {"Name": NETWORK, "Options": mtu}
     for sock in socks:
         status, answer = call(sock, "POST", "/v1.45/networks/create", body)
         assert status == 201, answer
