@@ -24,8 +24,8 @@ kernel's own forwarding, as Docker's and Podman's (netavark) bridges are. Each r
 slirp4netns still runs beside it, unconfigured as a route (`netns`): it carries the published ports
 (the port keeper's forwards) and the DNS forwarder only; the namespace's default route is the veth.
 
-Pure parts (`slot`, `free_slot`, `host_rules`, `jumps`, `choose`) are separate from the commands
-that apply them, so the allocation and the rule set are tested without root.
+Pure parts (`slot`, `free_slot`, `host_rules`, `jumps`, `missing_jumps`, `choose`) are separate
+from the commands that apply them, so the allocation and the rule set are tested without root.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import ipaddress
 import json
 import os
 import subprocess
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,15 +279,25 @@ def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
         ).stdout
         for table in ("filter", "nat")
     }
+    missing = missing_jumps(have, short, at)
+    _run(
+        ["iptables-restore", "--noflush"],
+        with_lines(filt, missing["filter"]) + with_lines(nat, missing["nat"]),
+    )
+
+
+def missing_jumps(have: Mapping[str, str], short: str, at: Slot) -> dict[str, list[str]]:
+    """iptables-restore lines (per table) inserting, first in its chain, each jump of the repo's
+    that `have` (each table's `iptables -S`) lacks: written again, a rule set gains no duplicate."""
     missing: dict[str, list[str]] = {"filter": [], "nat": []}
     for table, chain, rule in jumps(short, at):
-        if " ".join(["-A", chain, *rule]) not in have[table].splitlines():
+        if " ".join(["-A", chain, *rule]) not in have.get(table, "").splitlines():
             missing[table].append(" ".join(["-I", chain, "1", *rule]))
-    text = _before_commit(filt, missing["filter"]) + _before_commit(nat, missing["nat"])
-    _run(["iptables-restore", "--noflush"], text)
+    return missing
 
 
-def _before_commit(table: str, lines: Sequence[str]) -> str:
+def with_lines(table: str, lines: Sequence[str]) -> str:
+    """One table's iptables-restore input with `lines` added before its COMMIT."""
     head, _, _ = table.rpartition("COMMIT")
     return head + "".join(f"{line}\n" for line in lines) + "COMMIT\n"
 

@@ -167,6 +167,39 @@ def test_the_jumps_catch_only_the_repos_veth_and_address() -> None:
     assert len(kernelpath.veth_name(SHORT)) <= 15  # IFNAMSIZ - 1
 
 
+def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
+    at = kernelpath.slot(3)
+    into, forward, masq = kernelpath.chain_names(SHORT)
+    nothing = kernelpath.missing_jumps({}, SHORT, at)
+    assert nothing == {
+        "filter": [
+            f"-I INPUT 1 -i rdc{SHORT} -j {into}",
+            f"-I FORWARD 1 -i rdc{SHORT} -j {forward}",
+            f"-I FORWARD 1 -o rdc{SHORT} -j {forward}",
+        ],
+        "nat": [f"-I POSTROUTING 1 -s 10.199.0.14/32 -j {masq}"],
+    }
+    # As `iptables -S` lists them, with one jump lost (an operator's -D, a reload of the firewall).
+    listed = {
+        "filter": "\n".join(
+            [
+                "-P INPUT ACCEPT",
+                f"-A INPUT -i rdc{SHORT} -j {into}",
+                f"-A FORWARD -o rdc{SHORT} -j {forward}",
+                "",
+            ]
+        ),
+        "nat": f"-A POSTROUTING -s 10.199.0.14/32 -j {masq}\n",
+    }
+    assert kernelpath.missing_jumps(listed, SHORT, at) == {
+        "filter": [f"-I FORWARD 1 -i rdc{SHORT} -j {forward}"],
+        "nat": [],
+    }
+    filt, _ = kernelpath.host_rules(SHORT, at, [])
+    written = kernelpath.with_lines(filt, ["-I INPUT 1 -j X"]).splitlines()
+    assert written[-2:] == ["-I INPUT 1 -j X", "COMMIT"] and written.count("COMMIT") == 1
+
+
 def test_the_path_record_reads_back_what_was_written(tmp_path: Path) -> None:
     net = netns.network_for(SHORT, tmp_path, tmp_path / "state")
     assert netns.path_of(net) is None
