@@ -61,6 +61,7 @@ SETTINGS: Mapping[str, Setting] = registry(
     policy.REGISTRIES,
     running.IMAGE_STORE,
     running.GATE_WORKERS,
+    running.NET_PATH,
     health.GPU_HEALTH,
     DCGM_JOB_MAPPING_DIR,
 )

@@ -137,6 +137,7 @@ def test_per_machine_settings_are_kept_on_the_machine(fm: FakeMachine, rdc_confi
         "registries",
         "image-store",
         "gate-workers",
+        "net-path",
         "gpu-health",
         "dcgm-job-mapping-dir",
     ]

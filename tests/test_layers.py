@@ -471,6 +471,8 @@ LATE: dict[str, tuple[int, str]] = {
     "runtime.daemon": (8, "the guard's wrapper and PyYAML (13 ms), the gate's rules (37 ms), the settings "
                        "(9 ms), an HTTP client (8 ms), each only where a daemon starts: `rdc repo list` "
                        "reads pidfiles through this module; ctypes only for an unmount"),
+    "runtime.netns": (1, "the repo store and settings only to choose a path at up: `rdc repo list` reads "
+                      "a namespace's paths through this module, never the settings"),
     "runtime.lifecycle": (5, "the CDI specs with jsonschema (52 ms), the files mount and teardown (6 ms) "
                           "only for up and down: `rdc repo list` reads a repo's status through this module"),
     "runtime.holdings": (7, "the running parts (17 ms), the CDI registry (42 ms) and the audit log (13 ms) "

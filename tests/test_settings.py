@@ -40,6 +40,7 @@ OTHER_DEFAULTS = {
     "gpu-health": "refuse",  # a GPU its driver reported unhealthy is held back
     "dcgm-job-mapping-dir": "",
     "image-store": "overlay2",
+    "net-path": "auto",  # the kernel path where the host forwards IPv4, else slirp4netns
 }
 
 
@@ -89,8 +90,8 @@ def test_unsetting_what_was_never_set_writes_nothing(machine: Machine) -> None:
             "blue",
             "unknown machine setting 'colour'",
             "use one of: bind-roots, dcgm-job-mapping-dir, extra-capabilities, gate-workers, "
-            "gpu-health, image-store, lease-end, legacy-visible-devices, pids-limit, publish-addresses, "
-            "publish-limit, publish-ports, registries, volume-drivers",
+            "gpu-health, image-store, lease-end, legacy-visible-devices, net-path, pids-limit, "
+            "publish-addresses, publish-limit, publish-ports, registries, volume-drivers",
         ),
         (
             LEGACY,
@@ -347,7 +348,7 @@ def test_the_registry_is_read_only_and_keeps_the_listed_order() -> None:
     assert list(SETTINGS) == [
         "legacy-visible-devices", "bind-roots", "extra-capabilities", "volume-drivers", "lease-end",
         "publish-addresses", "publish-ports", "publish-limit", "pids-limit", "registries",
-        "image-store", "gate-workers", "gpu-health", "dcgm-job-mapping-dir",
+        "image-store", "gate-workers", "net-path", "gpu-health", "dcgm-job-mapping-dir",
     ]  # fmt: skip
     with pytest.raises(TypeError):
         SETTINGS["lease-end"] = SETTINGS["gpu-health"]  # type: ignore[index]

@@ -116,7 +116,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
-    from rediacc_core.runtime.lifecycle import orphan_text, orphaned_parts, repo_status
+    from rediacc_core.runtime.lifecycle import net_path, orphan_text, orphaned_parts, repo_status
 
     if every or machine_name is None:
         from rediacc_core.cli.fleet import fleet_repo_list
@@ -136,6 +136,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
         {
             **_repo_json(r, [g for g in grants if g.repo_id == r.id]),
             "status": repo_status(machine, r)[0],
+            "net": net_path(machine, r),  # the namespace's path out: kernel, user, or None while down
             # Only on a Slurm node that answered: the repo's leases, pending and running.
             **({"leases": [lease_json(j) for j in leases[r.id]]} if leases is not None else {}),
         }
@@ -148,8 +149,10 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
         # `-o json` have it whole), and a DOCKER HOST column no repo fills is left out.
         short = fitted_width() is not None
         hosts = any(r["dockerHost"] for r in rows)
+        wide = fmt == "wide"  # NET: which path out each repo's network takes (setting net-path)
         return table(
-            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), "CREATED", "GPU GRANTS"]
+            ["REPO", "STATUS", "ID", *(["DOCKER HOST"] if hosts else []), *(["NET"] if wide else [])]
+            + ["CREATED", "GPU GRANTS"]
             + (["LEASES"] if texts is not None else []),
             [
                 [
@@ -157,6 +160,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
                     r["status"],
                     r["id"][:12] if short else r["id"],
                     *([r["dockerHost"]] if hosts else []),
+                    *([r["net"]] if wide else []),
                     r["createdAt"],
                     _devices_cell(r["grants"]),
                     *([", ".join(texts[r["id"]]) or None] if texts is not None else []),

@@ -83,7 +83,7 @@ class RepoRuntime:
     def network(self) -> netns.RepoNetwork:
         """The network namespace the repo's own daemon runs in (named by the first 12 of the id,
         which `data_dir` ends with)."""
-        return netns.network_for(self.data_dir.name.replace("-", "")[:12], self.run_dir)
+        return netns.network_for(self.data_dir.name.replace("-", "")[:12], self.run_dir, self.data_dir)
 
     @property
     def upstream_socket(self) -> Path:
@@ -326,6 +326,14 @@ def repo_status(machine: Machine, repo: Repo) -> tuple[str, list[str]]:
     if not running:
         return "down", running
     return ("up" if len(running) == len(children) else "partial"), running
+
+
+def net_path(machine: Machine, repo: Repo) -> str | None:
+    """The path out the repo's namespace took at its up (`kernel` or `user`, setting `net-path`);
+    None while it has none (down, or on an existing daemon)."""
+    runtime = runtime_for(machine, repo)
+    found = netns.path_of(runtime.network) if runtime.owns_daemon and netns.exists(runtime.network) else None
+    return found[0] if found is not None else None
 
 
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:

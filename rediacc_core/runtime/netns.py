@@ -40,11 +40,12 @@ from pathlib import Path
 from rediacc_core import publishing
 from rediacc_core.errors import StateError, ToolError
 from rediacc_core.machine import Machine
-from rediacc_core.runtime import rtnetlink
+from rediacc_core.runtime import kernelpath, rtnetlink
 from rediacc_core.runtime.process import Child
 
 NETNS_DIR = Path("/run/netns")
 UPLINK_DEVICE = "tap0"
+UPLINK_ADDRESS = "10.0.2.100"  # the namespace's address on the uplink (slirp4netns's default)
 UPLINK_DNS = "10.0.2.3"  # slirp4netns's DNS forwarder (its default 10.0.2.0/24 network)
 UPLINK_MTU = 65520  # slirp4netns's recommended MTU: fewer, larger packets through user space
 READY_TIMEOUT = 10.0
@@ -63,6 +64,17 @@ class RepoNetwork:
 
     name: str
     workdir: Path
+    state_dir: Path | None = None  # the repo's state directory: where its kernel path's slot is kept
+
+    @property
+    def short(self) -> str:
+        return self.name.removeprefix("rdc-")
+
+    @property
+    def path_record(self) -> Path:
+        """Which path out this namespace was brought up with (`kernel N`, N its slot, or `user`):
+        kept while the namespace lives, so a setting changed meanwhile applies at the next up."""
+        return self.workdir / "path"
 
     @property
     def path(self) -> Path:
@@ -104,8 +116,22 @@ class RepoNetwork:
         return [_tool("nsenter"), f"--net={self.path}", "--", *argv]
 
 
-def network_for(short_id: str, run_dir: Path) -> RepoNetwork:
-    return RepoNetwork(f"rdc-{short_id}", run_dir / "net")
+def network_for(short_id: str, run_dir: Path, state_dir: Path | None = None) -> RepoNetwork:
+    return RepoNetwork(f"rdc-{short_id}", run_dir / "net", state_dir)
+
+
+def path_of(net: RepoNetwork) -> tuple[str, kernelpath.Slot | None] | None:
+    """The path out `net` was brought up with, and its slot on the kernel path; None when not up."""
+    try:
+        words = net.path_record.read_text().split()
+    except OSError:
+        return None
+    if words == [kernelpath.USER]:
+        return kernelpath.USER, None
+    if len(words) == 2 and words[0] == kernelpath.KERNEL and words[1].isdigit():
+        with contextlib.suppress(ValueError):
+            return kernelpath.KERNEL, kernelpath.slot(int(words[1]))
+    return None
 
 
 def blocked_destinations(
@@ -176,14 +202,17 @@ def _run(argv: Sequence[str]) -> str:
     return done.stdout
 
 
+def _host_routes() -> list[rtnetlink.Route]:
+    found = rtnetlink.dump(rtnetlink.RTM_GETROUTE, socket.AF_INET)
+    return [r for r in map(rtnetlink.route, found) if r is not None]
+
+
 def host_destinations() -> list[str]:
     """`blocked_destinations` of the host as it is now (read at each `rdc repo up`, and at each
     change of its addresses and routes by `uplinkwatch`)."""
     found = rtnetlink.dump(rtnetlink.RTM_GETADDR, socket.AF_INET)
-    found += rtnetlink.dump(rtnetlink.RTM_GETROUTE, socket.AF_INET)
     addresses = [a for a in map(rtnetlink.address, found) if a is not None]
-    routes = [r for r in map(rtnetlink.route, found) if r is not None]
-    return blocked_destinations(addresses, routes)
+    return blocked_destinations(addresses, _host_routes())
 
 
 def uplink_pid(net: RepoNetwork) -> int | None:
@@ -199,18 +228,27 @@ def exists(net: RepoNetwork) -> bool:
     return net.path.exists()
 
 
-def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
+def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None = None) -> None:
     """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
     (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
     rules are written again each time, from the host's addresses as they are now; the keeper's
-    `uplinkwatch` thread keeps them so while the host changes."""
+    `uplinkwatch` thread keeps them so while the host changes. The path out is the one the
+    namespace came up with while it lives, else `path` (`kernel` or `user`, the bench's), else
+    the machine's `net-path` setting."""
     ip = _tool("ip")
     if not exists(net):
+        net.path_record.unlink(missing_ok=True)  # a namespace gone (a reboot) takes its path with it
         _run([ip, "netns", "add", net.name])
         _run([ip, "-n", net.name, "link", "set", "lo", "up"])
-    apply_rules(net, host_destinations())
+    path, at = _path_for(net, root, path)
+    blocked = host_destinations()
+    apply_rules(net, blocked)
     if uplink_pid(net) is None:
-        _start_uplink(net)
+        _start_uplink(net, configure=path == kernelpath.USER)
+    if at is not None:  # the uplink then carries only published ports and DNS, the veth the rest
+        uplink = [f"addr replace {UPLINK_ADDRESS}/24 dev {UPLINK_DEVICE}"]
+        uplink.append(f"link set {UPLINK_DEVICE} mtu {UPLINK_MTU} up")
+        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, net.enter([]), blocked, uplink)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
@@ -219,7 +257,38 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path) -> None:
         net.keeper.start(keeper)
 
 
+def _path_for(net: RepoNetwork, root: Path, forced: str | None = None) -> tuple[str, kernelpath.Slot | None]:
+    """The path out `net` takes (setting `net-path`, `kernelpath.choose`), its slot taken and
+    recorded on the kernel path."""
+    recorded = path_of(net)
+    if recorded is not None:
+        return recorded
+    from rediacc_core import repos, settings  # here: `rdc repo list` reads paths, never settings
+
+    machine = Machine(name="local", root=root)
+    setting = forced or settings.effective(settings.read_settings(machine))["net-path"]
+    usable = kernelpath.forwarding() and net.state_dir is not None and shutil.which("iptables") is not None
+    path = kernelpath.choose(setting, usable)
+    at = None
+    if path == kernelpath.KERNEL:
+        if net.state_dir is None:
+            raise StateError(
+                f"{net.name} has no state directory to keep its kernel path's slot in", "use net-path=user"
+            )
+        known = {repo.id for repo in repos.RepoStore(machine).list()}
+        routes = [r.dst for r in _host_routes() if r.table == rtnetlink.RT_TABLE_MAIN]
+        at = kernelpath.allocate(net.state_dir, known, routes)
+    net.workdir.mkdir(parents=True, exist_ok=True)
+    net.path_record.write_text(f"{path} {at.index}\n" if at is not None else f"{path}\n")
+    return path, at
+
+
 def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
+    """The namespace's uplink rules, and on the kernel path the repo's chains on the host, from the
+    host's `blocked` destinations as they are now."""
+    recorded = path_of(net)
+    if recorded is not None and recorded[1] is not None:
+        kernelpath.apply(net.short, recorded[1], blocked)
     inside = net.enter([_tool("iptables-restore"), "--noflush"])
     done = subprocess.run(inside, input=uplink_rules(blocked), capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -233,13 +302,14 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
             _run(net.enter([iptables, "-I", chain, "1", "-j", CHAIN]))
 
 
-def _start_uplink(net: RepoNetwork) -> None:
+def _start_uplink(net: RepoNetwork, *, configure: bool = True) -> None:
     slirp = _tool("slirp4netns")
     net.workdir.mkdir(parents=True, exist_ok=True)
     ready_r, ready_w = os.pipe()
     argv = [
         slirp,
-        "--configure",
+        # Unconfigured beside the kernel path: its default route would take the veth's place.
+        *(["--configure"] if configure else []),
         f"--mtu={UPLINK_MTU}",
         "--disable-host-loopback",
         "--enable-seccomp",
@@ -294,7 +364,10 @@ def tear_down(net: RepoNetwork, ref: str) -> list[str]:
             )
         if pid is not None:
             done.append(f"{child.what} (pid {pid})")
+    if shutil.which("iptables") is not None:  # found by name: a failed up's leftovers go too
+        done += kernelpath.tear_down(net.short)
     if exists(net):
         _run([_tool("ip"), "netns", "del", net.name])
         done.append(f"network namespace {net.name}")
+    net.path_record.unlink(missing_ok=True)
     return done

@@ -45,7 +45,7 @@ from rediacc_core.runtime import netns, uplinkwatch
 from rediacc_core.settings import effective, read_settings
 from rediacc_core.values import split_list
 
-GUEST_ADDRESS = "10.0.2.100"  # the namespace's uplink address (slirp4netns --configure)
+GUEST_ADDRESS = netns.UPLINK_ADDRESS
 DEFAULT_POLICY = policy_from({})
 _EVENTS = '/events?filters={"type":["container"]}'
 RETRY = 1.0  # seconds between attempts while the daemon is not (yet, or any more) answering

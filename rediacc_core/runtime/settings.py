@@ -48,3 +48,12 @@ GATE_WORKERS = Setting(
     check_worker_setting,
     form="1-16",
 )
+NET_PATH = Setting(
+    "net-path",
+    ("auto", "kernel", "user"),
+    "auto",
+    "how each repo's network namespace reaches the outside: a veth pair routed and masqueraded by "
+    "the host's kernel (kernel: at the host's speed, needs the host's IPv4 forwarding on, which rdc "
+    "never turns on), slirp4netns in user space (user), or kernel where the host forwards and user "
+    "where it does not (auto); taken at the repo's next up (rdc repo list -o wide shows each repo's)",
+)

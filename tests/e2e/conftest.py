@@ -8,6 +8,7 @@ mknod and CDI specs written by hand, repos `alpha` and `beta` brought up by `lif
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +35,8 @@ from rediacc_core.settings import set_setting
 from rediacc_core.testing.dockerenv import import_busybox
 
 use_engine()
+
+NET_PATH = os.environ.get("RDC_E2E_NET_PATH")
 
 # Where RDC_E2E_REQUIRED=1 (tox's e2e envs, CI): a machine that cannot run the suite is a usage
 # error, and a skipped test a failure unless allowed_skips.txt names it.
@@ -72,6 +75,10 @@ def e2e() -> Iterator[E2E]:
     # crosses workers (a bind checked by one, started through another); the in-process suites
     # drive the default, one process.
     set_setting(machine, "gate-workers", "2")
+    # Which path out the repos' namespaces take (CI runs the network files on both: `kernel` under
+    # .ci/forwarding-host where the host does not forward); unset, the machine's default (auto).
+    if NET_PATH is not None:
+        set_setting(machine, "net-path", NET_PATH)
     store = RepoStore(machine)
     env = client_env(base)
     started: list[Repo] = []

@@ -21,7 +21,7 @@ from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
 from rediacc_core import pids
 from rediacc_core.publishing import short_id, state_file
-from rediacc_core.runtime import netns
+from rediacc_core.runtime import kernelpath, netns
 from rediacc_core.runtime.process import read_pid
 from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
@@ -107,6 +107,20 @@ def _network(env: RepoEnv, name: str) -> str:
     return name
 
 
+def _path(env: RepoEnv) -> str:
+    """The path out `env`'s namespace took: `kernel` or `user` (RDC_E2E_NET_PATH picks it)."""
+    found = netns.path_of(env.runtime.network)
+    assert found is not None, "the repo's namespace has no recorded path"
+    return found[0]
+
+
+def _host_chain(env: RepoEnv, table: str, chain: str) -> str:
+    listed = subprocess.run(
+        ["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False
+    )
+    return listed.stdout
+
+
 def _namespace_of(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 
@@ -133,6 +147,127 @@ def test_each_repo_daemon_runs_in_a_network_namespace_of_its_own(e2e: E2E) -> No
         assert bridge in inside.stdout
     finally:
         e2e.alpha.docker("network", "rm", "where")
+
+
+def test_each_repo_takes_the_path_out_the_setting_names_and_repo_list_shows_it(e2e: E2E) -> None:
+    wanted = os.environ.get("RDC_E2E_NET_PATH", "auto")
+    expected = wanted if wanted != "auto" else ("kernel" if kernelpath.forwarding() else "user")
+    for env in (e2e.alpha, e2e.beta):
+        assert _path(env) == expected
+        short = env.runtime.network.short
+        veth = kernelpath.veth_name(short)
+        on_host = subprocess.run(["ip", "link", "show", "dev", veth], capture_output=True).returncode == 0
+        route = subprocess.run(
+            env.runtime.network.enter(["ip", "route", "show", "default"]),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        if expected == "kernel":
+            assert on_host and f"dev {kernelpath.INSIDE_DEVICE}" in route, route
+            into, forward, nat = kernelpath.chain_names(short)
+            assert f"-A INPUT -i {veth} -j {into}" in _host_chain(env, "filter", "INPUT")
+            assert f"-i {veth} -m addrtype --dst-type LOCAL" in _host_chain(env, "filter", forward)
+            assert "MASQUERADE" in _host_chain(env, "nat", nat)
+        else:
+            assert not on_host and f"dev {netns.UPLINK_DEVICE}" in route, route
+    listed = e2e.rdc("repo", "list", "m1", "-o", "wide")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    column = header.split().index("NET")
+    refs = (e2e.alpha.repo.ref, e2e.beta.repo.ref)
+    assert [row.split()[column] for row in rows if row.split()[0] in refs] == [expected] * 2, listed.stdout
+
+
+# Outside the machine: a network the host routes through a gateway (a namespace standing for the
+# next router, 198.51.100.0/30), with a server on 203.0.113.1 (both documentation networks).
+OUTSIDE, OUTSIDE_LINK = "203.0.113.1", ("198.51.100.1", "198.51.100.2")
+
+
+@pytest.fixture
+def outside() -> Iterator[int]:
+    """The port of the outside server (on OUTSIDE)."""
+    tag = os.getpid() % 10000
+    space, link = f"rdc-e2e-out{tag}", f"rdcout{tag}"
+    server = (
+        "import socket\n"
+        f"s = socket.create_server(({OUTSIDE!r}, 0)); print(s.getsockname()[1], flush=True)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); c.recv(65536)\n"
+        f"    c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: {len(TOKEN)}\\r\\n\\r\\n{TOKEN}'); c.close()\n"
+    )
+    steps = [
+        ["ip", "netns", "add", space],
+        ["ip", "link", "add", link, "type", "veth", "peer", "name", "up0", "netns", space],
+        ["ip", "addr", "add", f"{OUTSIDE_LINK[0]}/30", "dev", link],
+        ["ip", "link", "set", link, "up"],
+        ["ip", "-n", space, "addr", "add", f"{OUTSIDE_LINK[1]}/30", "dev", "up0"],
+        ["ip", "-n", space, "addr", "add", f"{OUTSIDE}/32", "dev", "lo"],
+        ["ip", "-n", space, "link", "set", "up0", "up"],
+        ["ip", "-n", space, "link", "set", "lo", "up"],
+        ["ip", "-n", space, "route", "add", "default", "via", OUTSIDE_LINK[0]],
+        ["ip", "route", "add", f"{OUTSIDE}/32", "via", OUTSIDE_LINK[1]],
+    ]
+    process = None
+    try:
+        for step in steps:
+            subprocess.run(step, check=True)
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", space, "python3", "-c", server], stdout=subprocess.PIPE
+        )
+        assert process.stdout is not None
+        yield int(process.stdout.readline())
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait()
+        subprocess.run(["ip", "route", "del", f"{OUTSIDE}/32"], check=False)
+        subprocess.run(["ip", "link", "del", link], check=False)
+        subprocess.run(["ip", "netns", "del", space], check=False)
+
+
+def test_a_container_and_the_daemon_reach_the_outside(e2e: E2E, outside: int) -> None:
+    """The control of every refusal here: what is neither the host nor another repo answers, on
+    either path out."""
+    port = outside
+    net = _network(e2e.alpha, "probe-out")
+    try:
+        assert TOKEN in _fetch(e2e.alpha, net, OUTSIDE, port)
+        assert TOKEN in _fetch(e2e.alpha, "bridge", OUTSIDE, port)
+    finally:
+        e2e.alpha.docker("network", "rm", net)
+    fetched = f"/images/create?fromSrc=http://{OUTSIDE}:{port}/x.tar&repo=o&tag=1"
+    _status, answer = docker_api(e2e.alpha.daemon, "POST", fetched)
+    assert "Importing" in str(answer), answer  # read whole (the page is no image: that it came is the point)
+
+
+def test_a_container_reaches_neither_another_repos_namespace_nor_its_veth(e2e: E2E) -> None:
+    """On the kernel path each namespace has an address on the host's side: another repo's is
+    refused (its namespace end, and its host end, an address of the host's own)."""
+    if _path(e2e.beta) != "kernel":
+        pytest.skip("the user path gives a namespace no address the host routes to")
+    found = netns.path_of(e2e.beta.runtime.network)
+    assert found is not None and found[1] is not None
+    at = found[1]
+    server = (
+        "import socket\n"
+        "s = socket.create_server(('0.0.0.0', 0)); print(s.getsockname()[1], flush=True)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); c.recv(65536)\n"
+        f"    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\n{TOKEN}'); c.close()\n"
+    )
+    inside = subprocess.Popen(
+        e2e.beta.runtime.network.enter(["python3", "-c", server]), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert inside.stdout is not None
+        port = int(inside.stdout.readline())
+        assert TOKEN in _fetch(e2e.beta, "bridge", at.inside, port)  # control: beta's own containers
+        for address in (at.inside, at.host):
+            assert TOKEN not in _fetch(e2e.alpha, "bridge", address, port), address
+    finally:
+        inside.kill()
+        inside.wait()
 
 
 def test_containers_take_the_uplinks_mtu_on_every_network(e2e: E2E) -> None:
@@ -228,7 +363,8 @@ def eta(e2e: E2E) -> Iterator[RepoEnv]:
 def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) -> None:
     network = eta.runtime.network
     uplink = netns.uplink_pid(network)
-    assert network.path.exists() and uplink is not None
+    path = netns.path_of(network)
+    assert network.path.exists() and uplink is not None and path is not None
     published = state_file(e2e.machine.run_dir, short_id(eta.repo.id))
     assert _until(published.exists)  # the keeper's state, for the other repos' gates
     down = e2e.rdc("repo", "down", eta.repo.ref)
@@ -237,12 +373,47 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     assert f"network namespace {network.name}" in down.stdout + down.stderr
     assert not network.path.exists()
     assert not pids.pid_alive(uplink)
-    # Up again: a new namespace, and the repo works in it.
+    _assert_nothing_on_the_host(network.short)
+    assert netns.path_of(network) is None
+    # Up again: a new namespace, and the repo works in it, on the slot its state kept.
     again = e2e.rdc("repo", "up", eta.repo.ref)
     assert again.returncode == 0, again.stderr
     assert network.path.exists()
+    assert netns.path_of(network) == path
     ran = eta.docker("run", "--rm", IMAGE, "true")
     assert ran.returncode == 0, ran.stderr
+
+
+def _assert_nothing_on_the_host(short: str) -> None:
+    """No veth of the repo's, and no chain or jump of its in the host's filter and nat tables."""
+    assert subprocess.run(
+        ["ip", "link", "show", "dev", kernelpath.veth_name(short)], capture_output=True
+    ).returncode
+    for table in ("filter", "nat"):
+        listed = subprocess.run(
+            ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True
+        ).stdout
+        assert f"RDC-{short}" not in listed, listed
+
+
+def test_repo_down_removes_what_a_failed_up_left_on_the_host(e2e: E2E, eta: RepoEnv) -> None:
+    """A `repo up` cut short on the kernel path can leave a veth and the repo's host chains with
+    no namespace and no record: `repo down` finds them by the repo's name and removes them."""
+    network = eta.runtime.network
+    down = e2e.rdc("repo", "down", eta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    if not kernelpath.forwarding():
+        pytest.skip("the host does not forward IPv4: no kernel path to leave anything of")
+    left = kernelpath.slot(kernelpath.SLOTS - 1)
+    kernelpath.apply(network.short, left, [])
+    veth = kernelpath.veth_name(network.short)
+    subprocess.run(
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", f"x{network.short}"], check=True
+    )
+    again = e2e.rdc("repo", "down", eta.repo.ref)
+    assert again.returncode == 0, again.stderr
+    assert f"veth {veth}" in again.stdout + again.stderr
+    _assert_nothing_on_the_host(network.short)
 
 
 def _host_read(port: int, attempts: int = 100) -> str:
@@ -478,6 +649,24 @@ def _late_bridge() -> Iterator[str]:
         subprocess.run(["ip", "link", "del", name], check=False)
 
 
+def _lift_refusal(env: RepoEnv) -> str:
+    """Take away what refuses the late address to `env` (a control): on the user path the uplink
+    rules inside; on the kernel path the jump to the repo's host chain for what comes to the host
+    itself (the late address is one of the host's). Returns that jump ("" on the user path)."""
+    if _path(env) == "kernel":
+        veth, into = (
+            kernelpath.veth_name(env.runtime.network.short),
+            kernelpath.chain_names(env.runtime.network.short)[0],
+        )
+        subprocess.run(["iptables", "-D", "INPUT", "-i", veth, "-j", into], check=True)
+        return f"-A INPUT -i {veth} -j {into}"
+    for cidr in (f"{LATE_V4}/32", LATE_NET):
+        rule = ["-D", netns.CHAIN, "-o", netns.UPLINK_DEVICE, "-d", cidr, "-j", "REJECT"]
+        rule += ["--reject-with", "icmp-admin-prohibited"]
+        subprocess.run(env.runtime.network.enter(["iptables", *rule]), check=True)
+    return ""
+
+
 def _uplink_rules(env: RepoEnv) -> str:
     listed = subprocess.run(
         env.runtime.network.enter(["iptables", "-S", netns.CHAIN]), capture_output=True, text=True, check=True
@@ -573,14 +762,13 @@ def test_an_address_the_host_gains_after_up_is_refused_to_containers_and_builds(
                 assert late.seen == []
                 # Control: the rules are what stops them. Without them the container and both
                 # builds read the listener; the host's next change writes the whole chain again.
-                for cidr in (f"{LATE_V4}/32", LATE_NET):
-                    rule = ["-D", netns.CHAIN, "-o", netns.UPLINK_DEVICE, "-d", cidr, "-j", "REJECT"]
-                    rule += ["--reject-with", "icmp-admin-prohibited"]
-                    subprocess.run(e2e.alpha.runtime.network.enter(["iptables", *rule]), check=True)
+                jump = _lift_refusal(e2e.alpha)
                 assert TOKEN in _fetch(e2e.alpha, net, LATE_V4, late.port)
                 assert _builds_read(e2e.alpha, context, LATE_V4, late.port) == (True, True)
                 subprocess.run(["ip", "addr", "add", f"{LATE_V4_MORE}/32", "dev", bridge], check=True)
                 _await_refused(e2e.alpha, f"{LATE_V4}/32", LATE_NET, f"{LATE_V4_MORE}/32")
+                if jump:  # the watcher writes the repo's host rules whole again, its jumps too
+                    assert _until(lambda: jump in _host_chain(e2e.alpha, "filter", "INPUT"), RULE_DEADLINE)
                 late.seen.clear()
                 assert TOKEN not in _fetch(e2e.alpha, net, LATE_V4, late.port)
                 assert late.seen == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,18 @@ from rediacc_core.runtime.process import Child, interrupts_deferred
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
+@pytest.fixture
+def ctrl_c_reaches_us() -> Iterator[None]:
+    """Python's own SIGINT handler, whatever the test run inherited (a shell's background job
+    starts with SIGINT ignored, and then no Ctrl-C reaches the process at all)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_us")
 def test_a_ctrl_c_inside_waits_for_the_end_of_the_block() -> None:
     reached = []
     with pytest.raises(KeyboardInterrupt), interrupts_deferred():

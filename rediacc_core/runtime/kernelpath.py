@@ -1,0 +1,335 @@
+"""A repo namespace's kernel path out: a veth pair routed and masqueraded by the host, where the
+host already forwards IPv4 (`/proc/sys/net/ipv4/ip_forward` = 1; rdc never turns it on).
+
+The user path (slirp4netns, `netns`) copies every byte twice through user space; this path is the
+kernel's own forwarding, as Docker's and Podman's (netavark) bridges are. Each repo gets:
+
+- a slot of RANGE (a /30: the host end's address, the namespace end's), chosen so no two repos of the
+  machine share one and none overlaps a network the host reaches directly; kept in the repo's state
+  directory (`net-slot.json`), so it survives restarts, and freed when the repo is deleted (the next
+  allocation drops leases of repos that are gone);
+- a veth pair, `rdc<12 of ID>` on the host, INSIDE_DEVICE in the namespace, IPv6 off on both ends;
+- in the host's iptables, chains of its own (`RDC-<12 of ID>-IN/-FWD/-NAT`), jumped to from INPUT,
+  FORWARD and POSTROUTING only for its veth and its address:
+  - IN rejects everything that arrives from the veth for the host itself: no host service, by any
+    of the host's addresses, including those it gains later (nothing is listed, all is refused);
+  - FWD lets out what leaves through the veth except to an address of the host's own (`addrtype
+    LOCAL`, decided per packet, so a later address is covered), to RANGE (every other repo's
+    namespace and veth), to `netns.blocked_destinations` (the networks the host reaches directly:
+    a system Docker's bridges, libvirt's, link-local and the metadata service; `uplinkwatch`
+    writes it again at every change of the host's addresses and routes); into the veth it lets
+    only replies (conntrack ESTABLISHED/RELATED): nothing outside starts a connection to a repo;
+  - NAT masquerades the namespace end's address for what leaves to the outside.
+
+slirp4netns still runs beside it, unconfigured as a route (`netns`): it carries the published ports
+(the port keeper's forwards) and the DNS forwarder only; the namespace's default route is the veth.
+
+Pure parts (`slot`, `free_slot`, `host_rules`, `jumps`, `missing_jumps`, `choose`) are separate
+from the commands that apply them, so the allocation and the rule set are tested without root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import subprocess
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rediacc_core.errors import StateError, ToolError
+
+RANGE = ipaddress.IPv4Network("10.199.0.0/16")
+SLOT_PREFIX = 30
+SLOTS = 2 ** (SLOT_PREFIX - RANGE.prefixlen)
+INSIDE_DEVICE = "kpath0"
+LEASE = "net-slot.json"
+FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
+PATHS = ("auto", "kernel", "user")
+KERNEL, USER = "kernel", "user"
+_REJECT = ["-j", "REJECT", "--reject-with", "icmp-admin-prohibited"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One repo's /30 of RANGE: `host` is the host end's address, `inside` the namespace end's."""
+
+    index: int
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        first = int(RANGE.network_address) + self.index * 2 ** (32 - SLOT_PREFIX)
+        return ipaddress.IPv4Network((first, SLOT_PREFIX))
+
+    @property
+    def host(self) -> str:
+        return str(self.network.network_address + 1)
+
+    @property
+    def inside(self) -> str:
+        return str(self.network.network_address + 2)
+
+
+def slot(index: int) -> Slot:
+    if not 0 <= index < SLOTS:
+        raise ValueError(f"slot {index} is outside {RANGE} (0 to {SLOTS - 1})")
+    return Slot(index)
+
+
+def free_slot(taken: Collection[int], host_networks: Iterable[str]) -> Slot:
+    """The lowest slot no repo holds (`taken`) and that overlaps none of `host_networks` (the
+    networks the host reaches directly) more specific than RANGE; the host's own veths' /30s of
+    RANGE are repos' slots, already in `taken`."""
+    foreign = []
+    for cidr in host_networks:
+        network = ipaddress.ip_network(cidr)
+        ours = network.prefixlen == SLOT_PREFIX and isinstance(network, ipaddress.IPv4Network)
+        if network.prefixlen >= RANGE.prefixlen and network.overlaps(RANGE) and not ours:
+            foreign.append(network)
+    for index in range(SLOTS):
+        candidate = Slot(index)
+        if index not in taken and not any(candidate.network.overlaps(n) for n in foreign):
+            return candidate
+    raise StateError(
+        f"no free address pair left in {RANGE} for a repo's kernel path",
+        "delete the repos no longer used (see rdc repo list --all), or set this machine's net-path "
+        "to user (its NAME: rdc machine list): rdc machine config NAME --set net-path=user",
+    )
+
+
+def choose(setting: str, forwarding: bool, recorded: str | None = None) -> str:
+    """The path a repo's namespace takes: the one it was brought up with while its namespace lives
+    (`recorded`), else the setting's; `auto` is the kernel path where the host forwards IPv4."""
+    if recorded in (KERNEL, USER):
+        return recorded
+    if setting == USER or (setting == "auto" and not forwarding):
+        return USER
+    if not forwarding:
+        raise StateError(
+            "net-path is kernel, but this host does not forward IPv4 (/proc/sys/net/ipv4/ip_forward "
+            "is 0), and rdc does not turn forwarding on",
+            "turn it on yourself (sysctl -w net.ipv4.ip_forward=1, as Docker's own daemon does), or let "
+            "repos take the user path here (its NAME: rdc machine list): "
+            "rdc machine config NAME --unset net-path",
+        )
+    return KERNEL
+
+
+def veth_name(short: str) -> str:
+    return f"rdc{short}"  # 15 characters, the kernel's longest interface name
+
+
+def chain_names(short: str) -> tuple[str, str, str]:
+    return f"RDC-{short}-IN", f"RDC-{short}-FWD", f"RDC-{short}-NAT"
+
+
+def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
+    """iptables-restore input (for `--noflush`) of the filter and the nat table: each of the repo's
+    chains made empty and filled in one step, so no packet meets half a rule set."""
+    veth = veth_name(short)
+    into, forward, nat = chain_names(short)
+    filt = ["*filter", f":{into} - [0:0]", f":{forward} - [0:0]"]
+    filt.append(" ".join(["-A", into, *_REJECT]))
+    filt.append(f"-A {forward} -o {veth} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+    filt.append(" ".join(["-A", forward, "-o", veth, *_REJECT]))
+    out = ["-A", forward, "-i", veth]
+    filt.append(" ".join([*out, "-m", "addrtype", "--dst-type", "LOCAL", *_REJECT]))
+    filt += [" ".join([*out, "-d", cidr, *_REJECT]) for cidr in [str(RANGE), *blocked]]
+    filt += [" ".join([*out, "-j", "ACCEPT"]), "COMMIT", ""]
+    nat_rules = [
+        "*nat",
+        f":{nat} - [0:0]",
+        f"-A {nat} -s {at.inside}/32 ! -d {RANGE} -j MASQUERADE",
+        "COMMIT",
+        "",
+    ]
+    return "\n".join(filt), "\n".join(nat_rules)
+
+
+def jumps(short: str, at: Slot) -> list[tuple[str, str, list[str]]]:
+    """(table, built-in chain, rule) of each jump to the repo's chains: only its veth's packets and
+    its address's go there, so no other traffic of the host passes through them."""
+    veth = veth_name(short)
+    into, forward, nat = chain_names(short)
+    return [
+        ("filter", "INPUT", ["-i", veth, "-j", into]),
+        ("filter", "FORWARD", ["-i", veth, "-j", forward]),
+        ("filter", "FORWARD", ["-o", veth, "-j", forward]),
+        ("nat", "POSTROUTING", ["-s", f"{at.inside}/32", "-j", nat]),
+    ]
+
+
+# --- state: the repo's lease ---------------------------------------------------------------------
+
+
+def _lease_of(state_dir: Path) -> int | None:
+    """The slot `state_dir` holds, when its lease is its own (a fork's copy of another repo's
+    state names that repo, not itself, and holds nothing)."""
+    try:
+        held = json.loads((state_dir / LEASE).read_text())
+        index = int(held["slot"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return index if held.get("repo") == state_dir.name and 0 <= index < SLOTS else None
+
+
+def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[str]) -> Slot:
+    """The repo's slot: the one its state holds, else the lowest free one, recorded there. Under a
+    lock beside the repos' state directories, so two `rdc repo up` at once never take one slot;
+    leases of repos no longer `known` (deleted) are removed, which frees their slots."""
+    repos = state_dir.parent
+    repos.mkdir(parents=True, exist_ok=True)
+    with open(repos / ".net-slots.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        own = _lease_of(state_dir)
+        if own is not None:
+            return Slot(own)
+        taken = set()
+        for other in sorted(repos.glob(f"*/{LEASE}")):
+            if other.parent.name not in known:
+                other.unlink(missing_ok=True)  # its repo was deleted: the slot is free again
+                continue
+            index = _lease_of(other.parent)
+            if index is not None and other.parent != state_dir:
+                taken.add(index)
+        chosen = free_slot(taken, host_networks)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        lease = state_dir / LEASE
+        lease.with_suffix(".tmp").write_text(
+            json.dumps({"repo": state_dir.name, "slot": chosen.index}) + "\n"
+        )
+        os.replace(lease.with_suffix(".tmp"), lease)
+        return chosen
+
+
+def forwarding() -> bool:
+    try:
+        return FORWARDING.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], stdin: str | None = None) -> None:
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ToolError(
+            f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}",
+            "run rdc repo up as root with iproute2 and iptables installed, or set this machine's "
+            "net-path to user (its NAME: rdc machine list): rdc machine config NAME --set net-path=user",
+        )
+
+
+def _ok(argv: Sequence[str]) -> bool:
+    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+
+
+def _has_link(name: str) -> bool:
+    """Whether this network namespace has interface `name` (/proc/net/dev is the caller's own)."""
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return any(line.split(":", 1)[0].strip() == name for line in lines)
+
+
+def set_up(
+    namespace: str,
+    short: str,
+    at: Slot,
+    mtu: int,
+    enter: Sequence[str],
+    blocked: Sequence[str],
+    inside_too: Sequence[str] = (),
+) -> None:
+    """The veth pair, its addresses and the namespace's default route through it, then the host's
+    rules (`apply`); idempotent. `enter` runs a command inside the namespace, where `inside_too`
+    (`ip -batch` lines) is done in the same step. A handful of commands in all: each costs a repo's
+    start some milliseconds."""
+    veth = veth_name(short)
+    if not _has_link(veth):
+        peer = ["peer", "name", INSIDE_DEVICE, "mtu", str(mtu), "netns", namespace]  # made inside: no clash
+        _run(["ip", "link", "add", veth, "mtu", str(mtu), "type", "veth", *peer])
+    # No IPv6 on either end: the host would answer it on its own addresses, past the IPv4 rules.
+    ipv6 = Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6")
+    if ipv6.exists():  # absent where the kernel runs without IPv6 at all
+        ipv6.write_text("1\n")
+    apply(short, at, blocked)  # the rules before the link is up: nothing passes unruled
+    _run(["ip", "-batch", "-"], f"addr replace {at.host}/{SLOT_PREFIX} dev {veth}\nlink set {veth} up\n")
+    inside = [
+        f"addr replace {at.inside}/{SLOT_PREFIX} dev {INSIDE_DEVICE}",
+        f"link set {INSIDE_DEVICE} up",
+        f"route replace default via {at.host} dev {INSIDE_DEVICE}",
+        *inside_too,
+    ]
+    knob = f"/proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"
+    ipv6_off = f"{{ [ ! -e {knob} ] || echo 1 > {knob}; }}"
+    _run([*enter, "sh", "-c", f"{ipv6_off} && exec ip -batch -"], "\n".join(inside) + "\n")
+
+
+def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
+    """Write the repo's chains and whichever of its jumps is missing, atomically per table (one
+    iptables-restore; the jumps are looked up in one listing per table)."""
+    filt, nat = host_rules(short, at, blocked)
+    have = {
+        table: subprocess.run(
+            ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False
+        ).stdout
+        for table in ("filter", "nat")
+    }
+    missing = missing_jumps(have, short, at)
+    _run(
+        ["iptables-restore", "--noflush"],
+        with_lines(filt, missing["filter"]) + with_lines(nat, missing["nat"]),
+    )
+
+
+def missing_jumps(have: Mapping[str, str], short: str, at: Slot) -> dict[str, list[str]]:
+    """iptables-restore lines (per table) inserting, first in its chain, each jump of the repo's
+    that `have` (each table's `iptables -S`) lacks: written again, a rule set gains no duplicate."""
+    missing: dict[str, list[str]] = {"filter": [], "nat": []}
+    for table, chain, rule in jumps(short, at):
+        if " ".join(["-A", chain, *rule]) not in have.get(table, "").splitlines():
+            missing[table].append(" ".join(["-I", chain, "1", *rule]))
+    return missing
+
+
+def with_lines(table: str, lines: Sequence[str]) -> str:
+    """One table's iptables-restore input with `lines` added before its COMMIT."""
+    head, _, _ = table.rpartition("COMMIT")
+    return head + "".join(f"{line}\n" for line in lines) + "COMMIT\n"
+
+
+def tear_down(short: str) -> list[str]:
+    """Remove the repo's veth, its jumps and its chains from the host, whatever of them is there
+    (after a failed `repo up` too: found by name, not by a record). Returns what it removed."""
+    removed = []
+    veth = veth_name(short)
+    if _has_link(veth):
+        _run(["ip", "link", "del", veth])
+        removed.append(f"veth {veth}")
+    into, forward, nat = chain_names(short)
+    rules = 0
+    for table, chain, target in (
+        ("filter", "INPUT", into),
+        ("filter", "FORWARD", forward),
+        ("nat", "POSTROUTING", nat),
+    ):
+        listed = subprocess.run(
+            ["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False
+        )
+        for line in listed.stdout.splitlines():
+            if line.endswith(f"-j {target}") and line.startswith(f"-A {chain} "):
+                with contextlib.suppress(ToolError):
+                    _run(["iptables", "-t", table, "-D", *line.split()[1:]])
+                    rules += 1
+    for table, chain in (("filter", into), ("filter", forward), ("nat", nat)):
+        if _ok(["iptables", "-t", table, "-S", chain]):
+            _run(["iptables", "-t", table, "-F", chain])
+            _run(["iptables", "-t", table, "-X", chain])
+            rules += 1
+    if rules:
+        removed.append(f"host firewall chains {into}, {forward}, {nat}")
+    return removed

@@ -1,0 +1,213 @@
+"""The kernel path out of a repo's namespace: which path a repo takes, the address pair each repo
+gets (never another repo's, kept across restarts, freed with the repo), and the host rules that
+keep its promises, checked as the iptables-restore text they are."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+
+import pytest
+
+from rediacc_core.errors import StateError
+from rediacc_core.runtime import kernelpath, netns
+
+SHORT = "0123456789ab"
+BLOCKED = ["169.254.0.0/16", "172.17.0.0/16", "192.0.2.2/32"]
+
+
+def test_auto_takes_the_kernel_path_only_where_the_host_forwards() -> None:
+    assert kernelpath.choose("auto", True) == "kernel"
+    assert kernelpath.choose("auto", False) == "user"
+    assert kernelpath.choose("user", True) == "user"
+    assert kernelpath.choose("kernel", True) == "kernel"
+
+
+def test_forcing_the_kernel_path_where_the_host_does_not_forward_says_why_and_what_to_do() -> None:
+    with pytest.raises(StateError) as refused:
+        kernelpath.choose("kernel", False)
+    assert (
+        "does not forward IPv4" in refused.value.what and "does not turn forwarding on" in refused.value.what
+    )
+    assert "rdc machine config NAME --unset net-path" in refused.value.todo
+
+
+def test_a_namespace_keeps_the_path_it_came_up_with_whatever_the_setting_says_now() -> None:
+    assert kernelpath.choose("user", True, recorded="kernel") == "kernel"
+    assert kernelpath.choose("kernel", False, recorded="user") == "user"
+
+
+def test_each_slot_is_a_pair_of_addresses_of_its_own_in_the_range() -> None:
+    pairs = [kernelpath.slot(i) for i in (0, 1, kernelpath.SLOTS - 1)]
+    assert [(p.host, p.inside) for p in pairs[:2]] == [
+        ("10.199.0.1", "10.199.0.2"),
+        ("10.199.0.5", "10.199.0.6"),
+    ]
+    assert pairs[2].inside == "10.199.255.254"
+    for pair in pairs:
+        assert pair.network.subnet_of(kernelpath.RANGE)
+    with pytest.raises(ValueError):
+        kernelpath.slot(kernelpath.SLOTS)
+
+
+def test_the_free_slot_is_the_lowest_no_repo_holds_nor_the_host_reaches_directly() -> None:
+    assert kernelpath.free_slot(set(), []).index == 0
+    assert kernelpath.free_slot({0, 1, 3}, []).index == 2
+    # A network of the host's own inside the range (a VPN's /24) is skipped; a broader route
+    # (10.0.0.0/8 through a gateway) and the repos' own /30s are not in the way.
+    assert kernelpath.free_slot(set(), ["10.199.0.0/24", "10.0.0.0/8", "10.199.1.0/30"]).index == 64
+
+
+def test_a_full_range_says_how_to_free_a_slot() -> None:
+    with pytest.raises(StateError) as full:
+        kernelpath.free_slot(set(range(kernelpath.SLOTS)), [])
+    assert "rdc repo list --all" in full.value.todo and "net-path=user" in full.value.todo
+
+
+def _repos(tmp_path: Path) -> Path:
+    repos = tmp_path / "var" / "lib" / "rediacc" / "repos"
+    repos.mkdir(parents=True)
+    return repos
+
+
+def test_repos_get_different_slots_and_each_keeps_its_own_across_restarts(tmp_path: Path) -> None:
+    repos = _repos(tmp_path)
+    a, b = repos / "aaaa", repos / "bbbb"
+    known = {"aaaa", "bbbb"}
+    first = kernelpath.allocate(a, known, [])
+    second = kernelpath.allocate(b, known, [])
+    assert first != second
+    assert kernelpath.allocate(a, known, []) == first  # kept: the next up finds it
+    assert json.loads((a / kernelpath.LEASE).read_text()) == {"repo": "aaaa", "slot": first.index}
+
+
+def test_a_deleted_repos_slot_is_freed_and_its_lease_removed(tmp_path: Path) -> None:
+    repos = _repos(tmp_path)
+    gone = kernelpath.allocate(repos / "gone", {"gone"}, [])
+    again = kernelpath.allocate(repos / "new", {"new"}, [])
+    assert again == gone
+    assert not (repos / "gone" / kernelpath.LEASE).exists()
+
+
+def test_a_forks_copied_lease_holds_nothing(tmp_path: Path) -> None:
+    """A fork copies its source's state directory, lease included: that lease names the source,
+    so the fork takes a slot of its own."""
+    repos = _repos(tmp_path)
+    source = kernelpath.allocate(repos / "src", {"src", "fork"}, [])
+    (repos / "fork").mkdir()
+    (repos / "fork" / kernelpath.LEASE).write_text((repos / "src" / kernelpath.LEASE).read_text())
+    fork = kernelpath.allocate(repos / "fork", {"src", "fork"}, [])
+    assert fork != source
+
+
+def _rules() -> tuple[list[str], list[str]]:
+    filt, nat = kernelpath.host_rules(SHORT, kernelpath.slot(3), BLOCKED)
+    return filt.splitlines(), nat.splitlines()
+
+
+def test_the_host_rules_are_the_repos_own_chains_replaced_whole() -> None:
+    filt, nat = _rules()
+    into, forward, masq = kernelpath.chain_names(SHORT)
+    assert (filt[0], filt[-1], nat[0], nat[-1]) == ("*filter", "COMMIT", "*nat", "COMMIT")
+    assert filt[1:3] == [f":{into} - [0:0]", f":{forward} - [0:0]"]
+    chains = {line.split()[1] for line in filt + nat if line.startswith("-A ")}
+    assert chains == {into, forward, masq}  # nothing is written into a chain of the host's
+    for name in (into, forward, masq):
+        assert len(name) <= 28  # iptables' longest chain name
+
+
+def test_nothing_from_the_veth_reaches_the_host_itself_by_any_address() -> None:
+    filt, _ = _rules()
+    into = kernelpath.chain_names(SHORT)[0]
+    assert [line for line in filt if line.startswith(f"-A {into} ")] == [
+        f"-A {into} -j REJECT --reject-with icmp-admin-prohibited"
+    ]
+
+
+def test_forwarded_packets_reach_the_outside_but_no_host_address_repo_or_direct_network() -> None:
+    filt, _ = _rules()
+    forward = kernelpath.chain_names(SHORT)[1]
+    out = [line.removeprefix(f"-A {forward} -i rdc{SHORT} ") for line in filt if f"-i rdc{SHORT} " in line]
+    reject = "-j REJECT --reject-with icmp-admin-prohibited"
+    assert out == [
+        f"-m addrtype --dst-type LOCAL {reject}",  # the host's addresses, later ones too
+        f"-d 10.199.0.0/16 {reject}",  # every repo's namespace and veth
+        *(f"-d {cidr} {reject}" for cidr in BLOCKED),  # the host's own networks, metadata
+        "-j ACCEPT",  # the rest: the outside
+    ]
+
+
+def test_nothing_starts_a_connection_into_a_repos_namespace_from_outside() -> None:
+    filt, _ = _rules()
+    forward = kernelpath.chain_names(SHORT)[1]
+    into = [line for line in filt if f"-o rdc{SHORT} " in line]
+    assert into == [
+        f"-A {forward} -o rdc{SHORT} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        f"-A {forward} -o rdc{SHORT} -j REJECT --reject-with icmp-admin-prohibited",
+    ]
+
+
+def test_only_the_repos_own_address_is_masqueraded_and_only_outside_the_range() -> None:
+    _, nat = _rules()
+    masq = kernelpath.chain_names(SHORT)[2]
+    assert [line for line in nat if line.startswith("-A")] == [
+        f"-A {masq} -s 10.199.0.14/32 ! -d 10.199.0.0/16 -j MASQUERADE"
+    ]
+
+
+def test_the_jumps_catch_only_the_repos_veth_and_address() -> None:
+    into, forward, masq = kernelpath.chain_names(SHORT)
+    assert kernelpath.jumps(SHORT, kernelpath.slot(3)) == [
+        ("filter", "INPUT", ["-i", f"rdc{SHORT}", "-j", into]),
+        ("filter", "FORWARD", ["-i", f"rdc{SHORT}", "-j", forward]),
+        ("filter", "FORWARD", ["-o", f"rdc{SHORT}", "-j", forward]),
+        ("nat", "POSTROUTING", ["-s", "10.199.0.14/32", "-j", masq]),
+    ]
+    assert len(kernelpath.veth_name(SHORT)) <= 15  # IFNAMSIZ - 1
+
+
+def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
+    at = kernelpath.slot(3)
+    into, forward, masq = kernelpath.chain_names(SHORT)
+    nothing = kernelpath.missing_jumps({}, SHORT, at)
+    assert nothing == {
+        "filter": [
+            f"-I INPUT 1 -i rdc{SHORT} -j {into}",
+            f"-I FORWARD 1 -i rdc{SHORT} -j {forward}",
+            f"-I FORWARD 1 -o rdc{SHORT} -j {forward}",
+        ],
+        "nat": [f"-I POSTROUTING 1 -s 10.199.0.14/32 -j {masq}"],
+    }
+    # As `iptables -S` lists them, with one jump lost (an operator's -D, a reload of the firewall).
+    listed = {
+        "filter": "\n".join(
+            [
+                "-P INPUT ACCEPT",
+                f"-A INPUT -i rdc{SHORT} -j {into}",
+                f"-A FORWARD -o rdc{SHORT} -j {forward}",
+                "",
+            ]
+        ),
+        "nat": f"-A POSTROUTING -s 10.199.0.14/32 -j {masq}\n",
+    }
+    assert kernelpath.missing_jumps(listed, SHORT, at) == {
+        "filter": [f"-I FORWARD 1 -i rdc{SHORT} -j {forward}"],
+        "nat": [],
+    }
+    filt, _ = kernelpath.host_rules(SHORT, at, [])
+    written = kernelpath.with_lines(filt, ["-I INPUT 1 -j X"]).splitlines()
+    assert written[-2:] == ["-I INPUT 1 -j X", "COMMIT"] and written.count("COMMIT") == 1
+
+
+def test_the_path_record_reads_back_what_was_written(tmp_path: Path) -> None:
+    net = netns.network_for(SHORT, tmp_path, tmp_path / "state")
+    assert netns.path_of(net) is None
+    net.workdir.mkdir()
+    net.path_record.write_text("kernel 7\n")
+    assert netns.path_of(net) == ("kernel", kernelpath.slot(7))
+    net.path_record.write_text("user\n")
+    assert netns.path_of(net) == ("user", None)
+    net.path_record.write_text("kernel 999999\n")  # out of the range: no path
+    assert netns.path_of(net) is None
+    assert ipaddress.ip_network(kernelpath.RANGE).is_private
