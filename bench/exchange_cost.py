@@ -30,7 +30,8 @@ PING = b"GET /_ping HTTP/1.1\r\nHost: api.moby.localhost\r\nUser-Agent: Docker-C
 PONG = (
     b"HTTP/1.1 200 OK\r\nApi-Version: 1.45\r\nCache-Control: no-cache, no-store, must-revalidate\r\n"
     b"Content-Length: 2\r\nContent-Type: text/plain; charset=utf-8\r\nDate: Sun, 06 Dec 2026 05:00:00 GMT\r\n"
-    b"Docker-Experimental: false\r\nOstype: linux\r\nPragma: no-cache\r\nServer: Docker/26.1.5 (linux)\r\n\r\nOK"
+    b"Docker-Experimental: false\r\nOstype: linux\r\nPragma: no-cache\r\n"
+    b"Server: Docker/26.1.5 (linux)\r\n\r\nOK"
 )
 TAKEN = (
     b"HTTP/1.1 409 Conflict\r\nApi-Version: 1.45\r\nContent-Length: 20\r\nContent-Type: application/json\r\n"
@@ -66,6 +67,9 @@ class _Sink:
     def close(self) -> None:
         pass
 
+    def get_extra_info(self, name: str) -> Any:
+        return None
+
 
 def _gate() -> GateServer:
     request = json.loads(DATA.read_text().splitlines()[0])
@@ -74,9 +78,9 @@ def _gate() -> GateServer:
     (root / "mnt" / "data").mkdir(parents=True)
     machine = Machine("bench", root)
     repo = Repo("bench-id", "bench", None, "bench", None, "2026-01-01T00:00:00Z")
-    decider = Decider(
-        machine, repo, load_plugins(), lambda image: None, lambda line: None, grants=lambda r: frozenset(names)
-    )
+    grants = frozenset(names)
+    plugins = load_plugins()
+    decider = Decider(machine, repo, plugins, lambda image: None, lambda line: None, grants=lambda r: grants)
     return GateServer(root / "gate.sock", root / "docker.sock", decider)
 
 
@@ -112,7 +116,10 @@ def measure(exchanges: int, profile: bool) -> None:
         f"POST {request['target']} HTTP/1.1\r\nHost: api.moby.localhost\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
-    cases = {"GET /_ping": (PING, PONG, exchanges), "POST create (409)": (create, TAKEN, max(1, exchanges // 20))}
+    cases = {
+        "GET /_ping": (PING, PONG, exchanges),
+        "POST create (409)": (create, TAKEN, max(1, exchanges // 20)),
+    }
     for name, (req, resp, count) in cases.items():
         client = _client(gate)
         for _ in range(200):
