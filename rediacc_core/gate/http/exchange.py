@@ -267,6 +267,21 @@ class _DaemonSide:
             held += sum(len(part) for part in self.unsent)
         return held
 
+    def _framed(self) -> None:
+        """After the framer's events: a deadline for an unfinished head, a pause for a long
+        pipeline, and what the connection holds recounted."""
+        if self.closed:
+            return
+        requests = self.requests
+        pending = requests.held
+        if requests.state is HEAD:
+            if pending and not self.deadline:
+                self.deadline = self.clock() + self.head_timeout
+        elif requests.state is COMPLETE and len(pending) > PIPELINE_LIMIT:
+            self.io.pause("pipeline")
+        if pending or self.io.held or self.inspect is not None or self.unsent:
+            self.io.account()
+
     def _move(self, event: str) -> None:
         self.phase = PHASES[self.phase][event]
 
@@ -553,21 +568,6 @@ class Exchange(_DaemonSide):
         finally:
             self.framing = False
         self._framed()
-
-    def _framed(self) -> None:
-        """After the framer's events: a deadline for an unfinished head, a pause for a long
-        pipeline, and what the connection holds recounted."""
-        if self.closed:
-            return
-        requests = self.requests
-        pending = requests.held
-        if requests.state is HEAD:
-            if pending and not self.deadline:
-                self.deadline = self.clock() + self.head_timeout
-        elif requests.state is COMPLETE and len(pending) > PIPELINE_LIMIT:
-            self.io.pause("pipeline")
-        if pending or self.io.held or self.inspect is not None or self.unsent:
-            self.io.account()
 
     def _start_request(self, req: RequestHead) -> None:
         self.req = req
