@@ -475,6 +475,16 @@ def measure_round(ctx: Context, round_no: int, only: set[str], records: list[dic
                 records += scenarios.create(
                     ctx.binary, ctx.socks, ctx.body_file, ctx.api, ctx.docker_sock, KEEP, cycle, s
                 )
+                records += scenarios.cli_create(
+                    ctx.socks,
+                    ctx.docker_sock,
+                    KEEP,
+                    stack.IMAGE,
+                    gate_launch.DEVICE,
+                    ctx.body_file.parent / "docker-cli",
+                    cycle,
+                    s,
+                )
     if "bulk" in only:
         with timed("bulk"):
             for k in range(s.bulk_per_round):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import tarfile
 import time
@@ -40,6 +42,7 @@ class Settings:
     bulk_per_round: int
     idle_conns: int
     attached: int
+    cli_creates: int = 3  # `docker create` through the CLI, per path and cycle
 
     @property
     def cycles(self) -> int:
@@ -234,6 +237,47 @@ def create(
             **_posting(body_file),
         )
         records.append({"scenario": "create", "endpoint": "create", "path": name, "cycle": cycle, **result})
+        remove_all_but(docker_sock, keep)
+    return records
+
+
+def cli_create(
+    socks: dict[str, str],
+    docker_sock: str,
+    keep: set[str],
+    image: str,
+    device: str,
+    config_dir: Path,
+    cycle: int,
+    settings: Settings,
+) -> list[Record]:
+    """`docker create --device DEVICE IMAGE true` through the installed CLI, timed whole (the CLI's
+    start, its ping, the create, its exit): what a user waits for on each path. The median of
+    `cli_creates` runs per path and cycle; none when no `docker` CLI is installed."""
+    docker = shutil.which("docker")
+    if docker is None or not settings.cli_creates:
+        return []
+    argv = [docker, "create", "--network", "none", "--device", device, image, "true"]
+    records = []
+    for name in rotated(list(socks), cycle):
+        env = dict(os.environ, DOCKER_HOST=f"unix://{socks[name]}", DOCKER_CONFIG=str(config_dir))
+        spent = []
+        for _ in range(settings.cli_creates):
+            start = time.perf_counter()
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            spent.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                raise RuntimeError(f"docker create via {name} failed: {done.stderr.strip()}")
+        median_us = statistics.median(spent) * 1e6
+        records.append(
+            {
+                "scenario": "cli-create",
+                "endpoint": "docker create",
+                "path": name,
+                "cycle": cycle,
+                "latency_us": {"p50": median_us, "p99": max(spent) * 1e6},
+            }
+        )
         remove_all_but(docker_sock, keep)
     return records
 

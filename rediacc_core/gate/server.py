@@ -494,7 +494,7 @@ class GateServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         # Decisions that must wait for something (an image lookup) run here, never on the loop.
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gate-decide")
-        self._routes: dict[tuple[str, str], tuple[Decision | None, bool]] = {}
+        self._routes: dict[tuple[str, str], tuple[Decision | None, Resolved | None]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._owns_socket = False  # bound by `start` itself, so removed by `close`
 
@@ -514,25 +514,24 @@ class GateServer:
         to be read and decided (`inspects`), the request resolved (target parsed, route found)
         for `decide`; None when the body streams.
 
-        The answers of `head` and `inspects` are remembered: both depend on nothing but their
-        arguments (save for the routes decided by their query or governed by the drain mark, which
-        the decider does not let be remembered), and the same few (method, target) pairs make up
-        most of the traffic. The resolved request is not: it is made once per request, and only
-        where something reads it.
+        The answers of `head` and `inspects`, and the resolved request, are remembered: all three
+        depend on nothing but their arguments (save for the routes decided by their query or governed
+        by the drain mark, which the decider does not let be remembered), and the same few (method,
+        target) pairs make up most of the traffic (`docker run` without a name posts to the same
+        target every time). A `Resolved` is immutable, so one serves every request with that head.
         """
         key = (method, target)
         known = self._routes.get(key)
         if known is not None:
-            refused, inspected = known
-            return refused, self.decider.resolve(method, target) if inspected else None
+            return known
         request = self.decider.resolve(method, target)
         refused = self.decider.head(request)
-        inspected = refused is None and self.decider.inspects(request)
+        answer = (refused, request if refused is None and self.decider.inspects(request) else None)
         if self.decider.remembers(request):  # else decided by its query and the settings: asked every time
             if len(self._routes) >= _ROUTES_CACHE:
                 self._routes.clear()
-            self._routes[key] = (refused, inspected)
-        return refused, request if inspected else None
+            self._routes[key] = answer
+        return answer
 
     def decide(self, exchange: Exchange, req: RequestHead, request: Resolved, body: bytes) -> None:
         """Decide on the loop when that cannot stall it, else in a worker thread; the answer goes

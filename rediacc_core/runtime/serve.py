@@ -40,9 +40,19 @@ from rediacc_core.runtime.settings import MAX_WORKERS
 from rediacc_core.runtime.workers import Publish, Supervisor
 from rediacc_core.settings import effective, read_settings
 
+_SECOND: list[int | str] = [-1, ""]  # the last second stamped and its text: formatted once a second
+
+
+def _stamp() -> str:
+    """Now, to the second, as the log writes it."""
+    second = int(time.time())
+    if second != _SECOND[0]:
+        _SECOND[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))]
+    return str(_SECOND[1])
+
 
 def stderr_log(line: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    stamp = _stamp()
     sys.stderr.write(f"{stamp} {line}\n")
     sys.stderr.flush()
 
@@ -115,7 +125,7 @@ class GateLog:
         return note
 
     def __call__(self, line: str) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp = _stamp()
         if len(line) > self._max_line:
             line = f"{line[: self._max_line]}... ({len(line) - self._max_line} more characters)"
         if "\n" in line or "\r" in line:

@@ -60,7 +60,17 @@ def test_quick_run_measures_direct_haproxy_the_gate_and_the_gate_with_workers_th
     assert {r["scenario"] for r in records if r["path"] == "gate-w2"} == {"rate", "latency", "parallel"}
     assert any(r["path"] == "gate-w2" and r["proxy_processes"] == 3 for r in records)  # supervisor + 2
     scenarios = {r["scenario"] for r in records}
-    assert scenarios == {"rate", "latency", "parallel", "decision", "create", "engine", "bulk", "memory"}
+    assert scenarios == {
+        "rate",
+        "latency",
+        "parallel",
+        "decision",
+        "create",
+        "cli-create",
+        "engine",
+        "bulk",
+        "memory",
+    }
     assert results["meta"]["commit"].split()[0] != "unknown"
 
     # One dated table per run, and latest.md pointing at it.

@@ -656,7 +656,7 @@ class CountingDecider(StandInDecider):
         return super().resolve(method, raw_target)
 
 
-def test_a_request_head_is_resolved_once_and_a_remembered_stream_not_at_all(
+def test_a_remembered_request_head_is_resolved_once_whether_decided_or_streamed(
     serve: Callable[..., Setup],
 ) -> None:
     decider = CountingDecider()
@@ -666,6 +666,6 @@ def test_a_request_head_is_resolved_once_and_a_remembered_stream_not_at_all(
         assert read_response(sock) == (200, b"OK")
         sock.sendall(PING)
         assert read_response(sock) == (200, b"OK")
-    # Each create is resolved at its head, and that is what its decision reads; `/_ping` once, when
-    # its head's answers (not refused, body streamed) were found, then remembered.
-    assert decider.resolved == ["POST /containers/create", "GET /_ping", "POST /containers/create"]
+    # Each head is resolved once, when its answers (not refused; body decided, or streamed) were
+    # found, then remembered with them: the second create's decision reads the first's resolution.
+    assert decider.resolved == ["POST /containers/create", "GET /_ping"]

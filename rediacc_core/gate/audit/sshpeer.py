@@ -33,11 +33,17 @@ def ssh_client(pid: int, uid: int, proc: Path = PROC) -> dict[str, str] | None:
 
 
 def _is_sshd(entry: Path) -> bool:
+    # Read for every connection the gate accepts: one open, one read, no text layer (a third of
+    # `read_text`'s time).
     try:
-        comm = (entry / "comm").read_text(encoding="utf-8").strip()
+        fd = os.open(f"{entry}/comm", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            comm = os.read(fd, 64).strip()
+        finally:
+            os.close(fd)
     except OSError:
         return False
-    return comm in ("sshd", "sshd-session")
+    return comm in (b"sshd", b"sshd-session")
 
 
 def _parent(entry: Path) -> int | None:

@@ -47,6 +47,7 @@ class AllowanceReader:
         self.pins = pins
         self.image_config = image_config
         self._cached: tuple[Mapping[str, Any], Allowances] | None = None
+        self._published: publish.Published | None = None
 
     def rule_context(
         self, target: Target, settings: Mapping[str, Any], *, pinning: bool
@@ -69,8 +70,16 @@ class AllowanceReader:
         )
 
     def published(self, policy: Policy) -> publish.Published:
-        """What the publishing rules read: `policy`, and the keepers' state files of the machine."""
-        return publish.Published(policy, self.machine.run_dir, short_id(self.repo.id), self._repo_named)
+        """What the publishing rules read: `policy`, and the keepers' state files of the machine.
+
+        Kept while the policy is the same object: a `Published` is immutable and reads the state
+        files only when a rule asks, so one serves every request under that policy."""
+        known = self._published
+        if known is None or known.policy is not policy:
+            known = self._published = publish.Published(
+                policy, self.machine.run_dir, short_id(self.repo.id), self._repo_named
+            )
+        return known
 
     def _repo_named(self, short: str) -> str:
         """The reference of the machine's repo whose id starts `short` (read only for a refusal)."""

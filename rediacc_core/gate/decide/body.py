@@ -61,14 +61,15 @@ class BodyDecider:
         if grants_error:
             log.append(f"grants unreadable: {grants_error}")
         refusals = self.grant_refusals.grant_problems(cdi, grants, grants_error)
+        # Each read once per decision: the health check, the rules and the plugins see one state.
+        settings = self.facts.read_settings()
+        inventory = self.facts.inventory()  # before the spec check, which compares what this read found
         if route.creates and cdi and not refusals:
             # Known now, so refused now: a start refused later leaves a container made for nothing.
-            refusals += self.grant_refusals.checks.health_at_create(list(cdi))
-        inventory = self.facts.inventory()  # before the spec check, which compares what this read found
+            refusals += self.grant_refusals.checks.health_at_create(list(cdi), settings, inventory)
         stale = self.grant_refusals.stale_facts(cdi) if cdi else []
         if stale:  # no rule decides on the old facts, so none is asked (its answer would mislead)
             return refuse(where, refusals + stale, log, endpoint=endpoint, cdi=cdi)
-        settings = self.facts.read_settings()  # once per decision: the rules and plugins see one state
         findings = route.findings(canonical, self.allowances.rule_context(target, settings, pinning=False))
         # Plugins are shown a copy, so nothing a plugin does to the body it is shown is forwarded.
         request = ApiRequest(

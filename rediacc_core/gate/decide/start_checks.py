@@ -4,7 +4,7 @@ granted (and not suspended), the GPUs they reach healthy, and its published port
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from rediacc_core.errors import RdcError
@@ -146,21 +146,31 @@ class StartChecks:
             return f"{remove}; {name} cannot be granted to repo {self.repo.label} now: {blocked}"
         return f"an operator's `rdc repo gpu grant {self.repo.ref} --device {name}`, or {remove}"
 
-    def health_at_create(self, names: list[str]) -> list[Refusal]:
+    def health_at_create(
+        self, names: list[str], settings: Mapping[str, str], inventory: Inventory | None
+    ) -> list[Refusal]:
         """A create naming a GPU held back for its health is refused then, not at its start: a
         `docker run --rm` whose start is refused would leave a container made for nothing. The
         records as they are (the gate's rounds and each start bring them up to date): a create
-        reads no kernel log."""
-        return self._health_problems(None, names, self.recorded_health)
+        reads no kernel log. `settings` and `inventory`: the decision's own reads of them."""
+        return self._health_problems(None, names, self.recorded_health, (settings, inventory))
 
     def _health_problems(
-        self, container: str | None, names: list[str], health: HealthReader | None = None
+        self,
+        container: str | None,
+        names: list[str],
+        health: HealthReader | None = None,
+        facts: tuple[Mapping[str, str], Inventory | None] | None = None,
     ) -> list[Refusal]:
         """Refusals for the names that reach a GPU held back for its health (setting `gpu-health`);
-        `container` None: of a create, before any container is."""
-        if not names or not refuses_unhealthy(self.facts.read_settings()):
+        `container` None: of a create, before any container is. `facts`: the settings and
+        inventory the caller's decision read (None: read them now)."""
+        if not names:
             return []
-        inventory = self.facts.inventory() or Inventory()
+        settings, found = facts if facts is not None else (self.facts.read_settings(), None)
+        if not refuses_unhealthy(settings):
+            return []
+        inventory = (found if facts is not None else self.facts.inventory()) or Inventory()
         try:
             cards = (health or self.health)()
         except RdcError as exc:  # records that cannot be read must not let a faulty card through

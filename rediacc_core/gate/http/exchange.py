@@ -267,6 +267,21 @@ class _DaemonSide:
             held += sum(len(part) for part in self.unsent)
         return held
 
+    def _framed(self) -> None:
+        """After the framer's events: a deadline for an unfinished head, a pause for a long
+        pipeline, and what the connection holds recounted."""
+        if self.closed:
+            return
+        requests = self.requests
+        pending = requests.held
+        if requests.state is HEAD:
+            if pending and not self.deadline:
+                self.deadline = self.clock() + self.head_timeout
+        elif requests.state is COMPLETE and len(pending) > PIPELINE_LIMIT:
+            self.io.pause("pipeline")
+        if pending or self.io.held or self.inspect is not None or self.unsent:
+            self.io.account()
+
     def _move(self, event: str) -> None:
         self.phase = PHASES[self.phase][event]
 
@@ -277,6 +292,15 @@ class _DaemonSide:
             return
         if self.closed:
             return
+        if self.phase is FORWARDED:
+            whole = self.responses.whole(data)
+            if whole is not None:  # the usual keep-alive answer: one read, relayed as read
+                resp, chunk = whole
+                req = self.req
+                self.close_after = not resp.keep_alive or (req is not None and not req.keep_alive)
+                self.io.write(chunk)
+                self._response_complete()
+                return
         # Only the last event of a read can close the connection (an end, or an error), so unlike
         # `_frame` this loop need not look for a close between events.
         io = self.io
@@ -422,7 +446,13 @@ class Exchange(_DaemonSide):
 
     # --- events from the glue: the client's side -------------------------------------------------
     def client_data(self, data: Data) -> None:
-        if self.phase is TUNNELLED:
+        phase = self.phase
+        if phase is WAITING and self.upstream is OPEN:
+            req = self.requests.whole_request(data)
+            if req is not None:
+                self._whole_request(req)
+                return
+        if phase is TUNNELLED:
             self._to_upstream(data)
         else:
             self._frame(self.requests.feed(data))
@@ -481,6 +511,40 @@ class Exchange(_DaemonSide):
             "limit",
         )
 
+    def _whole_request(self, req: RequestHead) -> None:
+        """A request without a body read whole, on an open daemon connection (the usual keep-alive
+        read): what `_frame((req, END))` does, with the common case, a request passed on by its
+        head, done here in a few steps."""
+        self.req = req
+        self.deadline = 0.0
+        try:
+            refused, inspected = self.io.route(req.method, req.target)
+        except Exception as exc:
+            self.undecided(exc)
+            return
+        if refused is None and not inspected:
+            # `_routed`'s passed head and `_request_complete` with the response still to come;
+            # nothing is held (the framer held nothing, the connection is open).
+            self.inspect = None
+            self.phase = PHASES[WAITING]["passed-head"]
+            self.responses.request_sent(req.method)
+            self.io.send(req.passthrough)
+            if self.io.held:
+                self.io.account()
+            return
+        self.framing = True
+        try:
+            self._routed(req, refused, inspected)
+            if not self.closed:
+                self._request_complete()
+        finally:
+            self.framing = False
+        if self.next_due and not self.closed:
+            self.next_due = False
+            self._frame(self.requests.next_request())
+        else:
+            self._framed()
+
     def _frame(self, events: Sequence[RequestEvent]) -> None:
         """Act on the request framer's events; then on the next request's, as each exchange ends."""
         self.framing = True
@@ -503,17 +567,7 @@ class Exchange(_DaemonSide):
                 events = self.requests.next_request()
         finally:
             self.framing = False
-        if self.closed:
-            return
-        requests = self.requests
-        pending = requests.held
-        if requests.state is HEAD:
-            if pending and not self.deadline:
-                self.deadline = self.clock() + self.head_timeout
-        elif requests.state is COMPLETE and len(pending) > PIPELINE_LIMIT:
-            self.io.pause("pipeline")
-        if pending or self.io.held or self.inspect is not None or self.unsent:
-            self.io.account()
+        self._framed()
 
     def _start_request(self, req: RequestHead) -> None:
         self.req = req
@@ -523,6 +577,10 @@ class Exchange(_DaemonSide):
         except Exception as exc:
             self.undecided(exc)
             return
+        self._routed(req, refused, inspected)
+
+    def _routed(self, req: RequestHead, refused: Decision | None, inspected: bool) -> None:
+        """What a head's route says: drop its body (refused), read it for the decider, or pass on."""
         if refused is not None:
             self.refusal = refused
             self.inspect = None

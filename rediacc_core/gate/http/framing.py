@@ -85,6 +85,7 @@ from rediacc_core.gate.http.messages import (
     RequestHead,
     ResponseHead,
     find_head_end,
+    known_request_head,
     parse_request_head,
     parse_response_head,
 )
@@ -136,6 +137,7 @@ RESPONSE_TRANSITIONS: Final[dict[str, dict[str, str]]] = {
 _AFTER_END = "the daemon sent bytes after a complete response; closing the connection"
 _UNASKED = "the daemon sent bytes with no request outstanding; closing the connection"
 WHOLE_RESPONSE_MAX = 64 * 1024  # a read up to this size is tried as one whole response
+WHOLE_HEAD_MAX = 4096  # a read up to this size is tried as one known request head
 
 
 class EndOfMessage:
@@ -220,6 +222,20 @@ class RequestFramer:
         if state is TUNNEL_STATE:
             return (data,)
         return ()  # broken: nothing more is read
+
+    def whole_request(self, data: Data) -> RequestHead | None:
+        """The usual keep-alive read, framed in one step: when `data` is exactly one whole head of a
+        request without a body, parsed before (`known_request_head`), the framer is complete as
+        `feed` would leave it and the head comes back (`feed` would give it and `END`). None, with
+        nothing changed, for anything else, which `feed` then frames.
+        """
+        if self.state is not HEAD or self.held or len(data) > WHOLE_HEAD_MAX:
+            return None
+        req = known_request_head(bytes(data))
+        if req is None or req.chunked or req.content_length:
+            return None
+        self.state = REQUEST_TRANSITIONS[HEAD]["head-without-body"]
+        return req
 
     def next_request(self) -> Sequence[RequestEvent]:
         """The exchange is over: frame the next request from what was held back."""
@@ -356,6 +372,18 @@ class ResponseFramer:
             return events
         return ()  # broken: nothing more is read
 
+    def whole(self, data: Data) -> tuple[ResponseHead, bytes] | None:
+        """The usual keep-alive answer framed in one step: when `data` is one whole response (a head
+        and exactly its body), its head and its bytes, to relay as read, and the framer idle as
+        `feed` would leave it (`feed` would give the head, the bytes and `END`). None, with nothing
+        changed, for anything else, which `feed` then frames.
+        """
+        if self.state is not HEAD or self._held or len(data) > WHOLE_RESPONSE_MAX:
+            return None
+        chunk = bytes(data)
+        whole = self._whole_response(chunk)
+        return None if whole is None else (whole[0], chunk)
+
     def eof(self, how: str = "closed") -> ProtocolError | None:
         """The daemon ended the connection (`how`: closed or dropped); None when that is harmless."""
         state = self.state
@@ -368,7 +396,7 @@ class ResponseFramer:
         cut = f"the repo's Docker daemon {how} the connection in the middle of a response"
         return ProtocolError(0, cut, "upstream")
 
-    def _whole_response(self, chunk: bytes) -> list[ResponseEvent] | None:
+    def _whole_response(self, chunk: bytes) -> tuple[ResponseHead, bytes, EndOfMessage] | None:
         """The usual keep-alive answer, one read holding a head and exactly its body: relayed as read.
 
         None (nothing done) for everything else, which `_heads` then frames.
@@ -389,7 +417,7 @@ class ResponseFramer:
         else:
             return None
         self.relayed = True
-        return [resp, chunk, END]
+        return (resp, chunk, END)
 
     def _heads(self) -> list[ResponseEvent]:
         events: list[ResponseEvent] = []

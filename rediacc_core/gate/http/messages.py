@@ -154,6 +154,15 @@ def parse_request_head(head: bytes) -> RequestHead:
     return req
 
 
+def known_request_head(head: bytes) -> RequestHead | None:
+    """`parse_request_head`'s remembered answer for exactly these bytes, or None (never parses).
+
+    Every remembered key is one whole head through its first blank line, so bytes found here are
+    one whole request head and nothing else.
+    """
+    return _HEAD_CACHE.get(head)
+
+
 def _parse_request_head(head: bytes) -> RequestHead:
     if b"\r\n " in head or b"\r\n\t" in head:
         raise _refuse("folded header line (obs-fold)")
