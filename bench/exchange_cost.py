@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rediacc_core.gate.decide import Decider
+from rediacc_core.gate.decide.decider import Decider
 from rediacc_core.gate.server import GateServer, _Client, _Upstream
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import load_plugins
