@@ -13,8 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,22 @@ def fm(rdc_config: Path, make_fake_machine: Callable[[str], FakeMachine]) -> Fak
     return box
 
 
+@pytest.fixture
+def nobodys_box(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeMachine, Path]]:
+    """Machine `box` and the rdc config naming it, in a directory of /tmp that `nobody` can be let
+    into: not under pytest's base directory, which any pytest session of this user that starts
+    meanwhile makes private again (0o700)."""
+    top = Path(tempfile.mkdtemp(prefix="rdc-os-errors-"))
+    try:
+        config = top / "rdc-config.yaml"
+        monkeypatch.setenv("REDIACC_CONFIG", str(config))
+        box = FakeMachine(top / "box-root", name="box")
+        assert rdc("machine", "add", "box", "--root", str(box.root)).exit_code == 0
+        yield box, config
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def unprivileged(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`rdc ARGS` in a new process without root (as `nobody` when this suite runs as root)."""
     argv = [sys.executable, "-m", "rediacc_core.cli", *args]
@@ -83,8 +100,9 @@ def assert_two_line_report(stderr: str) -> None:
 
 
 def test_writing_without_permission_names_the_path_and_says_to_rerun_as_root(
-    fm: FakeMachine, rdc_config: Path
+    nobodys_box: tuple[FakeMachine, Path],
 ) -> None:
+    fm, rdc_config = nobodys_box
     fm.mkdir("/etc/rediacc")
     fm.path("/etc/rediacc").chmod(0o755)  # root's, as on a real machine
     open_to_everyone(fm.root)
@@ -100,8 +118,9 @@ def test_writing_without_permission_names_the_path_and_says_to_rerun_as_root(
 
 
 def test_repo_up_without_root_is_refused_at_once_not_after_the_start_timeout(
-    fm: FakeMachine, rdc_config: Path
+    nobodys_box: tuple[FakeMachine, Path],
 ) -> None:
+    fm, rdc_config = nobodys_box
     assert rdc("repo", "create", "z@box").exit_code == 0
     open_to_everyone(fm.root)
     open_to_everyone(rdc_config)

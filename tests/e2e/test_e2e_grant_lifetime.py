@@ -335,13 +335,16 @@ def test_a_lease_that_ends_while_its_holder_runs(e2e: E2E) -> None:
     """No rdc process runs at the end: the next start is refused, and with `lease-end=stop` the repo's
     gate stops the running holder at its next housekeeping round (every 30 s)."""
     ref = e2e.alpha.repo.ref
-    leased = e2e.rdc("repo", "gpu", "grant", ref, "--device", GPU0, "--for", "4s")
+    # Leased long enough to start the holder on a loaded host, then moved to end in 2 s.
+    leased = e2e.rdc("repo", "gpu", "grant", ref, "--device", GPU0, "--for", "10m")
     assert leased.returncode == 0, leased.stderr
     name = f"leased-{os.getpid()}"
     assert e2e.rdc("machine", "config", "m1", "--set", "lease-end=stop").returncode == 0
     try:
         run = e2e.alpha.docker("run", "-d", "--name", name, "--device", GPU0, IMAGE, "sleep", "300")
         assert run.returncode == 0, run.stderr
+        ending = e2e.rdc("repo", "gpu", "renew", ref, "--device", GPU0, "--for", "2s")
+        assert ending.returncode == 0, ending.stderr
         assert wait_for(lambda: state(e2e.alpha, name)["Running"] is False, timeout=60)
         # Named as an ended lease (for a day), though emptying the repo rewrote the grants file.
         refused(e2e.alpha.docker("start", name), f"holds {GPU0}, whose lease to repo alpha ended at")
@@ -363,7 +366,8 @@ def test_a_restart_policy_does_not_bring_a_holder_back_after_its_lease_ended(e2e
     end: refused, in guard.log, and the container stays down. Killed while leased, it came back."""
     ref, guard_log = e2e.alpha.repo.ref, e2e.alpha.runtime.guard_log
     name = f"leased-always-{os.getpid()}"
-    leased = e2e.rdc("repo", "gpu", "grant", ref, "--device", GPU0, "--for", "20s")
+    # Leased long enough for the control on a loaded host, then moved to end in 2 s.
+    leased = e2e.rdc("repo", "gpu", "grant", ref, "--device", GPU0, "--for", "10m")
     assert leased.returncode == 0, leased.stderr
     try:
         run = e2e.alpha.docker(
@@ -374,6 +378,8 @@ def test_a_restart_policy_does_not_bring_a_holder_back_after_its_lease_ended(e2e
         first = int(state(e2e.alpha, name)["Pid"])
         os.kill(first, signal.SIGKILL)  # the control: while the lease lasts, the policy starts it again
         assert wait_for(lambda: int(state(e2e.alpha, name).get("Pid") or 0) not in (0, first))
+        ending = e2e.rdc("repo", "gpu", "renew", ref, "--device", GPU0, "--for", "2s")
+        assert ending.returncode == 0, ending.stderr
         assert wait_for(lambda: not lease_of(e2e), timeout=40)  # the lease ended
         logged = guard_log.stat().st_size if guard_log.exists() else 0
         second = int(state(e2e.alpha, name)["Pid"])
