@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -255,4 +256,4 @@ def test_on_a_terminal_a_wait_shows_the_seconds_waited() -> None:
             time.sleep(0.001)
     text = terminal.getvalue()
     assert text.startswith("\rWaiting for the state lock of machine box … 0s")
-    assert text.endswith("… waited 0s\n")
+    assert re.search(r"… waited \d+s\n$", text)  # whole seconds: 0 unless the host stalled it
