@@ -132,7 +132,12 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
     veth = veth_name(short)
     into, forward, nat = chain_names(short)
     filt = ["*filter", f":{into} - [0:0]", f":{forward} - [0:0]"]
+    # A source other than the namespace end's is forged (a container with NET_RAW, Docker's
+    # default): dropped first, silently (no ICMP to the forged source), before any rule that could
+    # let it out or through another repo's masquerade.
+    filt.append(f"-A {into} ! -s {at.inside}/32 -j DROP")
     filt.append(" ".join(["-A", into, *_REJECT]))
+    filt.append(f"-A {forward} -i {veth} ! -s {at.inside}/32 -j DROP")
     filt.append(f"-A {forward} -o {veth} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
     filt.append(" ".join(["-A", forward, "-o", veth, *_REJECT]))
     out = ["-A", forward, "-i", veth]
@@ -147,6 +152,21 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
         "",
     ]
     return "\n".join(filt), "\n".join(nat_rules)
+
+
+def inside_rules() -> str:
+    """`sh` commands, run inside the namespace, that add (once) its own half of the refusal of
+    forged sources: everything leaving through INSIDE_DEVICE is masqueraded to the namespace end's
+    address, whatever source a container wrote, and what conntrack finds INVALID (no connection it
+    could map back) is dropped there, in `mangle`, which the repo's dockerd never writes."""
+    rules = [
+        ("nat", "POSTROUTING", f"-o {INSIDE_DEVICE} -j MASQUERADE"),
+        ("mangle", "POSTROUTING", f"-o {INSIDE_DEVICE} -m conntrack --ctstate INVALID -j DROP"),
+    ]
+    return " && ".join(
+        f"{{ iptables -t {table} -C {chain} {rule} 2>/dev/null || iptables -t {table} -I {chain} 1 {rule}; }}"
+        for table, chain, rule in rules
+    )
 
 
 def jumps(short: str, at: Slot) -> list[tuple[str, str, list[str]]]:
@@ -266,7 +286,8 @@ def set_up(
     ]
     knob = f"/proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"
     ipv6_off = f"{{ [ ! -e {knob} ] || echo 1 > {knob}; }}"
-    _run([*enter, "sh", "-c", f"{ipv6_off} && exec ip -batch -"], "\n".join(inside) + "\n")
+    script = f"{ipv6_off} && {inside_rules()} && exec ip -batch -"
+    _run([*enter, "sh", "-c", script], "\n".join(inside) + "\n")
 
 
 def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:

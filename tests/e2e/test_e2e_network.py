@@ -270,6 +270,96 @@ def test_a_container_reaches_neither_another_repos_namespace_nor_its_veth(e2e: E
         inside.wait()
 
 
+_ECHO = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 0))\n"
+    "print(s.getsockname()[1], flush=True)\n"
+    "while True:\n"
+    "    d, a = s.recvfrom(2048); s.sendto(b'echo:' + d, a)\n"
+)
+_HEAR = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', int(sys.argv[1])))\n"
+    "s.settimeout(float(sys.argv[2]))\n"
+    "try:\n"
+    "    print(s.recvfrom(2048)[0].decode(), flush=True)\n"
+    "except TimeoutError:\n"
+    "    print('nothing', flush=True)\n"
+)
+# A UDP packet written whole (IP header included), its source forged: what a container with
+# NET_RAW (in Docker's default set, which the gate leaves) can send.
+_FORGE = (
+    "import socket, struct, sys\n"
+    "src, sport, dst, dport = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])\n"
+    "data = b'forged'; udp = struct.pack('!HHHH', sport, dport, 8 + len(data), 0) + data\n"
+    "ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,\n"
+    "                 socket.inet_aton(src), socket.inet_aton(dst))\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)\n"
+    "s.sendto(ip + udp, (dst, 0))\n"
+)
+_ASK = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)\n"
+    "s.sendto(b'plain', (sys.argv[1], int(sys.argv[2]))); print(s.recvfrom(2048)[0].decode())\n"
+)
+
+
+def _forged_reaches_beta(e2e: E2E, echo_port: int, beta_inside: str, beta_port: int) -> str:
+    """What beta's listener hears after alpha's namespace sends the outside echo a packet with
+    beta's address as its source (the echo answers whoever the source says)."""
+    hear = subprocess.Popen(
+        e2e.beta.runtime.network.enter(["python3", "-c", _HEAR, str(beta_port), "3"]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)
+    forge = ["python3", "-c", _FORGE, beta_inside, str(beta_port), OUTSIDE, str(echo_port)]
+    subprocess.run(e2e.alpha.runtime.network.enter(forge), check=True)
+    out, _ = hear.communicate(timeout=10)
+    return out.strip()
+
+
+def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e: E2E, outside: int) -> None:
+    """A packet from alpha's namespace claiming beta's address is masqueraded to alpha's own
+    inside the namespace, and dropped by the host's chain should it get past: the outside's
+    answer never reaches beta. Control: without both, it does."""
+    if _path(e2e.beta) != "kernel":
+        pytest.skip("the user path gives a namespace no address the host routes to")
+    alpha_at, beta_at = netns.path_of(e2e.alpha.runtime.network), netns.path_of(e2e.beta.runtime.network)
+    assert alpha_at is not None and alpha_at[1] is not None and beta_at is not None and beta_at[1] is not None
+    space = f"rdc-e2e-out{os.getpid() % 10000}"  # the outside fixture's
+    echo = subprocess.Popen(
+        ["ip", "netns", "exec", space, "python3", "-c", _ECHO, OUTSIDE], stdout=subprocess.PIPE
+    )
+    short = e2e.alpha.runtime.network.short
+    host_drop = [kernelpath.chain_names(short)[1], "-i", kernelpath.veth_name(short)]
+    host_drop += ["!", "-s", f"{alpha_at[1].inside}/32", "-j", "DROP"]
+    inside_masq = ["-t", "nat", "POSTROUTING", "-o", kernelpath.INSIDE_DEVICE, "-j", "MASQUERADE"]
+    try:
+        assert echo.stdout is not None
+        port = int(echo.stdout.readline())
+        asked = subprocess.run(
+            e2e.alpha.runtime.network.enter(["python3", "-c", _ASK, OUTSIDE, str(port)]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert asked.stdout.strip() == "echo:plain", asked.stderr  # control: alpha's own source is answered
+        assert _forged_reaches_beta(e2e, port, beta_at[1].inside, 5399) == "nothing"
+        # Control: both layers lifted, the same packet reaches beta (the hole this closes).
+        subprocess.run(["iptables", "-D", *host_drop], check=True)
+        lift = ["iptables", *inside_masq[:2], "-D", *inside_masq[2:]]
+        subprocess.run(e2e.alpha.runtime.network.enter(lift), check=True)
+        # (another source port: the first packet's conntrack entry keeps its masquerade)
+        assert _forged_reaches_beta(e2e, port, beta_at[1].inside, 5398) == "echo:forged"
+    finally:
+        echo.kill()
+        echo.wait()
+        kernelpath.apply(short, alpha_at[1], netns.host_destinations())
+        restore = ["sh", "-c", kernelpath.inside_rules()]
+        subprocess.run(e2e.alpha.runtime.network.enter(restore), check=True)
+
+
 def test_containers_take_the_uplinks_mtu_on_every_network(e2e: E2E) -> None:
     # At Docker's usual 1500 a download through the uplink runs at about half the host's rate
     # for twice the uplink's CPU (bench/netns_cost.py); a network given its own MTU keeps it.

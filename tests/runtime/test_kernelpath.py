@@ -121,7 +121,8 @@ def test_nothing_from_the_veth_reaches_the_host_itself_by_any_address() -> None:
     filt, _ = _rules()
     into = kernelpath.chain_names(SHORT)[0]
     assert [line for line in filt if line.startswith(f"-A {into} ")] == [
-        f"-A {into} -j REJECT --reject-with icmp-admin-prohibited"
+        f"-A {into} ! -s 10.199.0.14/32 -j DROP",  # a forged source gets no ICMP
+        f"-A {into} -j REJECT --reject-with icmp-admin-prohibited",
     ]
 
 
@@ -131,11 +132,19 @@ def test_forwarded_packets_reach_the_outside_but_no_host_address_repo_or_direct_
     out = [line.removeprefix(f"-A {forward} -i rdc{SHORT} ") for line in filt if f"-i rdc{SHORT} " in line]
     reject = "-j REJECT --reject-with icmp-admin-prohibited"
     assert out == [
+        "! -s 10.199.0.14/32 -j DROP",  # first: a forged source goes nowhere, silently
         f"-m addrtype --dst-type LOCAL {reject}",  # the host's addresses, later ones too
         f"-d 10.199.0.0/16 {reject}",  # every repo's namespace and veth
         *(f"-d {cidr} {reject}" for cidr in BLOCKED),  # the host's own networks, metadata
         "-j ACCEPT",  # the rest: the outside
     ]
+
+
+def test_inside_the_namespace_everything_leaving_by_the_veth_is_masqueraded_and_invalid_dropped() -> None:
+    script = kernelpath.inside_rules()
+    assert "iptables -t nat -I POSTROUTING 1 -o kpath0 -j MASQUERADE" in script
+    assert "iptables -t mangle -I POSTROUTING 1 -o kpath0 -m conntrack --ctstate INVALID -j DROP" in script
+    assert script.count("-C POSTROUTING") == 2  # checked first: written again, nothing doubles
 
 
 def test_nothing_starts_a_connection_into_a_repos_namespace_from_outside() -> None:
