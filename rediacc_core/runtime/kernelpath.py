@@ -50,6 +50,7 @@ LEASE = "net-slot.json"
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
 PATHS = ("auto", "kernel", "user")
 KERNEL, USER = "kernel", "user"
+TABLES = ("raw", "filter", "nat")
 _REJECT = ["-j", "REJECT", "--reject-with", "icmp-admin-prohibited"]
 
 
@@ -143,7 +144,7 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
     out = ["-A", forward, "-i", veth]
     filt.append(" ".join([*out, "-m", "addrtype", "--dst-type", "LOCAL", *_REJECT]))
     filt += [" ".join([*out, "-d", cidr, *_REJECT]) for cidr in [str(RANGE), *blocked]]
-    filt += [" ".join([*out, "-j", "ACCEPT"]), "COMMIT", ""]
+    filt += ["COMMIT", ""]  # what is left returns to FORWARD: its ACCEPT is a jump appended last
     nat_rules = [
         "*nat",
         f":{nat} - [0:0]",
@@ -154,6 +155,23 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
     return "\n".join(filt), "\n".join(nat_rules)
 
 
+def raw_chain(short: str) -> str:
+    return f"RDC-{short}-RAW"
+
+
+def raw_rules(short: str, at: Slot, blocked: Sequence[str]) -> str:
+    """iptables-restore input of the raw table: the refusals again, where no rule of the host's
+    comes before them (raw PREROUTING is the first look at a packet, before the host's DNAT and
+    any ACCEPT of its filter's, however they are ordered later). Dropped, since raw cannot reject:
+    the filter chains' REJECTs answer first what is not forged, on a host whose rules are as rdc
+    wrote them."""
+    chain = raw_chain(short)
+    lines = ["*raw", f":{chain} - [0:0]", f"-A {chain} ! -s {at.inside}/32 -j DROP"]
+    lines.append(f"-A {chain} -m addrtype --dst-type LOCAL -j DROP")  # DNAT'd host services too
+    lines += [f"-A {chain} -d {cidr} -j DROP" for cidr in [str(RANGE), *blocked]]
+    return "\n".join([*lines, "COMMIT", ""])
+
+
 def inside_rules() -> str:
     """`sh` commands, run inside the namespace, that add (once) its own half of the refusal of
     forged sources: everything leaving through INSIDE_DEVICE is masqueraded to the namespace end's
@@ -162,6 +180,8 @@ def inside_rules() -> str:
     rules = [
         ("nat", "POSTROUTING", f"-o {INSIDE_DEVICE} -j MASQUERADE"),
         ("mangle", "POSTROUTING", f"-o {INSIDE_DEVICE} -m conntrack --ctstate INVALID -j DROP"),
+        # Nothing from the host's side starts a connection in, whatever the host's rules are then.
+        ("mangle", "PREROUTING", f"-i {INSIDE_DEVICE} -m conntrack ! --ctstate ESTABLISHED,RELATED -j DROP"),
     ]
     return " && ".join(
         f"{{ iptables -t {table} -C {chain} {rule} 2>/dev/null || iptables -t {table} -I {chain} 1 {rule}; }}"
@@ -175,10 +195,12 @@ def jumps(short: str, at: Slot) -> list[tuple[str, str, list[str]]]:
     veth = veth_name(short)
     into, forward, nat = chain_names(short)
     return [
+        ("raw", "PREROUTING", ["-i", veth, "-j", raw_chain(short)]),
         ("filter", "INPUT", ["-i", veth, "-j", into]),
         ("filter", "FORWARD", ["-i", veth, "-j", forward]),
         ("filter", "FORWARD", ["-o", veth, "-j", forward]),
         ("nat", "POSTROUTING", ["-s", f"{at.inside}/32", "-j", nat]),
+        ("filter", "FORWARD", ["-i", veth, "-j", "ACCEPT"]),  # appended: the host's rules come first
     ]
 
 
@@ -294,26 +316,31 @@ def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
     """Write the repo's chains and whichever of its jumps is missing, atomically per table (one
     iptables-restore; the jumps are looked up in one listing per table)."""
     filt, nat = host_rules(short, at, blocked)
+    raw = raw_rules(short, at, blocked)
     have = {
         table: subprocess.run(
             ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False
         ).stdout
-        for table in ("filter", "nat")
+        for table in TABLES
     }
     missing = missing_jumps(have, short, at)
     _run(
         ["iptables-restore", "--noflush"],
-        with_lines(filt, missing["filter"]) + with_lines(nat, missing["nat"]),
+        with_lines(raw, missing["raw"])
+        + with_lines(filt, missing["filter"])
+        + with_lines(nat, missing["nat"]),
     )
 
 
 def missing_jumps(have: Mapping[str, str], short: str, at: Slot) -> dict[str, list[str]]:
-    """iptables-restore lines (per table) inserting, first in its chain, each jump of the repo's
-    that `have` (each table's `iptables -S`) lacks: written again, a rule set gains no duplicate."""
-    missing: dict[str, list[str]] = {"filter": [], "nat": []}
+    """iptables-restore lines (per table) adding each jump of the repo's that `have` (each table's
+    `iptables -S`) lacks, first in its chain (the FORWARD ACCEPT last): written again, a rule set
+    gains no duplicate."""
+    missing: dict[str, list[str]] = {table: [] for table in TABLES}
     for table, chain, rule in jumps(short, at):
         if " ".join(["-A", chain, *rule]) not in have.get(table, "").splitlines():
-            missing[table].append(" ".join(["-I", chain, "1", *rule]))
+            where = ["-A", chain] if rule[-1] == "ACCEPT" else ["-I", chain, "1"]
+            missing[table].append(" ".join([*where, *rule]))
     return missing
 
 
@@ -334,23 +361,26 @@ def tear_down(short: str) -> list[str]:
     into, forward, nat = chain_names(short)
     rules = 0
     for table, chain, target in (
+        ("raw", "PREROUTING", raw_chain(short)),
         ("filter", "INPUT", into),
         ("filter", "FORWARD", forward),
+        ("filter", "FORWARD", f"ACCEPT@{veth}"),
         ("nat", "POSTROUTING", nat),
     ):
         listed = subprocess.run(
             ["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False
         )
         for line in listed.stdout.splitlines():
-            if line.endswith(f"-j {target}") and line.startswith(f"-A {chain} "):
+            accept = line == f"-A {chain} -i {veth} -j ACCEPT" and target == f"ACCEPT@{veth}"
+            if accept or (line.endswith(f"-j {target}") and line.startswith(f"-A {chain} ")):
                 with contextlib.suppress(ToolError):
                     _run(["iptables", "-t", table, "-D", *line.split()[1:]])
                     rules += 1
-    for table, chain in (("filter", into), ("filter", forward), ("nat", nat)):
+    for table, chain in (("raw", raw_chain(short)), ("filter", into), ("filter", forward), ("nat", nat)):
         if _ok(["iptables", "-t", table, "-S", chain]):
             _run(["iptables", "-t", table, "-F", chain])
             _run(["iptables", "-t", table, "-X", chain])
             rules += 1
     if rules:
-        removed.append(f"host firewall chains {into}, {forward}, {nat}")
+        removed.append(f"host firewall chains {raw_chain(short)}, {into}, {forward}, {nat}")
     return removed

@@ -173,6 +173,13 @@ def uplink_rules(blocked: Sequence[str]) -> str:
         f"-A {CHAIN} -o {UPLINK_DEVICE} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited"
         for cidr in blocked
     ]
+    # The kernel path's veth refuses the same, and every repo's range, here too: should the host's
+    # firewall lose the repo's chains (a reload), this namespace still lets none of it out. (No
+    # such device on the user path: the rules then match nothing.)
+    lines += [
+        f"-A {CHAIN} -o {kernelpath.INSIDE_DEVICE} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited"
+        for cidr in [str(kernelpath.RANGE), *blocked]
+    ]
     return "\n".join([*lines, "COMMIT", ""])
 
 

@@ -321,8 +321,9 @@ def _forged_reaches_beta(e2e: E2E, echo_port: int, beta_inside: str, beta_port: 
 
 def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e: E2E, outside: int) -> None:
     """A packet from alpha's namespace claiming beta's address is masqueraded to alpha's own
-    inside the namespace, and dropped by the host's chain should it get past: the outside's
-    answer never reaches beta. Control: without both, it does."""
+    inside the namespace, and dropped by the host's chains should it get past, and beta's
+    namespace takes in no connection it did not start: the outside's answer never reaches beta.
+    Control: without all three, it does."""
     if _path(e2e.beta) != "kernel":
         pytest.skip("the user path gives a namespace no address the host routes to")
     alpha_at, beta_at = netns.path_of(e2e.alpha.runtime.network), netns.path_of(e2e.beta.runtime.network)
@@ -348,8 +349,13 @@ def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e
         assert _forged_reaches_beta(e2e, port, beta_at[1].inside, 5399) == "nothing"
         # Control: both layers lifted, the same packet reaches beta (the hole this closes).
         subprocess.run(["iptables", "-D", *host_drop], check=True)
+        raw_drop = [kernelpath.raw_chain(short), "!", "-s", f"{alpha_at[1].inside}/32", "-j", "DROP"]
+        subprocess.run(["iptables", "-t", "raw", "-D", *raw_drop], check=True)
         lift = ["iptables", *inside_masq[:2], "-D", *inside_masq[2:]]
         subprocess.run(e2e.alpha.runtime.network.enter(lift), check=True)
+        subprocess.run(
+            e2e.beta.runtime.network.enter(["iptables", "-t", "mangle", "-F", "PREROUTING"]), check=True
+        )
         # (another source port: the first packet's conntrack entry keeps its masquerade)
         assert _forged_reaches_beta(e2e, port, beta_at[1].inside, 5398) == "echo:forged"
     finally:
@@ -358,6 +364,71 @@ def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e
         kernelpath.apply(short, alpha_at[1], netns.host_destinations())
         restore = ["sh", "-c", kernelpath.inside_rules()]
         subprocess.run(e2e.alpha.runtime.network.enter(restore), check=True)
+        subprocess.run(e2e.beta.runtime.network.enter(restore), check=True)
+
+
+HOST_ONLY, HOST_ONLY_NET = ("198.18.7.1", "198.18.7.2"), "198.18.7.0/24"
+
+
+@contextlib.contextmanager
+def _host_only_server() -> Iterator[tuple[str, int]]:
+    """A network only the host reaches (a host-only bridge's, a VM's): its link's host end and a
+    server behind it, yielded as (the host end's device, the server's port)."""
+    tag = os.getpid() % 10000
+    space, link = f"rdc-e2e-ho{tag}", f"hoonly{tag}"
+    server = (
+        "import socket\n"
+        f"s = socket.create_server(({HOST_ONLY[1]!r}, 0)); print(s.getsockname()[1], flush=True)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); c.recv(65536)\n"
+        f"    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\n{TOKEN}'); c.close()\n"
+    )
+    process = None
+    try:
+        subprocess.run(["ip", "netns", "add", space], check=True)
+        subprocess.run(
+            ["ip", "link", "add", link, "type", "veth", "peer", "name", "ho0", "netns", space], check=True
+        )
+        subprocess.run(["ip", "addr", "add", f"{HOST_ONLY[0]}/24", "dev", link], check=True)
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+        subprocess.run(["ip", "-n", space, "addr", "add", f"{HOST_ONLY[1]}/24", "dev", "ho0"], check=True)
+        subprocess.run(["ip", "-n", space, "link", "set", "ho0", "up"], check=True)
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", space, "python3", "-c", server], stdout=subprocess.PIPE
+        )
+        assert process.stdout is not None
+        yield link, int(process.stdout.readline())
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait()
+        subprocess.run(["ip", "link", "del", link], check=False)
+        subprocess.run(["ip", "netns", "del", space], check=False)
+
+
+def test_rules_the_host_puts_before_the_repos_let_nothing_refused_through(
+    e2e: E2E, host_services: list[Listener]
+) -> None:
+    """An operator's (or a system Docker's) rules inserted first in INPUT and FORWARD after `rdc
+    repo up` accept what rdc's chains there would refuse: the refusals hold all the same (on the
+    kernel path in the host's raw table, which sees every packet before them)."""
+    if _path(e2e.alpha) != "kernel":  # (and on the user path the host's rules are the real host's)
+        pytest.skip("on the user path nothing of a repo's passes the host's INPUT or FORWARD")
+    inserted = [["INPUT", "1", "-j", "ACCEPT"]]
+    with _host_only_server() as (link, port):
+        inserted.append(["FORWARD", "1", "-o", link, "-j", "ACCEPT"])
+        try:
+            assert TOKEN in _host_get(HOST_ONLY[1], port)  # control: the host itself reaches it
+            raw = kernelpath.raw_chain(e2e.alpha.runtime.network.short)
+            assert _until(lambda: HOST_ONLY_NET in _host_chain(e2e.alpha, "raw", raw), RULE_DEADLINE)
+            for rule in inserted:
+                subprocess.run(["iptables", "-I", *rule], check=True)
+            assert TOKEN not in _fetch(e2e.alpha, "bridge", HOST_ONLY[1], port)
+            for listener in host_services:
+                assert TOKEN not in _fetch(e2e.alpha, "bridge", listener.address, listener.port), listener
+        finally:
+            for rule in inserted:
+                subprocess.run(["iptables", "-D", rule[0], *rule[2:]], check=False)
 
 
 def test_containers_take_the_uplinks_mtu_on_every_network(e2e: E2E) -> None:
@@ -740,21 +811,26 @@ def _late_bridge() -> Iterator[str]:
 
 
 def _lift_refusal(env: RepoEnv) -> str:
-    """Take away what refuses the late address to `env` (a control): on the user path the uplink
-    rules inside; on the kernel path the jump to the repo's host chain for what comes to the host
-    itself (the late address is one of the host's). Returns that jump ("" on the user path)."""
-    if _path(env) == "kernel":
-        veth, into = (
-            kernelpath.veth_name(env.runtime.network.short),
-            kernelpath.chain_names(env.runtime.network.short)[0],
-        )
-        subprocess.run(["iptables", "-D", "INPUT", "-i", veth, "-j", into], check=True)
-        return f"-A INPUT -i {veth} -j {into}"
+    """Take away what refuses the late address to `env` (a control): the uplink rules inside
+    (for tap0 on the user path, kpath0 on the kernel path), and on the kernel path the jumps to the
+    repo's host chains for what comes to the host itself (the late address is one of the host's).
+    Returns the INPUT jump ("" on the user path)."""
+    kernel = _path(env) == "kernel"
+    device = kernelpath.INSIDE_DEVICE if kernel else netns.UPLINK_DEVICE
     for cidr in (f"{LATE_V4}/32", LATE_NET):
-        rule = ["-D", netns.CHAIN, "-o", netns.UPLINK_DEVICE, "-d", cidr, "-j", "REJECT"]
+        rule = ["-D", netns.CHAIN, "-o", device, "-d", cidr, "-j", "REJECT"]
         rule += ["--reject-with", "icmp-admin-prohibited"]
         subprocess.run(env.runtime.network.enter(["iptables", *rule]), check=True)
-    return ""
+    if not kernel:
+        return ""
+    veth, into = (
+        kernelpath.veth_name(env.runtime.network.short),
+        kernelpath.chain_names(env.runtime.network.short)[0],
+    )
+    subprocess.run(["iptables", "-D", "INPUT", "-i", veth, "-j", into], check=True)
+    raw = kernelpath.raw_chain(env.runtime.network.short)
+    subprocess.run(["iptables", "-t", "raw", "-D", "PREROUTING", "-i", veth, "-j", raw], check=True)
+    return f"-A INPUT -i {veth} -j {into}"
 
 
 def _uplink_rules(env: RepoEnv) -> str:

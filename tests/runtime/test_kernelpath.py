@@ -136,7 +136,18 @@ def test_forwarded_packets_reach_the_outside_but_no_host_address_repo_or_direct_
         f"-m addrtype --dst-type LOCAL {reject}",  # the host's addresses, later ones too
         f"-d 10.199.0.0/16 {reject}",  # every repo's namespace and veth
         *(f"-d {cidr} {reject}" for cidr in BLOCKED),  # the host's own networks, metadata
-        "-j ACCEPT",  # the rest: the outside
+    ]  # the rest returns to FORWARD, whose ACCEPT for the veth is appended after the host's rules
+
+
+def test_the_refusals_are_made_again_in_raw_where_no_later_rule_of_the_host_comes_first() -> None:
+    raw = kernelpath.raw_rules(SHORT, kernelpath.slot(3), BLOCKED).splitlines()
+    chain = f"RDC-{SHORT}-RAW"
+    assert (raw[0], raw[1], raw[-1]) == ("*raw", f":{chain} - [0:0]", "COMMIT")
+    assert [line.removeprefix(f"-A {chain} ") for line in raw if line.startswith("-A")] == [
+        "! -s 10.199.0.14/32 -j DROP",
+        "-m addrtype --dst-type LOCAL -j DROP",  # before the host's DNAT: its forwarded ports too
+        "-d 10.199.0.0/16 -j DROP",
+        *(f"-d {cidr} -j DROP" for cidr in BLOCKED),
     ]
 
 
@@ -144,7 +155,9 @@ def test_inside_the_namespace_everything_leaving_by_the_veth_is_masqueraded_and_
     script = kernelpath.inside_rules()
     assert "iptables -t nat -I POSTROUTING 1 -o kpath0 -j MASQUERADE" in script
     assert "iptables -t mangle -I POSTROUTING 1 -o kpath0 -m conntrack --ctstate INVALID -j DROP" in script
-    assert script.count("-C POSTROUTING") == 2  # checked first: written again, nothing doubles
+    drop_new = "-i kpath0 -m conntrack ! --ctstate ESTABLISHED,RELATED -j DROP"
+    assert f"iptables -t mangle -I PREROUTING 1 {drop_new}" in script  # nothing starts a connection in
+    assert script.count(" -C ") == 3  # checked first: written again, nothing doubles
 
 
 def test_nothing_starts_a_connection_into_a_repos_namespace_from_outside() -> None:
@@ -168,10 +181,12 @@ def test_only_the_repos_own_address_is_masqueraded_and_only_outside_the_range() 
 def test_the_jumps_catch_only_the_repos_veth_and_address() -> None:
     into, forward, masq = kernelpath.chain_names(SHORT)
     assert kernelpath.jumps(SHORT, kernelpath.slot(3)) == [
+        ("raw", "PREROUTING", ["-i", f"rdc{SHORT}", "-j", f"RDC-{SHORT}-RAW"]),
         ("filter", "INPUT", ["-i", f"rdc{SHORT}", "-j", into]),
         ("filter", "FORWARD", ["-i", f"rdc{SHORT}", "-j", forward]),
         ("filter", "FORWARD", ["-o", f"rdc{SHORT}", "-j", forward]),
         ("nat", "POSTROUTING", ["-s", "10.199.0.14/32", "-j", masq]),
+        ("filter", "FORWARD", ["-i", f"rdc{SHORT}", "-j", "ACCEPT"]),
     ]
     assert len(kernelpath.veth_name(SHORT)) <= 15  # IFNAMSIZ - 1
 
@@ -181,10 +196,12 @@ def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
     into, forward, masq = kernelpath.chain_names(SHORT)
     nothing = kernelpath.missing_jumps({}, SHORT, at)
     assert nothing == {
+        "raw": [f"-I PREROUTING 1 -i rdc{SHORT} -j RDC-{SHORT}-RAW"],
         "filter": [
             f"-I INPUT 1 -i rdc{SHORT} -j {into}",
             f"-I FORWARD 1 -i rdc{SHORT} -j {forward}",
             f"-I FORWARD 1 -o rdc{SHORT} -j {forward}",
+            f"-A FORWARD -i rdc{SHORT} -j ACCEPT",  # last: the host's own FORWARD rules come first
         ],
         "nat": [f"-I POSTROUTING 1 -s 10.199.0.14/32 -j {masq}"],
     }
@@ -195,12 +212,14 @@ def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
                 "-P INPUT ACCEPT",
                 f"-A INPUT -i rdc{SHORT} -j {into}",
                 f"-A FORWARD -o rdc{SHORT} -j {forward}",
+                f"-A FORWARD -i rdc{SHORT} -j ACCEPT",
                 "",
             ]
         ),
         "nat": f"-A POSTROUTING -s 10.199.0.14/32 -j {masq}\n",
     }
     assert kernelpath.missing_jumps(listed, SHORT, at) == {
+        "raw": [f"-I PREROUTING 1 -i rdc{SHORT} -j RDC-{SHORT}-RAW"],
         "filter": [f"-I FORWARD 1 -i rdc{SHORT} -j {forward}"],
         "nat": [],
     }
