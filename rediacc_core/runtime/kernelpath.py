@@ -332,6 +332,41 @@ def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
     )
 
 
+def tables_of(saved: str) -> dict[str, str]:
+    """`iptables-save` output split per table: each table's rule lines, as `iptables -S` lists them."""
+    tables: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            current = tables.setdefault(line[1:], [])
+        elif line.startswith(("-A ", ":")):
+            current.append(line)
+    return {table: "\n".join(lines) + "\n" for table, lines in tables.items()}
+
+
+def intact(have: Mapping[str, str], short: str, at: Slot, blocked: Sequence[str]) -> bool:
+    """Whether `have` (`tables_of` the host's `iptables-save`) holds every jump of the repo's and
+    its chains with as many rules as `host_rules` and `raw_rules` write: false after a reload of the
+    host's firewall (iptables-restore without --noflush, `iptables -F`), which the watcher mends."""
+    if any(missing_jumps(have, short, at).values()):
+        return False
+    filt, nat = host_rules(short, at, blocked)
+    wanted = {"filter": filt, "nat": nat, "raw": raw_rules(short, at, blocked)}
+    for table, text in wanted.items():
+        listed = have.get(table, "").splitlines()
+        for chain in (line[1:].split()[0] for line in text.splitlines() if line.startswith(":")):
+            count = sum(line.startswith(f"-A {chain} ") for line in text.splitlines())
+            if sum(line.startswith(f"-A {chain} ") for line in listed) != count:
+                return False
+    return True
+
+
+def saved() -> dict[str, str]:
+    """The host's rules now, per table (one `iptables-save`)."""
+    done = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False)
+    return tables_of(done.stdout)
+
+
 def missing_jumps(have: Mapping[str, str], short: str, at: Slot) -> dict[str, list[str]]:
     """iptables-restore lines (per table) adding each jump of the repo's that `have` (each table's
     `iptables -S`) lacks, first in its chain (the FORWARD ACCEPT last): written again, a rule set

@@ -309,6 +309,14 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
             _run(net.enter([iptables, "-I", chain, "1", "-j", CHAIN]))
 
 
+def host_rules_intact(net: RepoNetwork, blocked: Sequence[str]) -> bool:
+    """Whether the repo's chains and jumps on the host are all there (always, on the user path)."""
+    recorded = path_of(net)
+    if recorded is None or recorded[1] is None:
+        return True
+    return kernelpath.intact(kernelpath.saved(), net.short, recorded[1], blocked)
+
+
 def _start_uplink(net: RepoNetwork, *, configure: bool = True) -> None:
     slirp = _tool("slirp4netns")
     net.workdir.mkdir(parents=True, exist_ok=True)

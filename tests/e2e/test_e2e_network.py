@@ -431,6 +431,33 @@ def test_rules_the_host_puts_before_the_repos_let_nothing_refused_through(
                 subprocess.run(["iptables", "-D", rule[0], *rule[2:]], check=False)
 
 
+def test_a_reload_of_the_hosts_firewall_lets_nothing_through_and_the_watcher_writes_it_again(
+    e2e: E2E, host_services: list[Listener]
+) -> None:
+    """The host's tables flushed under a running repo (a firewall reload without --noflush): the
+    namespace's own rules still refuse the host and what only it reaches, and the port keeper's
+    watcher puts the repo's chains and jumps back within seconds."""
+    if _path(e2e.alpha) != "kernel":  # (and on the user path the host's rules are the real host's)
+        pytest.skip("the user path has no rules on the host")
+    short = e2e.alpha.runtime.network.short
+    veth, into = kernelpath.veth_name(short), kernelpath.chain_names(short)[0]
+    with _host_only_server() as (_link, port):
+        raw = kernelpath.raw_chain(short)
+        assert _until(lambda: HOST_ONLY_NET in _host_chain(e2e.alpha, "raw", raw), RULE_DEADLINE)
+        for table in ("raw", "filter", "nat"):
+            subprocess.run(["iptables", "-t", table, "-F"], check=True)  # the forwarding-host's only
+        assert TOKEN not in _fetch(e2e.alpha, "bridge", HOST_ONLY[1], port)
+        for listener in host_services:
+            assert TOKEN not in _fetch(e2e.alpha, "bridge", listener.address, listener.port), listener
+        assert _until(
+            lambda: f"-A INPUT -i {veth} -j {into}" in _host_chain(e2e.alpha, "filter", "INPUT"),
+            RULE_DEADLINE,
+        )
+        assert f"-A PREROUTING -i {veth} -j {raw}" in _host_chain(e2e.alpha, "raw", "PREROUTING")
+        assert HOST_ONLY_NET in _host_chain(e2e.alpha, "raw", raw)
+        assert "written again" in e2e.alpha.runtime.network.ports_log.read_text()
+
+
 def test_containers_take_the_uplinks_mtu_on_every_network(e2e: E2E) -> None:
     # At Docker's usual 1500 a download through the uplink runs at about half the host's rate
     # for twice the uplink's CPU (bench/netns_cost.py); a network given its own MTU keeps it.

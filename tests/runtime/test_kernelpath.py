@@ -239,3 +239,23 @@ def test_the_path_record_reads_back_what_was_written(tmp_path: Path) -> None:
     net.path_record.write_text("kernel 999999\n")  # out of the range: no path
     assert netns.path_of(net) is None
     assert ipaddress.ip_network(kernelpath.RANGE).is_private
+
+
+def test_the_rules_are_intact_only_with_every_jump_and_every_rule_of_the_repos_chains() -> None:
+    at = kernelpath.slot(3)
+    filt, nat = kernelpath.host_rules(SHORT, at, BLOCKED)
+    raw = kernelpath.raw_rules(SHORT, at, BLOCKED)
+    jumps = kernelpath.missing_jumps({}, SHORT, at)
+    saved = "".join(
+        kernelpath.with_lines(
+            text, [line.replace("-I ", "-A ").replace(" 1 ", " ", 1) for line in jumps[table]]
+        )
+        for table, text in (("raw", raw), ("filter", filt), ("nat", nat))
+    )
+    have = kernelpath.tables_of(saved)
+    assert kernelpath.intact(have, SHORT, at, BLOCKED)
+    flushed = dict(have, filter="")  # iptables -F, a reload without --noflush
+    assert not kernelpath.intact(flushed, SHORT, at, BLOCKED)
+    emptied = dict(have, raw="\n".join(line for line in have["raw"].splitlines() if "DROP" not in line))
+    assert not kernelpath.intact(emptied, SHORT, at, BLOCKED)  # the jump there, its chain empty
+    assert not kernelpath.intact(have, SHORT, at, [*BLOCKED, "198.18.0.0/15"])  # a destination since
