@@ -82,13 +82,13 @@ def slot(index: int) -> Slot:
 
 def free_slot(taken: Collection[int], host_networks: Iterable[str]) -> Slot:
     """The lowest slot no repo holds (`taken`) and that overlaps none of `host_networks` (the
-    networks the host reaches directly) more specific than RANGE; the host's own veths' /30s of
-    RANGE are repos' slots, already in `taken`."""
+    networks the host reaches directly) more specific than RANGE. Every one of them counts, a /30
+    too: a veth of a repo whose lease was lost, or anything else's, is in the way all the same (the
+    caller leaves out only the repo's own veth's)."""
     foreign = []
     for cidr in host_networks:
         network = ipaddress.ip_network(cidr)
-        ours = network.prefixlen == SLOT_PREFIX and isinstance(network, ipaddress.IPv4Network)
-        if network.prefixlen >= RANGE.prefixlen and network.overlaps(RANGE) and not ours:
+        if network.prefixlen >= RANGE.prefixlen and network.overlaps(RANGE):
             foreign.append(network)
     for index in range(SLOTS):
         candidate = Slot(index)
@@ -226,9 +226,6 @@ def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[st
     repos.mkdir(parents=True, exist_ok=True)
     with open(repos / ".net-slots.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        own = _lease_of(state_dir)
-        if own is not None:
-            return Slot(own)
         taken = set()
         for other in sorted(repos.glob(f"*/{LEASE}")):
             if other.parent.name not in known:
@@ -237,6 +234,9 @@ def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[st
             index = _lease_of(other.parent)
             if index is not None and other.parent != state_dir:
                 taken.add(index)
+        own = _lease_of(state_dir)
+        if own is not None and own not in taken:  # a lease another repo holds too is taken anew
+            return Slot(own)
         chosen = free_slot(taken, host_networks)
         state_dir.mkdir(parents=True, exist_ok=True)
         lease = state_dir / LEASE

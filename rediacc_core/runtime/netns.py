@@ -283,7 +283,11 @@ def _path_for(net: RepoNetwork, root: Path, forced: str | None = None) -> tuple[
                 f"{net.name} has no state directory to keep its kernel path's slot in", "use net-path=user"
             )
         known = {repo.id for repo in repos.RepoStore(machine).list()}
-        routes = [r.dst for r in _host_routes() if r.table == rtnetlink.RT_TABLE_MAIN]
+        try:  # the repo's own veth (left by an up cut short) holds no other repo's slot
+            own = socket.if_nametoindex(kernelpath.veth_name(net.short))
+        except OSError:
+            own = -1
+        routes = [r.dst for r in _host_routes() if r.table == rtnetlink.RT_TABLE_MAIN and r.oif != own]
         at = kernelpath.allocate(net.state_dir, known, routes)
     net.workdir.mkdir(parents=True, exist_ok=True)
     net.path_record.write_text(f"{path} {at.index}\n" if at is not None else f"{path}\n")

@@ -55,8 +55,20 @@ def test_the_free_slot_is_the_lowest_no_repo_holds_nor_the_host_reaches_directly
     assert kernelpath.free_slot(set(), []).index == 0
     assert kernelpath.free_slot({0, 1, 3}, []).index == 2
     # A network of the host's own inside the range (a VPN's /24) is skipped; a broader route
-    # (10.0.0.0/8 through a gateway) and the repos' own /30s are not in the way.
-    assert kernelpath.free_slot(set(), ["10.199.0.0/24", "10.0.0.0/8", "10.199.1.0/30"]).index == 64
+    # (10.0.0.0/8 through a gateway) is not in the way.
+    assert kernelpath.free_slot(set(), ["10.199.0.0/24", "10.0.0.0/8"]).index == 64
+    # A /30 of the range the host reaches is in the way too (a veth whose repo lost its lease,
+    # or anything else's): only the repo's own veth is left out, by the caller.
+    assert kernelpath.free_slot(set(), ["10.199.0.0/30"]).index == 1
+
+
+def test_a_lease_another_repo_holds_too_is_not_reused(tmp_path: Path) -> None:
+    repos = _repos(tmp_path)
+    first = kernelpath.allocate(repos / "a", {"a", "b"}, [])
+    (repos / "b").mkdir()
+    (repos / "b" / kernelpath.LEASE).write_text(json.dumps({"repo": "b", "slot": first.index}) + "\n")
+    again = kernelpath.allocate(repos / "b", {"a", "b"}, [])
+    assert again != first and kernelpath.allocate(repos / "b", {"a", "b"}, []) == again
 
 
 def test_a_full_range_says_how_to_free_a_slot() -> None:
