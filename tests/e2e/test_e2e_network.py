@@ -572,12 +572,17 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     assert ran.returncode == 0, ran.stderr
 
 
+def _host_chain_all(table: str) -> str:
+    return subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True).stdout
+
+
 def _assert_nothing_on_the_host(short: str) -> None:
-    """No veth of the repo's, and no chain or jump of its in the host's filter and nat tables."""
+    """No veth of the repo's, and no chain or jump of its in the host's raw, filter and nat tables."""
     assert subprocess.run(
         ["ip", "link", "show", "dev", kernelpath.veth_name(short)], capture_output=True
     ).returncode
-    for table in ("filter", "nat"):
+    assert f"-i {kernelpath.veth_name(short)} " not in _host_chain_all("filter")  # the FORWARD ACCEPT
+    for table in ("raw", "filter", "nat"):
         listed = subprocess.run(
             ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True
         ).stdout
@@ -601,6 +606,24 @@ def test_repo_down_removes_what_a_failed_up_left_on_the_host(e2e: E2E, eta: Repo
     again = e2e.rdc("repo", "down", eta.repo.ref)
     assert again.returncode == 0, again.stderr
     assert f"veth {veth}" in again.stdout + again.stderr
+    _assert_nothing_on_the_host(network.short)
+
+
+def test_repo_delete_removes_what_a_failed_up_left_on_the_host(e2e: E2E, eta: RepoEnv) -> None:
+    """A veth and host chains left by a `repo up` cut short go with the repo at `repo delete` too
+    (found by its name), so no orphan keeps a slot's addresses or rules."""
+    network = eta.runtime.network
+    down = e2e.rdc("repo", "down", eta.repo.ref)
+    assert down.returncode == 0, down.stderr
+    if not kernelpath.forwarding():
+        pytest.skip("the host does not forward IPv4: no kernel path to leave anything of")
+    kernelpath.apply(network.short, kernelpath.slot(kernelpath.SLOTS - 1), [])
+    veth = kernelpath.veth_name(network.short)
+    subprocess.run(
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", f"x{network.short}"], check=True
+    )
+    gone = e2e.rdc("repo", "delete", eta.repo.ref, "--yes")
+    assert gone.returncode == 0, gone.stderr
     _assert_nothing_on_the_host(network.short)
 
 
