@@ -9,22 +9,27 @@ kernel's own forwarding, as Docker's and Podman's (netavark) bridges are. Each r
   directory (`net-slot.json`), so it survives restarts, and freed when the repo is deleted (the next
   allocation drops leases of repos that are gone);
 - a veth pair, `rdc<12 of ID>` on the host, INSIDE_DEVICE in the namespace, IPv6 off on both ends;
-- in the host's iptables, chains of its own (`RDC-<12 of ID>-IN/-FWD/-NAT`), jumped to from INPUT,
-  FORWARD and POSTROUTING only for its veth and its address:
-  - IN rejects everything that arrives from the veth for the host itself: no host service, by any
-    of the host's addresses, including those it gains later (nothing is listed, all is refused);
-  - FWD lets out what leaves through the veth except to an address of the host's own (`addrtype
-    LOCAL`, decided per packet, so a later address is covered), to RANGE (every other repo's
-    namespace and veth), to `netns.blocked_destinations` (the networks the host reaches directly:
-    a system Docker's bridges, libvirt's, link-local and the metadata service; `uplinkwatch`
-    writes it again at every change of the host's addresses and routes); into the veth it lets
-    only replies (conntrack ESTABLISHED/RELATED): nothing outside starts a connection to a repo;
-  - NAT masquerades the namespace end's address for what leaves to the outside.
+- in the host's iptables, chains of its own (`RDC-<12 of ID>-RAW/-IN/-FWD/-NAT`), jumped to only
+  for its veth and its address (`jumps`):
+  - RAW (raw PREROUTING, before any filter rule and the host's DNAT, so the host's rules added
+    first later change nothing) drops from the veth a forged source, the host's own addresses
+    (`addrtype LOCAL`), RANGE (every other repo) and `netns.blocked_destinations`;
+  - IN drops a forged source and rejects the rest that comes for the host itself;
+  - FWD drops a forged source and rejects what RAW drops (a refusal that answers at once); into the
+    veth it lets only replies (conntrack ESTABLISHED/RELATED); what is left of the veth's goes on
+    to an ACCEPT appended last in FORWARD, after the host's own rules;
+  - NAT masquerades the namespace end's address for what leaves to the outside;
+- inside the namespace (`inside_rules`, and `netns.uplink_rules` for kpath0): all that leaves by
+  INSIDE_DEVICE masqueraded to its address, INVALID dropped, nothing but replies taken in, the
+  same refusals again. `uplinkwatch` writes the list again at each change of the host's addresses
+  and routes, and every few seconds mends the host's chains and jumps should a reload take them
+  (`intact`).
 
 slirp4netns still runs beside it, unconfigured as a route (`netns`): it carries the published ports
 (the port keeper's forwards) and the DNS forwarder only; the namespace's default route is the veth.
 
-Pure parts (`slot`, `free_slot`, `host_rules`, `jumps`, `missing_jumps`, `choose`) are separate
+Pure parts (`slot`, `free_slot`, `host_rules`, `raw_rules`, `jumps`, `missing_jumps`, `intact`,
+`choose`) are separate
 from the commands that apply them, so the allocation and the rule set are tested without root.
 """
 
