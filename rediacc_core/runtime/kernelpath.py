@@ -40,6 +40,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -194,6 +195,23 @@ def inside_rules() -> str:
     )
 
 
+# IPv6 is off on both ends of every veth; these drop it at the host all the same, for every rdc
+# veth at once (`rdc+`), should a veth's IPv6 come back on. Shared by all repos: never removed.
+IPV6_GUARD = (
+    ("raw", "PREROUTING", ["-i", "rdc+", "-j", "DROP"]),
+    ("filter", "FORWARD", ["-o", "rdc+", "-j", "DROP"]),
+)
+
+
+def _guard_ipv6() -> None:
+    """IPV6_GUARD in the host's ip6tables, each rule once; nothing where the host has no IPv6."""
+    if shutil.which("ip6tables") is None or not Path("/proc/net/if_inet6").exists():
+        return
+    for table, chain, rule in IPV6_GUARD:
+        if not _ok(["ip6tables", "-t", table, "-C", chain, *rule]):
+            _run(["ip6tables", "-t", table, "-I", chain, "1", *rule])
+
+
 def jumps(short: str, at: Slot) -> list[tuple[str, str, list[str]]]:
     """(table, built-in chain, rule) of each jump to the repo's chains: only its veth's packets and
     its address's go there, so no other traffic of the host passes through them."""
@@ -303,6 +321,7 @@ def set_up(
     ipv6 = Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6")
     if ipv6.exists():  # absent where the kernel runs without IPv6 at all
         ipv6.write_text("1\n")
+    _guard_ipv6()
     apply(short, at, blocked)  # the rules before the link is up: nothing passes unruled
     _run(["ip", "-batch", "-"], f"addr replace {at.host}/{SLOT_PREFIX} dev {veth}\nlink set {veth} up\n")
     inside = [

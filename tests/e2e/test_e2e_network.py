@@ -458,6 +458,18 @@ def test_a_reload_of_the_hosts_firewall_lets_nothing_through_and_the_watcher_wri
         assert "written again" in e2e.alpha.runtime.network.ports_log.read_text()
 
 
+def test_the_host_drops_ipv6_to_and_from_every_repos_veth(e2e: E2E) -> None:
+    if _path(e2e.alpha) != "kernel":
+        pytest.skip("the user path has no veth")
+    if not Path("/proc/net/if_inet6").exists():
+        pytest.skip("the host has no IPv6")
+    for table, chain, rule in kernelpath.IPV6_GUARD:
+        listed = subprocess.run(
+            ["ip6tables", "-t", table, "-S", chain], capture_output=True, text=True, check=True
+        )
+        assert f"-A {chain} {' '.join(rule)}" in listed.stdout.splitlines(), listed.stdout
+
+
 def test_containers_take_the_uplinks_mtu_on_every_network(e2e: E2E) -> None:
     # At Docker's usual 1500 a download through the uplink runs at about half the host's rate
     # for twice the uplink's CPU (bench/netns_cost.py); a network given its own MTU keeps it.
