@@ -194,7 +194,7 @@ def delete(ref: str, yes: bool) -> None:
     Examples:
       rdc repo delete gpu-a@localhost --yes
     """
-    from rediacc_core.runtime.lifecycle import running_parts
+    from rediacc_core.runtime.lifecycle import remove_kernel_path, running_parts
 
     machine, found = resolve_ref(ref, Config.load())
     running = running_parts(machine, found)
@@ -215,6 +215,7 @@ def delete(ref: str, yes: bool) -> None:
     from rediacc_core.runtime import filesmount
 
     filesmount.release_repo(machine, found.id, found.ref)  # left by units stopped without `rdc repo down`
+    remove_kernel_path(machine, found)
     dropped = delete_repo(machine, found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 

@@ -9,22 +9,27 @@ kernel's own forwarding, as Docker's and Podman's (netavark) bridges are. Each r
   directory (`net-slot.json`), so it survives restarts, and freed when the repo is deleted (the next
   allocation drops leases of repos that are gone);
 - a veth pair, `rdc<12 of ID>` on the host, INSIDE_DEVICE in the namespace, IPv6 off on both ends;
-- in the host's iptables, chains of its own (`RDC-<12 of ID>-IN/-FWD/-NAT`), jumped to from INPUT,
-  FORWARD and POSTROUTING only for its veth and its address:
-  - IN rejects everything that arrives from the veth for the host itself: no host service, by any
-    of the host's addresses, including those it gains later (nothing is listed, all is refused);
-  - FWD lets out what leaves through the veth except to an address of the host's own (`addrtype
-    LOCAL`, decided per packet, so a later address is covered), to RANGE (every other repo's
-    namespace and veth), to `netns.blocked_destinations` (the networks the host reaches directly:
-    a system Docker's bridges, libvirt's, link-local and the metadata service; `uplinkwatch`
-    writes it again at every change of the host's addresses and routes); into the veth it lets
-    only replies (conntrack ESTABLISHED/RELATED): nothing outside starts a connection to a repo;
-  - NAT masquerades the namespace end's address for what leaves to the outside.
+- in the host's iptables, chains of its own (`RDC-<12 of ID>-RAW/-IN/-FWD/-NAT`), jumped to only
+  for its veth and its address (`jumps`):
+  - RAW (raw PREROUTING, before any filter rule and the host's DNAT, so the host's rules added
+    first later change nothing) drops from the veth a forged source, the host's own addresses
+    (`addrtype LOCAL`), RANGE (every other repo) and `netns.blocked_destinations`;
+  - IN drops a forged source and rejects the rest that comes for the host itself;
+  - FWD drops a forged source and rejects what RAW drops (a refusal that answers at once); into the
+    veth it lets only replies (conntrack ESTABLISHED/RELATED); what is left of the veth's goes on
+    to an ACCEPT appended last in FORWARD, after the host's own rules;
+  - NAT masquerades the namespace end's address for what leaves to the outside;
+- inside the namespace (`inside_rules`, and `netns.uplink_rules` for kpath0): all that leaves by
+  INSIDE_DEVICE masqueraded to its address, INVALID dropped, nothing but replies taken in, the
+  same refusals again. `uplinkwatch` writes the list again at each change of the host's addresses
+  and routes, and every few seconds mends the host's chains and jumps should a reload take them
+  (`intact`).
 
 slirp4netns still runs beside it, unconfigured as a route (`netns`): it carries the published ports
 (the port keeper's forwards) and the DNS forwarder only; the namespace's default route is the veth.
 
-Pure parts (`slot`, `free_slot`, `host_rules`, `jumps`, `missing_jumps`, `choose`) are separate
+Pure parts (`slot`, `free_slot`, `host_rules`, `raw_rules`, `jumps`, `missing_jumps`, `intact`,
+`choose`) are separate
 from the commands that apply them, so the allocation and the rule set are tested without root.
 """
 
@@ -35,6 +40,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +56,7 @@ LEASE = "net-slot.json"
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
 PATHS = ("auto", "kernel", "user")
 KERNEL, USER = "kernel", "user"
+TABLES = ("raw", "filter", "nat")
 _REJECT = ["-j", "REJECT", "--reject-with", "icmp-admin-prohibited"]
 
 
@@ -81,13 +88,13 @@ def slot(index: int) -> Slot:
 
 def free_slot(taken: Collection[int], host_networks: Iterable[str]) -> Slot:
     """The lowest slot no repo holds (`taken`) and that overlaps none of `host_networks` (the
-    networks the host reaches directly) more specific than RANGE; the host's own veths' /30s of
-    RANGE are repos' slots, already in `taken`."""
+    networks the host reaches directly) more specific than RANGE. Every one of them counts, a /30
+    too: a veth of a repo whose lease was lost, or anything else's, is in the way all the same (the
+    caller leaves out only the repo's own veth's)."""
     foreign = []
     for cidr in host_networks:
         network = ipaddress.ip_network(cidr)
-        ours = network.prefixlen == SLOT_PREFIX and isinstance(network, ipaddress.IPv4Network)
-        if network.prefixlen >= RANGE.prefixlen and network.overlaps(RANGE) and not ours:
+        if network.prefixlen >= RANGE.prefixlen and network.overlaps(RANGE):
             foreign.append(network)
     for index in range(SLOTS):
         candidate = Slot(index)
@@ -132,13 +139,18 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
     veth = veth_name(short)
     into, forward, nat = chain_names(short)
     filt = ["*filter", f":{into} - [0:0]", f":{forward} - [0:0]"]
+    # A source other than the namespace end's is forged (a container with NET_RAW, Docker's
+    # default): dropped first, silently (no ICMP to the forged source), before any rule that could
+    # let it out or through another repo's masquerade.
+    filt.append(f"-A {into} ! -s {at.inside}/32 -j DROP")
     filt.append(" ".join(["-A", into, *_REJECT]))
+    filt.append(f"-A {forward} -i {veth} ! -s {at.inside}/32 -j DROP")
     filt.append(f"-A {forward} -o {veth} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
     filt.append(" ".join(["-A", forward, "-o", veth, *_REJECT]))
     out = ["-A", forward, "-i", veth]
     filt.append(" ".join([*out, "-m", "addrtype", "--dst-type", "LOCAL", *_REJECT]))
     filt += [" ".join([*out, "-d", cidr, *_REJECT]) for cidr in [str(RANGE), *blocked]]
-    filt += [" ".join([*out, "-j", "ACCEPT"]), "COMMIT", ""]
+    filt += ["COMMIT", ""]  # what is left returns to FORWARD: its ACCEPT is a jump appended last
     nat_rules = [
         "*nat",
         f":{nat} - [0:0]",
@@ -149,16 +161,69 @@ def host_rules(short: str, at: Slot, blocked: Sequence[str]) -> tuple[str, str]:
     return "\n".join(filt), "\n".join(nat_rules)
 
 
+def raw_chain(short: str) -> str:
+    return f"RDC-{short}-RAW"
+
+
+def raw_rules(short: str, at: Slot, blocked: Sequence[str]) -> str:
+    """iptables-restore input of the raw table: the refusals again, where no rule of the host's
+    comes before them (raw PREROUTING is the first look at a packet, before the host's DNAT and
+    any ACCEPT of its filter's, however they are ordered later). Dropped, since raw cannot reject:
+    the filter chains' REJECTs answer first what is not forged, on a host whose rules are as rdc
+    wrote them."""
+    chain = raw_chain(short)
+    lines = ["*raw", f":{chain} - [0:0]", f"-A {chain} ! -s {at.inside}/32 -j DROP"]
+    lines.append(f"-A {chain} -m addrtype --dst-type LOCAL -j DROP")  # DNAT'd host services too
+    lines += [f"-A {chain} -d {cidr} -j DROP" for cidr in [str(RANGE), *blocked]]
+    return "\n".join([*lines, "COMMIT", ""])
+
+
+def inside_rules() -> str:
+    """`sh` commands, run inside the namespace, that add (once) its own half of the refusal of
+    forged sources: everything leaving through INSIDE_DEVICE is masqueraded to the namespace end's
+    address, whatever source a container wrote, and what conntrack finds INVALID (no connection it
+    could map back) is dropped there, in `mangle`, which the repo's dockerd never writes."""
+    rules = [
+        ("nat", "POSTROUTING", f"-o {INSIDE_DEVICE} -j MASQUERADE"),
+        ("mangle", "POSTROUTING", f"-o {INSIDE_DEVICE} -m conntrack --ctstate INVALID -j DROP"),
+        # Nothing from the host's side starts a connection in, whatever the host's rules are then.
+        ("mangle", "PREROUTING", f"-i {INSIDE_DEVICE} -m conntrack ! --ctstate ESTABLISHED,RELATED -j DROP"),
+    ]
+    return " && ".join(
+        f"{{ iptables -t {table} -C {chain} {rule} 2>/dev/null || iptables -t {table} -I {chain} 1 {rule}; }}"
+        for table, chain, rule in rules
+    )
+
+
+# IPv6 is off on both ends of every veth; these drop it at the host all the same, for every rdc
+# veth at once (`rdc+`), should a veth's IPv6 come back on. Shared by all repos: never removed.
+IPV6_GUARD = (
+    ("raw", "PREROUTING", ["-i", "rdc+", "-j", "DROP"]),
+    ("filter", "FORWARD", ["-o", "rdc+", "-j", "DROP"]),
+)
+
+
+def _guard_ipv6() -> None:
+    """IPV6_GUARD in the host's ip6tables, each rule once; nothing where the host has no IPv6."""
+    if shutil.which("ip6tables") is None or not Path("/proc/net/if_inet6").exists():
+        return
+    for table, chain, rule in IPV6_GUARD:
+        if not _ok(["ip6tables", "-t", table, "-C", chain, *rule]):
+            _run(["ip6tables", "-t", table, "-I", chain, "1", *rule])
+
+
 def jumps(short: str, at: Slot) -> list[tuple[str, str, list[str]]]:
     """(table, built-in chain, rule) of each jump to the repo's chains: only its veth's packets and
     its address's go there, so no other traffic of the host passes through them."""
     veth = veth_name(short)
     into, forward, nat = chain_names(short)
     return [
+        ("raw", "PREROUTING", ["-i", veth, "-j", raw_chain(short)]),
         ("filter", "INPUT", ["-i", veth, "-j", into]),
         ("filter", "FORWARD", ["-i", veth, "-j", forward]),
         ("filter", "FORWARD", ["-o", veth, "-j", forward]),
         ("nat", "POSTROUTING", ["-s", f"{at.inside}/32", "-j", nat]),
+        ("filter", "FORWARD", ["-i", veth, "-j", "ACCEPT"]),  # appended: the host's rules come first
     ]
 
 
@@ -184,9 +249,6 @@ def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[st
     repos.mkdir(parents=True, exist_ok=True)
     with open(repos / ".net-slots.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        own = _lease_of(state_dir)
-        if own is not None:
-            return Slot(own)
         taken = set()
         for other in sorted(repos.glob(f"*/{LEASE}")):
             if other.parent.name not in known:
@@ -195,6 +257,9 @@ def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[st
             index = _lease_of(other.parent)
             if index is not None and other.parent != state_dir:
                 taken.add(index)
+        own = _lease_of(state_dir)
+        if own is not None and own not in taken:  # a lease another repo holds too is taken anew
+            return Slot(own)
         chosen = free_slot(taken, host_networks)
         state_dir.mkdir(parents=True, exist_ok=True)
         lease = state_dir / LEASE
@@ -256,6 +321,7 @@ def set_up(
     ipv6 = Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6")
     if ipv6.exists():  # absent where the kernel runs without IPv6 at all
         ipv6.write_text("1\n")
+    _guard_ipv6()
     apply(short, at, blocked)  # the rules before the link is up: nothing passes unruled
     _run(["ip", "-batch", "-"], f"addr replace {at.host}/{SLOT_PREFIX} dev {veth}\nlink set {veth} up\n")
     inside = [
@@ -266,33 +332,74 @@ def set_up(
     ]
     knob = f"/proc/sys/net/ipv6/conf/{INSIDE_DEVICE}/disable_ipv6"
     ipv6_off = f"{{ [ ! -e {knob} ] || echo 1 > {knob}; }}"
-    _run([*enter, "sh", "-c", f"{ipv6_off} && exec ip -batch -"], "\n".join(inside) + "\n")
+    script = f"{ipv6_off} && {inside_rules()} && exec ip -batch -"
+    _run([*enter, "sh", "-c", script], "\n".join(inside) + "\n")
 
 
 def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
     """Write the repo's chains and whichever of its jumps is missing, atomically per table (one
     iptables-restore; the jumps are looked up in one listing per table)."""
     filt, nat = host_rules(short, at, blocked)
+    raw = raw_rules(short, at, blocked)
     have = {
         table: subprocess.run(
             ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False
         ).stdout
-        for table in ("filter", "nat")
+        for table in TABLES
     }
     missing = missing_jumps(have, short, at)
     _run(
         ["iptables-restore", "--noflush"],
-        with_lines(filt, missing["filter"]) + with_lines(nat, missing["nat"]),
+        with_lines(raw, missing["raw"])
+        + with_lines(filt, missing["filter"])
+        + with_lines(nat, missing["nat"]),
     )
 
 
+def tables_of(saved: str) -> dict[str, str]:
+    """`iptables-save` output split per table: each table's rule lines, as `iptables -S` lists them."""
+    tables: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            current = tables.setdefault(line[1:], [])
+        elif line.startswith(("-A ", ":")):
+            current.append(line)
+    return {table: "\n".join(lines) + "\n" for table, lines in tables.items()}
+
+
+def intact(have: Mapping[str, str], short: str, at: Slot, blocked: Sequence[str]) -> bool:
+    """Whether `have` (`tables_of` the host's `iptables-save`) holds every jump of the repo's and
+    its chains with as many rules as `host_rules` and `raw_rules` write: false after a reload of the
+    host's firewall (iptables-restore without --noflush, `iptables -F`), which the watcher mends."""
+    if any(missing_jumps(have, short, at).values()):
+        return False
+    filt, nat = host_rules(short, at, blocked)
+    wanted = {"filter": filt, "nat": nat, "raw": raw_rules(short, at, blocked)}
+    for table, text in wanted.items():
+        listed = have.get(table, "").splitlines()
+        for chain in (line[1:].split()[0] for line in text.splitlines() if line.startswith(":")):
+            count = sum(line.startswith(f"-A {chain} ") for line in text.splitlines())
+            if sum(line.startswith(f"-A {chain} ") for line in listed) != count:
+                return False
+    return True
+
+
+def saved() -> dict[str, str]:
+    """The host's rules now, per table (one `iptables-save`)."""
+    done = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False)
+    return tables_of(done.stdout)
+
+
 def missing_jumps(have: Mapping[str, str], short: str, at: Slot) -> dict[str, list[str]]:
-    """iptables-restore lines (per table) inserting, first in its chain, each jump of the repo's
-    that `have` (each table's `iptables -S`) lacks: written again, a rule set gains no duplicate."""
-    missing: dict[str, list[str]] = {"filter": [], "nat": []}
+    """iptables-restore lines (per table) adding each jump of the repo's that `have` (each table's
+    `iptables -S`) lacks, first in its chain (the FORWARD ACCEPT last): written again, a rule set
+    gains no duplicate."""
+    missing: dict[str, list[str]] = {table: [] for table in TABLES}
     for table, chain, rule in jumps(short, at):
         if " ".join(["-A", chain, *rule]) not in have.get(table, "").splitlines():
-            missing[table].append(" ".join(["-I", chain, "1", *rule]))
+            where = ["-A", chain] if rule[-1] == "ACCEPT" else ["-I", chain, "1"]
+            missing[table].append(" ".join([*where, *rule]))
     return missing
 
 
@@ -313,23 +420,26 @@ def tear_down(short: str) -> list[str]:
     into, forward, nat = chain_names(short)
     rules = 0
     for table, chain, target in (
+        ("raw", "PREROUTING", raw_chain(short)),
         ("filter", "INPUT", into),
         ("filter", "FORWARD", forward),
+        ("filter", "FORWARD", f"ACCEPT@{veth}"),
         ("nat", "POSTROUTING", nat),
     ):
         listed = subprocess.run(
             ["iptables", "-t", table, "-S", chain], capture_output=True, text=True, check=False
         )
         for line in listed.stdout.splitlines():
-            if line.endswith(f"-j {target}") and line.startswith(f"-A {chain} "):
+            accept = line == f"-A {chain} -i {veth} -j ACCEPT" and target == f"ACCEPT@{veth}"
+            if accept or (line.endswith(f"-j {target}") and line.startswith(f"-A {chain} ")):
                 with contextlib.suppress(ToolError):
                     _run(["iptables", "-t", table, "-D", *line.split()[1:]])
                     rules += 1
-    for table, chain in (("filter", into), ("filter", forward), ("nat", nat)):
+    for table, chain in (("raw", raw_chain(short)), ("filter", into), ("filter", forward), ("nat", nat)):
         if _ok(["iptables", "-t", table, "-S", chain]):
             _run(["iptables", "-t", table, "-F", chain])
             _run(["iptables", "-t", table, "-X", chain])
             rules += 1
     if rules:
-        removed.append(f"host firewall chains {into}, {forward}, {nat}")
+        removed.append(f"host firewall chains {raw_chain(short)}, {into}, {forward}, {nat}")
     return removed

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -30,7 +31,7 @@ from rediacc_core import pids
 from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import AUDIT_LOG, Repo, RepoStore, repo_state_dir
-from rediacc_core.runtime import daemon, netns, process
+from rediacc_core.runtime import daemon, kernelpath, netns, process
 from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
 from rediacc_core.runtime.process import Child, interrupts_deferred
 
@@ -307,6 +308,15 @@ def _parts(runtime: RepoRuntime) -> list[Child]:
         paths, net = runtime.daemon_paths, runtime.network
         children += [paths.dockerd, paths.containerd, net.uplink, net.keeper]
     return children
+
+
+def remove_kernel_path(machine: Machine, repo: Repo) -> list[str]:
+    """The repo's veth and host chains, should an `rdc repo up` cut short have left them (found by
+    name, as `repo down` finds them), at `rdc repo delete`: nothing of a deleted repo keeps its
+    slot's addresses or rules. Returns what it removed."""
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return []
+    return kernelpath.tear_down(runtime_for(machine, repo).network.short)
 
 
 def running_parts(machine: Machine, repo: Repo) -> list[str]:

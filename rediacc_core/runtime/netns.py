@@ -173,6 +173,13 @@ def uplink_rules(blocked: Sequence[str]) -> str:
         f"-A {CHAIN} -o {UPLINK_DEVICE} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited"
         for cidr in blocked
     ]
+    # The kernel path's veth refuses the same, and every repo's range, here too: should the host's
+    # firewall lose the repo's chains (a reload), this namespace still lets none of it out. (No
+    # such device on the user path: the rules then match nothing.)
+    lines += [
+        f"-A {CHAIN} -o {kernelpath.INSIDE_DEVICE} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited"
+        for cidr in [str(kernelpath.RANGE), *blocked]
+    ]
     return "\n".join([*lines, "COMMIT", ""])
 
 
@@ -276,7 +283,11 @@ def _path_for(net: RepoNetwork, root: Path, forced: str | None = None) -> tuple[
                 f"{net.name} has no state directory to keep its kernel path's slot in", "use net-path=user"
             )
         known = {repo.id for repo in repos.RepoStore(machine).list()}
-        routes = [r.dst for r in _host_routes() if r.table == rtnetlink.RT_TABLE_MAIN]
+        try:  # the repo's own veth (left by an up cut short) holds no other repo's slot
+            own = socket.if_nametoindex(kernelpath.veth_name(net.short))
+        except OSError:
+            own = -1
+        routes = [r.dst for r in _host_routes() if r.table == rtnetlink.RT_TABLE_MAIN and r.oif != own]
         at = kernelpath.allocate(net.state_dir, known, routes)
     net.workdir.mkdir(parents=True, exist_ok=True)
     net.path_record.write_text(f"{path} {at.index}\n" if at is not None else f"{path}\n")
@@ -300,6 +311,14 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
         jump = [chain, "-j", CHAIN]
         if subprocess.run(net.enter([iptables, "-C", *jump]), capture_output=True).returncode != 0:
             _run(net.enter([iptables, "-I", chain, "1", "-j", CHAIN]))
+
+
+def host_rules_intact(net: RepoNetwork, blocked: Sequence[str]) -> bool:
+    """Whether the repo's chains and jumps on the host are all there (always, on the user path)."""
+    recorded = path_of(net)
+    if recorded is None or recorded[1] is None:
+        return True
+    return kernelpath.intact(kernelpath.saved(), net.short, recorded[1], blocked)
 
 
 def _start_uplink(net: RepoNetwork, *, configure: bool = True) -> None:

@@ -9,6 +9,10 @@ again (one `iptables-restore`, atomic) when its destinations changed. It also wr
 start, for what changed between `bring_up` and the subscription. A destination the host no longer
 has is no longer refused: it is then like any address outside the host.
 
+On the kernel path it also looks every CHECK seconds that the host still holds the repo's chains
+and jumps (`netns.host_rules_intact`): a reload of the host's firewall that took them is mended
+within that time, and meanwhile the namespace's own rules refuse the same destinations.
+
 IPv6 changes are not followed: the uplink carries no IPv6 (`netns.blocked_destinations`).
 
 Nothing stops the thread: any failure (the socket, a dump, iptables) is logged and it starts
@@ -29,6 +33,7 @@ from rediacc_core.runtime import netns, rtnetlink
 GROUPS = rtnetlink.RTMGRP_IPV4_IFADDR | rtnetlink.RTMGRP_IPV4_ROUTE
 SETTLE = 0.05  # one change comes as several messages (an address, then its routes): applied once
 RETRY = 1.0  # seconds before starting again after a failure
+CHECK = 2.0  # seconds between looks at the host's rules, on the kernel path, when nothing changes
 
 Log = Callable[[str], None]
 
@@ -50,11 +55,13 @@ def changes(before: Sequence[str] | None, after: Sequence[str]) -> str:
 def _wait_for_change(events: socket.socket) -> None:
     """Until the kernel announces an address or route change (or says it dropped some), then
     until it has said all of it."""
-    events.settimeout(None)
+    events.settimeout(CHECK)
     while True:
         try:
             if any(m.kind in rtnetlink.CHANGES for m in rtnetlink.receive(events)):
                 break
+        except TimeoutError:
+            return  # no change: time to see that the host still has the repo's rules
         except OSError as exc:
             if exc.errno == errno.ENOBUFS:  # changes were dropped: read the whole state again
                 break
@@ -83,6 +90,9 @@ def follow(net: netns.RepoNetwork, log: Log) -> None:
                         netns.apply_rules(net, blocked)
                         log(changes(applied, blocked))
                         applied, said = blocked, ""
+                    elif not netns.host_rules_intact(net, blocked):
+                        netns.apply_rules(net, blocked)
+                        log("host rules: the repo's chains or jumps were gone (a reload?); written again")
                     _wait_for_change(events)
         except Exception as exc:  # never stops: a new subscription and a whole read, written whole
             failure = f"uplink rules: following the host failed: {type(exc).__name__}: {exc}; trying again"

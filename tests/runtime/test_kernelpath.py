@@ -55,8 +55,20 @@ def test_the_free_slot_is_the_lowest_no_repo_holds_nor_the_host_reaches_directly
     assert kernelpath.free_slot(set(), []).index == 0
     assert kernelpath.free_slot({0, 1, 3}, []).index == 2
     # A network of the host's own inside the range (a VPN's /24) is skipped; a broader route
-    # (10.0.0.0/8 through a gateway) and the repos' own /30s are not in the way.
-    assert kernelpath.free_slot(set(), ["10.199.0.0/24", "10.0.0.0/8", "10.199.1.0/30"]).index == 64
+    # (10.0.0.0/8 through a gateway) is not in the way.
+    assert kernelpath.free_slot(set(), ["10.199.0.0/24", "10.0.0.0/8"]).index == 64
+    # A /30 of the range the host reaches is in the way too (a veth whose repo lost its lease,
+    # or anything else's): only the repo's own veth is left out, by the caller.
+    assert kernelpath.free_slot(set(), ["10.199.0.0/30"]).index == 1
+
+
+def test_a_lease_another_repo_holds_too_is_not_reused(tmp_path: Path) -> None:
+    repos = _repos(tmp_path)
+    first = kernelpath.allocate(repos / "a", {"a", "b"}, [])
+    (repos / "b").mkdir()
+    (repos / "b" / kernelpath.LEASE).write_text(json.dumps({"repo": "b", "slot": first.index}) + "\n")
+    again = kernelpath.allocate(repos / "b", {"a", "b"}, [])
+    assert again != first and kernelpath.allocate(repos / "b", {"a", "b"}, []) == again
 
 
 def test_a_full_range_says_how_to_free_a_slot() -> None:
@@ -121,7 +133,8 @@ def test_nothing_from_the_veth_reaches_the_host_itself_by_any_address() -> None:
     filt, _ = _rules()
     into = kernelpath.chain_names(SHORT)[0]
     assert [line for line in filt if line.startswith(f"-A {into} ")] == [
-        f"-A {into} -j REJECT --reject-with icmp-admin-prohibited"
+        f"-A {into} ! -s 10.199.0.14/32 -j DROP",  # a forged source gets no ICMP
+        f"-A {into} -j REJECT --reject-with icmp-admin-prohibited",
     ]
 
 
@@ -131,11 +144,32 @@ def test_forwarded_packets_reach_the_outside_but_no_host_address_repo_or_direct_
     out = [line.removeprefix(f"-A {forward} -i rdc{SHORT} ") for line in filt if f"-i rdc{SHORT} " in line]
     reject = "-j REJECT --reject-with icmp-admin-prohibited"
     assert out == [
+        "! -s 10.199.0.14/32 -j DROP",  # first: a forged source goes nowhere, silently
         f"-m addrtype --dst-type LOCAL {reject}",  # the host's addresses, later ones too
         f"-d 10.199.0.0/16 {reject}",  # every repo's namespace and veth
         *(f"-d {cidr} {reject}" for cidr in BLOCKED),  # the host's own networks, metadata
-        "-j ACCEPT",  # the rest: the outside
+    ]  # the rest returns to FORWARD, whose ACCEPT for the veth is appended after the host's rules
+
+
+def test_the_refusals_are_made_again_in_raw_where_no_later_rule_of_the_host_comes_first() -> None:
+    raw = kernelpath.raw_rules(SHORT, kernelpath.slot(3), BLOCKED).splitlines()
+    chain = f"RDC-{SHORT}-RAW"
+    assert (raw[0], raw[1], raw[-1]) == ("*raw", f":{chain} - [0:0]", "COMMIT")
+    assert [line.removeprefix(f"-A {chain} ") for line in raw if line.startswith("-A")] == [
+        "! -s 10.199.0.14/32 -j DROP",
+        "-m addrtype --dst-type LOCAL -j DROP",  # before the host's DNAT: its forwarded ports too
+        "-d 10.199.0.0/16 -j DROP",
+        *(f"-d {cidr} -j DROP" for cidr in BLOCKED),
     ]
+
+
+def test_inside_the_namespace_everything_leaving_by_the_veth_is_masqueraded_and_invalid_dropped() -> None:
+    script = kernelpath.inside_rules()
+    assert "iptables -t nat -I POSTROUTING 1 -o kpath0 -j MASQUERADE" in script
+    assert "iptables -t mangle -I POSTROUTING 1 -o kpath0 -m conntrack --ctstate INVALID -j DROP" in script
+    drop_new = "-i kpath0 -m conntrack ! --ctstate ESTABLISHED,RELATED -j DROP"
+    assert f"iptables -t mangle -I PREROUTING 1 {drop_new}" in script  # nothing starts a connection in
+    assert script.count(" -C ") == 3  # checked first: written again, nothing doubles
 
 
 def test_nothing_starts_a_connection_into_a_repos_namespace_from_outside() -> None:
@@ -159,10 +193,12 @@ def test_only_the_repos_own_address_is_masqueraded_and_only_outside_the_range() 
 def test_the_jumps_catch_only_the_repos_veth_and_address() -> None:
     into, forward, masq = kernelpath.chain_names(SHORT)
     assert kernelpath.jumps(SHORT, kernelpath.slot(3)) == [
+        ("raw", "PREROUTING", ["-i", f"rdc{SHORT}", "-j", f"RDC-{SHORT}-RAW"]),
         ("filter", "INPUT", ["-i", f"rdc{SHORT}", "-j", into]),
         ("filter", "FORWARD", ["-i", f"rdc{SHORT}", "-j", forward]),
         ("filter", "FORWARD", ["-o", f"rdc{SHORT}", "-j", forward]),
         ("nat", "POSTROUTING", ["-s", "10.199.0.14/32", "-j", masq]),
+        ("filter", "FORWARD", ["-i", f"rdc{SHORT}", "-j", "ACCEPT"]),
     ]
     assert len(kernelpath.veth_name(SHORT)) <= 15  # IFNAMSIZ - 1
 
@@ -172,10 +208,12 @@ def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
     into, forward, masq = kernelpath.chain_names(SHORT)
     nothing = kernelpath.missing_jumps({}, SHORT, at)
     assert nothing == {
+        "raw": [f"-I PREROUTING 1 -i rdc{SHORT} -j RDC-{SHORT}-RAW"],
         "filter": [
             f"-I INPUT 1 -i rdc{SHORT} -j {into}",
             f"-I FORWARD 1 -i rdc{SHORT} -j {forward}",
             f"-I FORWARD 1 -o rdc{SHORT} -j {forward}",
+            f"-A FORWARD -i rdc{SHORT} -j ACCEPT",  # last: the host's own FORWARD rules come first
         ],
         "nat": [f"-I POSTROUTING 1 -s 10.199.0.14/32 -j {masq}"],
     }
@@ -186,12 +224,14 @@ def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
                 "-P INPUT ACCEPT",
                 f"-A INPUT -i rdc{SHORT} -j {into}",
                 f"-A FORWARD -o rdc{SHORT} -j {forward}",
+                f"-A FORWARD -i rdc{SHORT} -j ACCEPT",
                 "",
             ]
         ),
         "nat": f"-A POSTROUTING -s 10.199.0.14/32 -j {masq}\n",
     }
     assert kernelpath.missing_jumps(listed, SHORT, at) == {
+        "raw": [f"-I PREROUTING 1 -i rdc{SHORT} -j RDC-{SHORT}-RAW"],
         "filter": [f"-I FORWARD 1 -i rdc{SHORT} -j {forward}"],
         "nat": [],
     }
@@ -211,3 +251,23 @@ def test_the_path_record_reads_back_what_was_written(tmp_path: Path) -> None:
     net.path_record.write_text("kernel 999999\n")  # out of the range: no path
     assert netns.path_of(net) is None
     assert ipaddress.ip_network(kernelpath.RANGE).is_private
+
+
+def test_the_rules_are_intact_only_with_every_jump_and_every_rule_of_the_repos_chains() -> None:
+    at = kernelpath.slot(3)
+    filt, nat = kernelpath.host_rules(SHORT, at, BLOCKED)
+    raw = kernelpath.raw_rules(SHORT, at, BLOCKED)
+    jumps = kernelpath.missing_jumps({}, SHORT, at)
+    saved = "".join(
+        kernelpath.with_lines(
+            text, [line.replace("-I ", "-A ").replace(" 1 ", " ", 1) for line in jumps[table]]
+        )
+        for table, text in (("raw", raw), ("filter", filt), ("nat", nat))
+    )
+    have = kernelpath.tables_of(saved)
+    assert kernelpath.intact(have, SHORT, at, BLOCKED)
+    flushed = dict(have, filter="")  # iptables -F, a reload without --noflush
+    assert not kernelpath.intact(flushed, SHORT, at, BLOCKED)
+    emptied = dict(have, raw="\n".join(line for line in have["raw"].splitlines() if "DROP" not in line))
+    assert not kernelpath.intact(emptied, SHORT, at, BLOCKED)  # the jump there, its chain empty
+    assert not kernelpath.intact(have, SHORT, at, [*BLOCKED, "198.18.0.0/15"])  # a destination since

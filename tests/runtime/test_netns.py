@@ -102,6 +102,10 @@ def test_the_rules_replace_the_chain_in_one_step() -> None:
     assert f":{netns.CHAIN} - [0:0]" in lines  # declared: iptables-restore --noflush empties it first
     # Only on the way out through the uplink: the repo's own bridges may use any subnet.
     assert f"-A {netns.CHAIN} -o tap0 -d 192.0.2.2/32 -j REJECT --reject-with icmp-admin-prohibited" in lines
+    # The kernel path's veth too, and every repo's range: the namespace refuses them itself, should
+    # the host's firewall lose the repo's chains.
+    for cidr in ("10.199.0.0/16", "169.254.0.0/16", "192.0.2.2/32"):
+        assert f"-A {netns.CHAIN} -o kpath0 -d {cidr} -j REJECT --reject-with icmp-admin-prohibited" in lines
 
 
 def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() -> None:
