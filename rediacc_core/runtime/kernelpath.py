@@ -86,17 +86,18 @@ def slot(index: int) -> Slot:
     return Slot(index)
 
 
-def free_slot(taken: Collection[int], host_networks: Iterable[str]) -> Slot:
-    """The lowest slot no repo holds (`taken`) and that overlaps none of `host_networks` (the
-    networks the host reaches directly) more specific than RANGE. Every one of them counts, a /30
-    too: a veth of a repo whose lease was lost, or anything else's, is in the way all the same (the
-    caller leaves out only the repo's own veth's)."""
+def free_slot(taken: Collection[int], host_networks: Iterable[str], start: int = 0) -> Slot:
+    """The first slot from `start` on (wrapping round) that no repo holds (`taken`) and that
+    overlaps none of `host_networks` (the networks the host reaches directly) more specific than
+    RANGE. Every one of them counts, a /30 too: a veth of a repo whose lease was lost, or anything
+    else's, is in the way all the same (the caller leaves out only the repo's own veth's)."""
     foreign = []
     for cidr in host_networks:
         network = ipaddress.ip_network(cidr)
         if network.prefixlen >= RANGE.prefixlen and network.overlaps(RANGE):
             foreign.append(network)
-    for index in range(SLOTS):
+    for step in range(SLOTS):
+        index = (start + step) % SLOTS
         candidate = Slot(index)
         if index not in taken and not any(candidate.network.overlaps(n) for n in foreign):
             return candidate
@@ -242,9 +243,12 @@ def _lease_of(state_dir: Path) -> int | None:
 
 
 def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[str]) -> Slot:
-    """The repo's slot: the one its state holds, else the lowest free one, recorded there. Under a
-    lock beside the repos' state directories, so two `rdc repo up` at once never take one slot;
-    leases of repos no longer `known` (deleted) are removed, which frees their slots."""
+    """The repo's slot: the one its state holds, else the next free one after the slot handed out
+    last, recorded there. Under a lock beside the repos' state directories, so two `rdc repo up` at
+    once never take one slot; leases of repos no longer `known` (deleted) are removed, which frees
+    their slots. Freed slots come round again only after every other one: the host's connection
+    tracking may still hold a deleted repo's flows (an established TCP flow for days), and their
+    replies must not reach a new repo given the same address soon after."""
     repos = state_dir.parent
     repos.mkdir(parents=True, exist_ok=True)
     with open(repos / ".net-slots.lock", "a") as lock:
@@ -260,7 +264,13 @@ def allocate(state_dir: Path, known: Collection[str], host_networks: Iterable[st
         own = _lease_of(state_dir)
         if own is not None and own not in taken:  # a lease another repo holds too is taken anew
             return Slot(own)
-        chosen = free_slot(taken, host_networks)
+        cursor = repos / ".net-slots.next"
+        try:
+            start = int(cursor.read_text()) % SLOTS
+        except (OSError, ValueError):
+            start = 0
+        chosen = free_slot(taken, host_networks, start)
+        cursor.write_text(f"{(chosen.index + 1) % SLOTS}\n")
         state_dir.mkdir(parents=True, exist_ok=True)
         lease = state_dir / LEASE
         lease.with_suffix(".tmp").write_text(

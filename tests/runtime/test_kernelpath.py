@@ -94,12 +94,26 @@ def test_repos_get_different_slots_and_each_keeps_its_own_across_restarts(tmp_pa
     assert json.loads((a / kernelpath.LEASE).read_text()) == {"repo": "aaaa", "slot": first.index}
 
 
-def test_a_deleted_repos_slot_is_freed_and_its_lease_removed(tmp_path: Path) -> None:
+def test_a_deleted_repos_slot_is_freed_and_comes_round_again_only_after_every_other(
+    tmp_path: Path,
+) -> None:
+    # The host's connection tracking may still hold the deleted repo's flows: their replies must
+    # not reach the next repo up, so a freed slot is handed out again only after all the others.
     repos = _repos(tmp_path)
     gone = kernelpath.allocate(repos / "gone", {"gone"}, [])
-    again = kernelpath.allocate(repos / "new", {"new"}, [])
-    assert again == gone
+    new = kernelpath.allocate(repos / "new", {"new"}, [])
     assert not (repos / "gone" / kernelpath.LEASE).exists()
+    assert new.index == gone.index + 1
+    (repos / ".net-slots.next").write_text(f"{kernelpath.SLOTS - 1}\n")  # every slot handed out once
+    last = kernelpath.allocate(repos / "last", {"new", "last"}, [])
+    wrapped = kernelpath.allocate(repos / "wrapped", {"new", "last", "wrapped"}, [])
+    assert (last.index, wrapped.index) == (kernelpath.SLOTS - 1, gone.index)
+
+
+def test_the_free_slot_search_starts_where_it_is_told_and_wraps_round() -> None:
+    assert kernelpath.free_slot({5}, [], start=5).index == 6
+    assert kernelpath.free_slot(set(), [], start=kernelpath.SLOTS - 1).index == kernelpath.SLOTS - 1
+    assert kernelpath.free_slot({kernelpath.SLOTS - 1}, [], start=kernelpath.SLOTS - 1).index == 0
 
 
 def test_a_forks_copied_lease_holds_nothing(tmp_path: Path) -> None:
