@@ -274,13 +274,16 @@ def main() -> int:
         running, _ = start_all(root, base, nets)
         # The bench's server stands for the outside: the rules against the host's address lifted
         # (the uplink's; the kernel path's jump for what comes to the host itself), and the
-        # keepers, whose watchers would write them again at the host bridge's creation, stopped.
+        # keepers, whose watchers would write them again at the host bridge's creation, stopped; the
+        # kernel path's raw chain, which drops what goes to the host's own addresses, unjumped.
         for net in nets.values():
             net.keeper.stop(netns.PROCESS_STOP_TIMEOUT)
             netns.apply_rules(net, [])
         into = kernelpath.chain_names(nets["kernel"].short)[0]
         veth = kernelpath.veth_name(nets["kernel"].short)
         subprocess.run(["iptables", "-D", "INPUT", "-i", veth, "-j", into], check=True)
+        raw = kernelpath.raw_chain(nets["kernel"].short)
+        subprocess.run(["iptables", "-t", "raw", "-D", "PREROUTING", "-i", veth, "-j", raw], check=True)
         for one in running.values():
             import_busybox(one.socket, IMAGE)
         create_networks([one.socket for one in running.values()])
