@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -567,6 +568,31 @@ def test_grants_are_read_live_from_the_machine(gate: Any) -> None:
     refused = decide(body)
     assert refused.status == 403 and "cannot be read" in refused.message
     assert decide(b'{"Image": "bb"}').forward
+
+
+def test_a_decision_reads_the_inventory_once_and_the_next_decision_reads_it_again(
+    gate: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grants' check, the rules and the spec check of one request see one inventory, at one
+    `stat`; a refresh between two requests is seen by the second."""
+    machine = gate.fm.machine
+    gate.fm.write("/etc/cdi/vendor.yaml", SPEC)
+    repo = RepoStore(machine).create("alpha")
+    GrantStore(machine, gate.decider.plugins, running=Holdings(machine)).grant(repo, [GPU0])
+    decider = Decider(machine, repo, gate.decider.plugins, lambda image: None, gate.logs.append)
+    body = json.dumps(CDI_RUN).encode()
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting_stat)
+    for _ in range(2):
+        stats.clear()
+        assert decider.decide("POST", "/v1.45/containers/create", "application/json", body).forward
+        assert stats.count(str(machine.inventory_path)) == 1
 
 
 def test_a_lease_that_ended_is_answered_with_when_and_the_grant_to_ask_for(gate: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from typing import Any
 
 import pytest
 from proxy_kit import Env, read_response
@@ -209,6 +210,64 @@ def test_small_decisions_run_on_the_loop_and_waiting_ones_in_a_worker(env: Env) 
     assert inline == retried  # the slow one was tried on the loop first ...
     assert slow.startswith("gate-decide") and big.startswith("gate-decide")  # ... then moved
     assert not inline.startswith("gate-decide")
+
+
+class _CountingTransport:
+    """A client transport that counts the reading stops and restarts asked of it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+        self.inner.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+        self.inner.resume_reading()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _create(body: bytes) -> bytes:
+    return b"POST /containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def test_a_decision_on_the_loop_neither_stops_nor_restarts_the_connections_reading(env: Env) -> None:
+    """Decided before the loop reads again, a request needs no pause: two epoll changes saved."""
+    sock = env.connect()
+    sock.sendall(b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n")
+    assert read_response(sock)[0] == 200
+
+    def wrap() -> _CountingTransport:
+        (client,) = env.gate.connections
+        counting = _CountingTransport(client.transport)
+        client.transport = counting  # type: ignore[assignment]
+        return counting
+
+    counting = env.on_loop(wrap)
+    for _ in range(3):
+        sock.sendall(_create(b'{"Image": "bb"}'))
+        assert read_response(sock)[0] == 200
+    assert env.decider.threads and not any(t.startswith("gate-decide") for t in env.decider.threads)
+    assert counting.calls == []
+
+
+def test_a_decision_in_a_worker_stops_the_connections_reading_until_it_answers(env: Env) -> None:
+    """A pipelined request waits in the socket, unread, while the one before it is decided off the loop."""
+    sock = env.connect()
+    sock.sendall(_create(b'{"Slow": true}'))
+    deadline = time.monotonic() + 5
+    while env.on_loop(lambda: [c.reading_stopped for c in env.gate.connections]) != [True]:
+        assert time.monotonic() < deadline, "the connection's reading was never stopped"
+        time.sleep(0.01)
+    sock.sendall(b"GET /_ping HTTP/1.1\r\nHost: d\r\n\r\n")
+    assert env.on_loop(lambda: [len(c.exchange.requests.held) for c in env.gate.connections]) == [0]
+    assert read_response(sock)[0] == 200  # the create, forwarded
+    assert read_response(sock) == (200, b"OK")  # then the ping, read once reading went on
+    assert env.on_loop(lambda: [c.reading_stopped for c in env.gate.connections]) == [False]
 
 
 def test_a_request_refused_from_its_head_is_answered_after_its_body_on_a_live_connection(env: Env) -> None:

@@ -212,6 +212,8 @@ class Decider:
 
     def decide_resolved(self, request: Resolved, content_type: str | None, body: bytes) -> Decision:
         """The decision on a request whose head was resolved (`resolve`), given its body."""
+        facts = self.facts
+        facts.begin()
         try:
             return self._decide(request, content_type, body)
         except BadRequest as exc:
@@ -221,6 +223,8 @@ class Decider:
             message = f"the gate could not decide this request: {type(exc).__name__}: {exc}"
             log = (f"500 {request.method} {request.raw_target}: {message}",)
             return Refuse(500, message, log=log, rules=("gate",))
+        finally:
+            facts.end()
 
     def _decide(self, request: Resolved, content_type: str | None, body: bytes) -> Decision:
         method, raw_target = request.method, request.raw_target

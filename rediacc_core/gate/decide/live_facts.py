@@ -6,6 +6,7 @@ wrote the grants file: a hand edit, an older rdc, a writer of facts that forgot 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,16 @@ class _LiveInventoryReader:
         self._specs: list[dict[str, Any]] | None = None
         self._reaches: Reaches | None = None
         self.spec_age = SpecAge(machine, lambda: self._specs)
+        # Within a decision (`begin` to `end`, per thread: workers decide side by side), the first
+        # read is every later one's: the grants' check, the rules and the spec check see one state
+        # at one `stat`.
+        self._decision = threading.local()
+
+    def begin(self) -> None:
+        self._decision.read = None
+
+    def end(self) -> None:
+        self._decision.read = _NOT_DECIDING
 
     def stale(self) -> str | None:
         """Why the inventory as it is now is older than the specs (`spec_facts.SpecAge`), or None.
@@ -77,6 +88,14 @@ class _LiveInventoryReader:
         return self._reaches
 
     def __call__(self) -> Inventory | None:
+        held: tuple[Inventory | None] | None = getattr(self._decision, "read", _NOT_DECIDING)
+        if held is _NOT_DECIDING:
+            return self._read()
+        if held is None:
+            held = self._decision.read = (self._read(),)
+        return held[0]
+
+    def _read(self) -> Inventory | None:
         try:
             value, self._specs, self._reaches = self._live.read()
         except RdcError as exc:
@@ -87,6 +106,14 @@ class _LiveInventoryReader:
             return None
         self._error = None
         return value
+
+
+# The thread is outside a decision: every read reads (a value no read returns).
+_NOT_DECIDING: tuple[Inventory | None] = (None,)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _same_age() -> str | None:
@@ -135,6 +162,9 @@ class LiveFacts:
         self.drain: DrainReader = drain or files.drain
         self.settings: SettingsReader = settings or LiveSettings(machine).settings
         self._settings_error: str | None = None
+        # A decision's bounds, for the one inventory read it makes (`_LiveInventoryReader`).
+        self.begin: Callable[[], None] = live.begin if live else _nothing
+        self.end: Callable[[], None] = live.end if live else _nothing
 
     def read_grants(self) -> tuple[frozenset[str], str | None]:
         """The repo's granted names, and why they could not be read (then none), or None."""
