@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -91,6 +92,88 @@ def host_services() -> Iterator[list[Listener]]:
     yield listeners
     for listener in listeners:
         listener.sock.close()
+
+
+METADATA = "169.254.169.254"  # a cloud's metadata service: credentials of the host's own account
+_METADATA_SERVER = r"""
+import socket, sys
+server = socket.socket()
+server.bind((sys.argv[1], 80))
+server.listen(16)
+print("ready", flush=True)
+while True:
+    conn, peer = server.accept()
+    print(peer[0], flush=True)
+    conn.settimeout(5)
+    head = b""
+    try:
+        while b"\r\n\r\n" not in head and (chunk := conn.recv(65536)):
+            head += chunk
+        token = sys.argv[2].encode()
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(token), token))
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+@dataclass
+class Metadata:
+    """A stand-in for the cloud's metadata service; `seen()` lists who connected, in order."""
+
+    log: Path
+
+    def seen(self) -> list[str]:
+        return self.log.read_text().splitlines()[1:]  # after its "ready"
+
+
+@pytest.fixture
+def metadata_service(tmp_path: Path) -> Iterator[Metadata | None]:
+    """METADATA:80 one hop from the host, in a network namespace of its own that a route leads to,
+    as a cloud's is; only on the stand-in host of `.ci/forwarding-host`, since on a real host the
+    route would take the real service's place. None elsewhere."""
+    if os.environ.get("RDC_STAND_IN_HOST") != "1":
+        yield None
+        return
+    space, host_end = f"rdc-meta-{os.getpid()}", "rdcmeta0"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", space)
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        ip("link", "add", host_end, "type", "veth", "peer", "name", "meta1", "netns", space)
+        ip("addr", "add", "198.51.100.1/30", "dev", host_end)
+        ip("link", "set", host_end, "up")
+        # Through a gateway, as a cloud's is: no host network the rules block as directly reached
+        # holds the address, so only the rule against link-local refuses it.
+        ip("route", "add", f"{METADATA}/32", "via", "198.51.100.2", "dev", host_end)
+        for step in (
+            ["link", "set", "lo", "up"],
+            ["addr", "add", "198.51.100.2/30", "dev", "meta1"],
+            ["addr", "add", f"{METADATA}/32", "dev", "lo"],
+            ["link", "set", "meta1", "up"],
+            ["route", "add", "default", "via", "198.51.100.1", "dev", "meta1"],
+        ):
+            ip("netns", "exec", space, "ip", *step)
+        log = tmp_path / "metadata.log"
+        with open(log, "wb") as out:
+            server = subprocess.Popen(
+                ["ip", "netns", "exec", space, sys.executable, "-c", _METADATA_SERVER, METADATA, TOKEN],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 10
+        while log.read_text() != "ready\n":
+            assert time.monotonic() < deadline and server.poll() is None, log.read_text()
+            time.sleep(0.05)
+        yield Metadata(log)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(10)
+        subprocess.run(["ip", "netns", "del", space], check=False, capture_output=True)
 
 
 def _fetch(env: RepoEnv, network: str, address: str, port: int) -> str:
@@ -509,20 +592,29 @@ def test_a_container_reaches_no_container_of_another_repo_by_its_address(e2e: E2
         e2e.alpha.docker("network", "rm", "probe-a")
 
 
-def test_a_container_reaches_no_service_of_the_host(e2e: E2E, host_services: list[Listener]) -> None:
+def test_a_container_reaches_no_service_of_the_host(
+    e2e: E2E, host_services: list[Listener], metadata_service: Metadata | None
+) -> None:
     loopback, own_address = host_services
+    if metadata_service is not None:  # control: the host itself reaches the stand-in
+        with socket.create_connection((METADATA, 80), timeout=10) as control:
+            control.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert TOKEN in control.makefile("rb").read().decode()
+        assert len(metadata_service.seen()) == 1
     net = _network(e2e.alpha, "probe-host")
     try:
         for address, port in (
             ("127.0.0.1", loopback.port),  # the namespace's own loopback, not the host's
             (UPLINK_GATEWAY, loopback.port),  # the uplink's gateway does not lead to the host's loopback
             (own_address.address, own_address.port),  # the host's own address is rejected
-            ("169.254.169.254", 80),  # the cloud metadata service
+            (METADATA, 80),  # the cloud metadata service (a listening stand-in on a stand-in host)
         ):
             assert TOKEN not in _fetch(e2e.alpha, net, address, port), (address, port)
     finally:
         e2e.alpha.docker("network", "rm", net)
     assert loopback.seen == [] and own_address.seen == []
+    if metadata_service is not None:
+        assert len(metadata_service.seen()) == 1  # the control's connection, and no container's
 
 
 def test_the_daemon_itself_fetches_nothing_from_the_host(e2e: E2E, host_services: list[Listener]) -> None:
