@@ -47,8 +47,8 @@ NEVER = (
 )
 # What only a write, a forward to an SSH machine or a mistyped name needs.
 ASIDE = ("rediacc_core.remote.agentcall", "rediacc_core.telemetry", "difflib", "ctypes")
-# What the stdlib's importlib.metadata loads itself, so only `--version` may load it.
-METADATA = ("importlib.resources", "tempfile")
+# What the stdlib's importlib.metadata loads itself.
+METADATA = ("importlib.resources", "tempfile", "email", "zipfile", "csv")
 # What only a command that works with plugins needs.
 PLUGINS = (
     "pluggy",
@@ -81,8 +81,13 @@ READS: list[tuple[list[str], tuple[str, ...]]] = [
     # A listing reads each command's one-line help from its record: no command module is imported.
     (["--help"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.cli.machine", "rediacc_core.cli.repo")),
     (["machine", "gpu", "--help"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.cli.repo")),
-    # Each plugin's version comes from its distribution's metadata: no plugin is imported.
-    (["--version"], (*NEVER, *ASIDE, "rediacc_core.runtime", "rediacc_nvidia", "rediacc_dri", "rediacc_amd")),
+    # Each plugin's version comes from its distribution's metadata files (`rediacc_core.entrypoints`):
+    # no plugin is imported, nor pluggy, nor importlib.metadata and what it loads.
+    (
+        ["--version"],
+        (*NEVER, *ASIDE, *METADATA, "pluggy", "importlib.metadata", "rediacc_core.runtime")
+        + ("rediacc_nvidia", "rediacc_dri", "rediacc_amd"),
+    ),
 ]
 
 

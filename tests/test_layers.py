@@ -37,7 +37,7 @@ PACKAGE = REPO / "rediacc_core"
 # package itself, the public face, is "rediacc_core".
 HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 0 the ground: leaf modules every floor may use
-    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes"),  # import no core module
+    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes entrypoints"),  # import no core module
     ((0, 1), "files leases remote.address cdi.names publishing"),
     ((0, 2), "machine cdi.spec"),  # a machine and its root; one CDI spec
     ((0, 3), "config hostpaths kernlog model statelock cdi.registry"),  # what a machine holds
@@ -453,8 +453,10 @@ LATE: dict[str, tuple[int, str]] = {
     "statelock": (2, "filelock (15 ms) only when the lock is taken: every command imports this module"),
     "inventory": (3, "the typed model (11 ms) and the hardware identities only when a document is turned "
                   "into records: a name check reads the inventory's rows"),
-    "plugins": (3, "pluggy and the hook specs (2 ms after the public face) only when plugins load: "
-                "`rdc --version` lists them by their metadata"),
+    "plugins": (4, "importlib.metadata (10 ms), pluggy and the hook specs (2 ms after the public face) "
+                "only when plugins load: `rdc --version` lists them by their metadata files"),
+    "entrypoints": (1, "importlib.metadata (10 ms) only where sys.path holds what the direct reading does "
+                    "not cover (a zip): `rdc --version` reads the metadata files itself"),
     "gate.policy.settings": (4, "each setting's check loads its policy room (41 ms in all) only when a "
                              "value is checked: every reader of the settings file loads these declarations"),
     "gate.policy.pins": (1, "atomic writes (8 ms) only when a pin is recorded: a decision only reads pins"),
