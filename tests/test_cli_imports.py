@@ -50,15 +50,19 @@ ASIDE = ("rediacc_core.remote.agentcall", "rediacc_core.telemetry", "difflib", "
 # What the stdlib's importlib.metadata loads itself.
 METADATA = ("importlib.resources", "tempfile", "email", "zipfile", "csv")
 # What only a command that works with plugins needs.
-PLUGINS = (
-    "pluggy",
-    "importlib.metadata",
-    "rediacc_core.plugins",
-    "rediacc_nvidia",
-    "rediacc_dri",
-    "rediacc_amd",
-)
+VENDORS = ("rediacc_nvidia", "rediacc_dri", "rediacc_amd")
+PLUGINS = ("pluggy", "importlib.metadata", "rediacc_core.plugins", *VENDORS)
 LIGHT = NEVER + ASIDE + METADATA + PLUGINS
+# What only starting or stopping a repo's parts needs: `repo list` reads which run through their
+# paths and pidfiles (`runtime.layout`, `runtime.status`), never the modules that make them.
+RUNNING = (
+    "rediacc_core.runtime.lifecycle",
+    "rediacc_core.runtime.daemon",
+    "rediacc_core.runtime.netns",
+    "rediacc_core.runtime.rtnetlink",
+    "rediacc_core.runtime.teardown",
+    "socket",
+)
 
 # Settings are declared in the rooms that act on them and collected by the settings file's reader
 # (`rediacc_core.settings`), which every command reading the file loads: those declarations, and the
@@ -75,7 +79,7 @@ DECLARATIONS = frozenset(
 
 READS: list[tuple[list[str], tuple[str, ...]]] = [
     (["repo", "gpu", "list", "alpha@demo"], (*LIGHT, "rediacc_core.runtime")),
-    (["repo", "list", "demo"], LIGHT),
+    (["repo", "list", "demo"], (*LIGHT, *RUNNING)),
     (["machine", "gpu", "list", "demo"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.model")),
     (["machine", "list"], (*LIGHT, "rediacc_core.runtime")),
     # A listing reads each command's one-line help from its record: no command module is imported.
@@ -85,8 +89,7 @@ READS: list[tuple[list[str], tuple[str, ...]]] = [
     # no plugin is imported, nor pluggy, nor importlib.metadata and what it loads.
     (
         ["--version"],
-        (*NEVER, *ASIDE, *METADATA, "pluggy", "importlib.metadata", "rediacc_core.runtime")
-        + ("rediacc_nvidia", "rediacc_dri", "rediacc_amd"),
+        (*NEVER, *ASIDE, *METADATA, "pluggy", "importlib.metadata", "rediacc_core.runtime", *VENDORS),
     ),
 ]
 

@@ -26,7 +26,7 @@ from rediacc_core.config import Config
 from rediacc_core.machine import Machine
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime.lifecycle import runtime_for
+from rediacc_core.runtime.layout import runtime_for
 from rediacc_core.testing import FakeMachine
 
 

@@ -37,7 +37,8 @@ PACKAGE = REPO / "rediacc_core"
 # package itself, the public face, is "rediacc_core".
 HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 0 the ground: leaf modules every floor may use
-    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes entrypoints"),  # import no core module
+    # import no core module
+    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes entrypoints"),
     ((0, 1), "files leases remote.address cdi.names publishing"),
     ((0, 2), "machine cdi.spec"),  # a machine and its root; one CDI spec
     ((0, 3), "config hostpaths kernlog model statelock cdi.registry"),  # what a machine holds
@@ -74,14 +75,15 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 5 a repo's running parts
     ((5, 0), "runtime runtime.process runtime.guard runtime.openers runtime.logfiles runtime.boltdb "
              "runtime.rtnetlink runtime.health_watch"),
-    ((5, 1), "runtime.layout runtime.netns runtime.dataroot runtime.workers"),
-    ((5, 2), "runtime.containerd runtime.uplinkwatch"),
-    ((5, 3), "runtime.daemon runtime.ports"),
-    ((5, 4), "runtime.teardown runtime.filesmount"),
-    ((5, 5), "runtime.lifecycle"),  # up and down
-    ((5, 6), "runtime.holdings runtime.fork"),
-    ((5, 7), "runtime.lapsed"),
-    ((5, 8), "runtime.serve"),  # the gate process
+    ((5, 1), "runtime.layout runtime.dataroot runtime.workers"),  # where a repo's parts live
+    ((5, 2), "runtime.netns runtime.status"),  # its namespace; which of its parts run
+    ((5, 3), "runtime.containerd runtime.uplinkwatch"),
+    ((5, 4), "runtime.daemon runtime.ports"),
+    ((5, 5), "runtime.teardown runtime.filesmount"),
+    ((5, 6), "runtime.lifecycle"),  # up and down
+    ((5, 7), "runtime.holdings runtime.fork"),
+    ((5, 8), "runtime.lapsed"),
+    ((5, 9), "runtime.serve"),  # the gate process
     # 6 other machines, and Slurm's hooks and reconciler (they grant and revoke with --stop)
     ((6, 0), "remote remote.ssh remote.protocol slurm slurm.drains"),
     ((6, 1), "remote.link remote.agent remote.install slurm.hooks"),

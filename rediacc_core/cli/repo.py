@@ -116,7 +116,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
-    from rediacc_core.runtime.lifecycle import net_path, orphan_text, orphaned_parts, repo_status
+    from rediacc_core.runtime.status import net_path, orphan_text, orphaned_parts, repo_status
 
     if every or machine_name is None:
         from rediacc_core.cli.fleet import fleet_repo_list
@@ -194,10 +194,10 @@ def delete(ref: str, yes: bool) -> None:
     Examples:
       rdc repo delete gpu-a@localhost --yes
     """
-    from rediacc_core.runtime.lifecycle import remove_kernel_path, running_parts
+    from rediacc_core.runtime import filesmount, lifecycle, status
 
     machine, found = resolve_ref(ref, Config.load())
-    running = running_parts(machine, found)
+    running = status.running_parts(machine, found)
     if running:
         # Its daemon would keep serving containers whose grants were just dropped.
         raise StateError(
@@ -212,10 +212,8 @@ def delete(ref: str, yes: bool) -> None:
             )
         if not confirm_delete(found.ref):
             raise click.Abort()
-    from rediacc_core.runtime import filesmount
-
     filesmount.release_repo(machine, found.id, found.ref)  # left by units stopped without `rdc repo down`
-    remove_kernel_path(machine, found)
+    lifecycle.remove_kernel_path(machine, found)
     dropped = delete_repo(machine, found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 
@@ -240,7 +238,7 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
       rdc repo fork gpu-a --tag scratch --empty -o json
     """
     from rediacc_core.runtime import fork as fork_copy
-    from rediacc_core.runtime.lifecycle import running_parts
+    from rediacc_core.runtime.status import running_parts
 
     machine, found = resolve_ref(ref, Config.load())
     if not empty:
