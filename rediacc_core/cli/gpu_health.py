@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rediacc_core.cli.output import table
 from rediacc_core.errors import ValidationError
 from rediacc_core.health import Recorded, cards_of_name, clear, read_health, record_events, refuses
 from rediacc_core.health import unhealthy_cards as held_back
@@ -41,8 +42,6 @@ def health_section(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> 
     """The lines `gpu list` adds under its tables: "" when every GPU is healthy."""
     if not cards:
         return ""
-    from rediacc_core.cli.output import table
-
     held = refuses(read_settings(target))
     consequence = (
         "containers holding them are refused at start"

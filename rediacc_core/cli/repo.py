@@ -11,7 +11,15 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, fitted_width, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
-from rediacc_core.grants.records import Grant, delete_repo, read_grants
+from rediacc_core.grants.records import (
+    Grant,
+    delete_repo,
+    ended_leases,
+    read_all,
+    read_grants,
+    suspension_advice,
+    suspension_text,
+)
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
 from rediacc_core.slurm.node import is_slurm_node
 
@@ -630,16 +638,12 @@ def list_grants(ref: str, fmt: str) -> None:
 
     emit(data, fmt, render)
     if fmt == "table":
-        from rediacc_core.grants.records import suspension_advice, suspension_text
-
         for grant_ in sorted(grants, key=lambda g: g.device):
             if grant_.suspended is not None:
                 note(
                     f"{suspension_text(grant_, found.ref)}; it reaches nothing until resolved: "
                     f"{suspension_advice(grant_, found.ref)}."
                 )
-    from rediacc_core.grants.records import ended_leases, read_all
-
     for ended in ended_leases(read_all(machine)):
         if ended.repo_id == found.id:  # a lease that ended within a day
             note(

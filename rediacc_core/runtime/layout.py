@@ -14,12 +14,15 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rediacc_core.errors import ValidationError
 from rediacc_core.machine import Machine
 from rediacc_core.repos import AUDIT_LOG, Repo, repo_state_dir
-from rediacc_core.runtime import kernelpath
 from rediacc_core.runtime.process import Child
+
+if TYPE_CHECKING:
+    from rediacc_core.runtime.kernelpath import Slot
 
 NETNS_DIR = Path("/run/netns")
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
@@ -159,12 +162,16 @@ def network_for(short_id: str, run_dir: Path, state_dir: Path | None = None) -> 
     return RepoNetwork(f"rdc-{short_id}", run_dir / "net", state_dir)
 
 
-def path_of(net: RepoNetwork) -> tuple[str, kernelpath.Slot | None] | None:
+def path_of(net: RepoNetwork) -> tuple[str, Slot | None] | None:
     """The path out `net` was brought up with, and its slot on the kernel path; None when not up."""
     try:
         words = net.path_record.read_text().split()
     except OSError:
         return None
+    # Late: only a namespace that is up has a record; `rdc repo list` of repos that are down never
+    # reads one, so it loads none of the kernel path's tools (subprocess, shutil).
+    from rediacc_core.runtime import kernelpath
+
     if words == [kernelpath.USER]:
         return kernelpath.USER, None
     if len(words) == 2 and words[0] == kernelpath.KERNEL and words[1].isdigit():
