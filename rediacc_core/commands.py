@@ -97,7 +97,7 @@ TABLE: tuple[Command, ...] = (
     ),
     Command(
         ("machine", "config"),
-        "machine:configure",
+        "machine_config:configure",
         ON_MACHINE,
         "Show or change the per-machine settings of NAME.",
         completes={"name": "machine", "assignments": "setting", "unset": "setting"},

@@ -53,6 +53,8 @@ METADATA = ("importlib.resources", "tempfile", "email", "zipfile", "csv")
 VENDORS = ("rediacc_nvidia", "rediacc_dri", "rediacc_amd")
 PLUGINS = ("pluggy", "importlib.metadata", "rediacc_core.plugins", *VENDORS)
 LIGHT = NEVER + ASIDE + METADATA + PLUGINS
+# What only a command that shows or changes settings needs.
+SETTINGS = ("rediacc_core.settings", "rediacc_core.publishing", "rediacc_core.cli.machine_config")
 # What only a command that shows grants needs.
 GRANTS = ("rediacc_core.grants", "rediacc_core.bindings")
 # What only starting or stopping a repo's parts needs: `repo list` reads which run through their
@@ -82,7 +84,11 @@ DECLARATIONS = frozenset(
 READS: list[tuple[list[str], tuple[str, ...]]] = [
     (["repo", "gpu", "list", "alpha@demo"], (*LIGHT, "rediacc_core.runtime")),
     (["repo", "list", "demo"], (*LIGHT, *RUNNING)),
-    (["machine", "gpu", "list", "demo"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.model")),
+    # The inventory, grants and health records: not the settings (read only for a card held back).
+    (
+        ["machine", "gpu", "list", "demo"],
+        (*LIGHT, "rediacc_core.runtime", "rediacc_core.model", *SETTINGS),
+    ),
     # The machines and their settings: not the grants or the GPU tables (`cli.machine_gpu`).
     (["machine", "list"], (*LIGHT, "rediacc_core.runtime", *GRANTS, "rediacc_core.cli.machine_gpu")),
     # A listing reads each command's one-line help from its record: no command module is imported.

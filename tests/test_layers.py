@@ -98,7 +98,7 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
              "testing.pytest_plugin"),
     ((7, 2), "cli.machine_gpu cli.slurm cli.check_compose"),
     ((7, 3), "cli.machine cli.repo_check cli.demo"),
-    ((7, 4), "cli.repo"),
+    ((7, 4), "cli.repo cli.machine_config"),
     ((7, 5), "cli"),  # the `rdc` group
     ((7, 6), "cli.__main__ cli.reference launcher"),  # the console scripts
 )  # fmt: skip
@@ -511,12 +511,14 @@ LATE: dict[str, tuple[int, str]] = {
     "cli.output": (5, "PyYAML (15 ms) only for `-o yaml`, the config (15 ms) only for a named machine; "
                    "shutil and textwrap only for output to a terminal or a cell too wide"),
     "cli.completion": (4, "the CDI registry (62 ms) and grants (25 ms) only while a shell asks to complete"),
-    "cli.gpu_health": (3, "the plugins (13 ms) and the typed model (10 ms) only to show or clear health"),
+    "cli.gpu_health": (4, "the plugins (13 ms) and the typed model (10 ms) only to show or clear health, "
+                       "the settings (3 ms) only for a card held back: `machine gpu list` reads none"),
     "cli.plugins": (1, "the plugins (16 ms) only for `rdc plugins`"),
     "cli.demo": (4, "the demo machine and setup (574 ms) only for `rdc demo`"),
-    "cli.machine": (12, "setup and the plugins (147 ms), the running parts (15 ms), Slurm's follow-up "
+    "cli.machine": (13, "setup and the plugins (147 ms), the running parts (15 ms), Slurm's follow-up "
                     "(33 ms), SSH machines (33 ms), the GPU tables (10 ms) only for the commands that "
-                    "change them: `rdc machine list` loads none"),
+                    "change them: `rdc machine list` loads none; the settings (3 ms) only for the list: "
+                    "every `rdc machine gpu …` imports this module, for its group"),
     "cli.machine_gpu": (2, "the fleet's view only for `--all`, Slurm's follow-up (33 ms) only when "
                         "`gpu clear` cleared a card"),
     "cli.repo": (24, "the grant store (14 ms), plugins (8 ms), holders (18 ms), running parts (16 ms) and "

@@ -21,7 +21,6 @@ from rediacc_core.config import Config
 from rediacc_core.errors import RdcError, StateError, ValidationError
 from rediacc_core.inventory import age, load_inventory
 from rediacc_core.machine import Machine
-from rediacc_core.settings import SETTINGS, change_settings, read_settings
 
 if TYPE_CHECKING:
     from rediacc_core.setup import SetupReport
@@ -89,7 +88,7 @@ def list_machines(fmt: str) -> None:
     config = Config.load()
     rows = [_machine_row(m, fmt) for m in config.machines()]
     for name in config.names():
-        _note_old_settings(config, name)
+        note_old_settings(config, name)
     if config.path.is_file() and not config.entries:
         # An empty file (or one another $REDIACC_CONFIG points at by mistake) is said, not silent.
         note(
@@ -143,6 +142,8 @@ def _machine_row(m: Machine, fmt: str) -> dict[str, Any]:
             state = f"written {inventory['generatedAt']}"  # data for scripts: the time, not "just now"
     except RdcError:
         state = "unreadable"
+    from rediacc_core.settings import read_settings  # only the list reads them: `machine gpu` does not
+
     settings: dict[str, str] | str
     try:
         settings = read_settings(m)  # a machine whose root is gone has no file: the defaults
@@ -157,7 +158,7 @@ def _machine_row(m: Machine, fmt: str) -> dict[str, Any]:
     }
 
 
-def _note_old_settings(config: Config, name: str) -> None:
+def note_old_settings(config: Config, name: str) -> None:
     old = config.old_settings(name)
     if old:
         sets = " ".join(f"--set {k}={v}" for k, v in old.items())
@@ -189,85 +190,6 @@ def remove(name: str) -> None:
         forget_ssh_machine(config, target)
     where = f"{target.remote}:{target.root}" if target.remote is not None else str(target.root)
     note(f"Removed machine {name}; nothing under {where} was changed.")
-
-
-def _settings_help(text: str | None) -> str:
-    """The command's help with every setting listed: what it accepts and its default."""
-    lines = ["\b", "Settings (default in brackets):"]
-    lines += [f"  {s.name}={s.values}  [{s.default or 'none'}]" for s in SETTINGS.values()]
-    return (text or "").replace("{settings}", "\n    ".join(lines))  # the docstring's indent
-
-
-@click.command("config")
-@click.argument("name")
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set a per-machine setting.")
-@click.option("--unset", "unset", multiple=True, metavar="KEY", help="Go back to a setting's default.")
-@output_option()
-def configure(name: str, assignments: tuple[str, ...], unset: tuple[str, ...], fmt: str) -> None:
-    """Settings are kept on the machine, in /etc/rediacc/settings.json under its root; running repo
-    gates apply a change at their next request.
-
-    {settings}
-
-    \b
-    Examples:
-      rdc machine config localhost
-      rdc machine config localhost --set legacy-visible-devices=translate
-      rdc machine config localhost --unset legacy-visible-devices
-    """
-    config = Config.load()
-    target = config.machine(name)
-    changes: list[tuple[str, str | None]] = []
-    for assignment in assignments:
-        key, sep, value = assignment.partition("=")
-        if not sep or not key:
-            raise ValidationError(
-                f"--set expects KEY=VALUE, got {assignment!r}",
-                "for example: --set legacy-visible-devices=translate",
-            )
-        changes.append((key.strip(), value.strip()))
-    changes += [(key, None) for key in unset]
-    if changes:
-        settings = change_settings(target, changes)
-        if config.forget_old_settings(name):
-            config.save()
-            note(f"Removed the old settings of machine {name} from {config.path}: they live on the machine.")
-        if fmt != "json":  # a change prints nothing on stdout unless asked, as every changing command
-            for key, given in changes:
-                now = settings.get(key, SETTINGS[key].default) or "none"
-                note(f"Machine {name}: {key}={now}" + ("" if given is not None else " (its default)"))
-            return
-    else:
-        _note_old_settings(config, name)
-        settings = read_settings(target)
-    rows = [
-        {
-            "setting": s.name,
-            "value": settings.get(s.name, s.default),
-            "source": "machine" if s.name in settings else "default",
-            "choices": list(s.choices),
-        }
-        for s in SETTINGS.values()
-    ]
-    emit(
-        rows,
-        fmt,
-        lambda data: table(
-            ["SETTING", "VALUE", "SOURCE", "ACCEPTS"],
-            [
-                [
-                    r["setting"],
-                    r["value"] or "-",
-                    r["source"],
-                    SETTINGS[r["setting"]].values,
-                ]
-                for r in data
-            ],
-        ),
-    )
-
-
-configure.help = _settings_help(configure.help)
 
 
 # --- setup ------------------------------------------------------------------------------------
