@@ -1,6 +1,7 @@
 """Bringing a repo up and down: its own dockerd (unless it uses an existing daemon) and its gate.
 
-Where things live, for a repo with id ID on a machine rooted at ROOT:
+Where things live, for a repo with id ID on a machine rooted at ROOT (`layout.runtime_for` computes
+it; `status` reads which parts run, without this module):
 
 - `ROOT/run/rediacc/<first 12 of ID>/gate.sock`: the gate, the only socket users get
   (`rdc repo docker-host` prints it); `gate.pid` beside it.
