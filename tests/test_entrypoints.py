@@ -5,6 +5,8 @@ distribution is installed in (a wheel's dist-info, an editable install, an egg, 
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -127,3 +129,20 @@ def test_a_zip_on_sys_path_is_read_by_importlib_metadata_itself(tmp_path: Path, 
     with pytest.raises(entrypoints._Unreadable):
         entrypoints._scan("rediacc")
     assert same_answer() == [EntryPoint("zipped", "zipped", "zipped", "1.0")]
+
+
+def test_source_trees_first_on_sys_path_read_the_same(tmp_path: Path) -> None:
+    """Run from the source trees (as `bench/cli_reads.py` does): each distribution is seen twice, its
+    build's `*.egg-info` in the tree first, then the editable install's `*.dist-info`."""
+    repo = Path(__file__).resolve().parents[1]
+    trees = [repo, *(repo / "plugins" / name for name in ("nvidia", "rediacc_dri", "rediacc_amd"))]
+    compare = (
+        "from rediacc_core import entrypoints as e\n"
+        "for group in ('rediacc', 'console_scripts', 'pytest11'):\n"
+        "    assert e._scan(group) == e.from_metadata(group), group\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, trees))}
+    done = subprocess.run(
+        [sys.executable, "-c", compare], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
