@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rediacc_core import unixhttp
-from rediacc_core.runtime import daemon, kernelpath, netns
+from rediacc_core.runtime import daemon, kernelpath, layout, netns
 from rediacc_core.testing.dockerenv import import_busybox
 
 IMAGE = "bb:latest"
@@ -112,7 +112,7 @@ def gateway_of(sock: Path) -> str:
 
 
 def start_all(
-    root: Path, base: Path, nets: dict[str, netns.RepoNetwork]
+    root: Path, base: Path, nets: dict[str, layout.RepoNetwork]
 ) -> tuple[dict[str, daemon.RunningDaemon], dict[str, float]]:
     """A daemon on each path (host, then each namespace on its own path), each start timed."""
     began = time.perf_counter()
@@ -126,14 +126,14 @@ def start_all(
     return running, took
 
 
-def stop_all(running: dict[str, daemon.RunningDaemon], nets: dict[str, netns.RepoNetwork]) -> None:
+def stop_all(running: dict[str, daemon.RunningDaemon], nets: dict[str, layout.RepoNetwork]) -> None:
     for one in running.values():
         one.stop()
     for net in nets.values():
         netns.tear_down(net, "bench")
 
 
-def measure_starts(root: Path, base: Path, nets: dict[str, netns.RepoNetwork], times: int = 5) -> Times:
+def measure_starts(root: Path, base: Path, nets: dict[str, layout.RepoNetwork], times: int = 5) -> Times:
     """Daemon start: all of them again each time."""
     starts: Times = {path: [] for path in PATHS}
     for _ in range(times):
@@ -263,7 +263,7 @@ def main() -> int:
         blob.truncate(args.mib << 20)
     state = root / "var/lib/rediacc/repos"
     nets = {
-        path: netns.network_for(f"benchnetns0{n}", base / f"run{n}", state / f"bench-{path}")
+        path: layout.network_for(f"benchnetns0{n}", base / f"run{n}", state / f"bench-{path}")
         for n, path in enumerate(OWNS)
     }
     address = host_address()

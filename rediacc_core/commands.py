@@ -97,27 +97,27 @@ TABLE: tuple[Command, ...] = (
     ),
     Command(
         ("machine", "config"),
-        "machine:configure",
+        "machine_config:configure",
         ON_MACHINE,
         "Show or change the per-machine settings of NAME.",
         completes={"name": "machine", "assignments": "setting", "unset": "setting"},
     ),
     Command(
         ("machine", "gpu"),
-        "machine:gpu",
+        "machine_gpu:gpu",
         None,
         "The GPUs of a machine.",
     ),
     Command(
         ("machine", "gpu", "clear"),
-        "machine:gpu_clear",
+        "machine_gpu:gpu_clear",
         ON_MACHINE,
         "Let containers holding a GPU its driver reported unhealthy start again (once it is sound).",
         completes={"name": "machine", "device": "held-back"},
     ),
     Command(
         ("machine", "gpu", "list"),
-        "machine:gpu_list",
+        "machine_gpu:gpu_list",
         READ_MACHINE,
         (
             "Each GPU, every grantable CDI name, the grants in force (read live), and the GPUs held back "
@@ -128,7 +128,7 @@ TABLE: tuple[Command, ...] = (
     ),
     Command(
         ("machine", "gpu", "prune"),
-        "machine:gpu_prune",
+        "machine_gpu:gpu_prune",
         ON_MACHINE,
         'Remove the grants left behind by repos that no longer exist on NAME (shown as "deleted repo").',
         completes={"name": "machine"},

@@ -12,8 +12,9 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import metadata
 from typing import TYPE_CHECKING
+
+from rediacc_core.entrypoints import entry_points
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,7 +110,10 @@ def _hook_names(pm: pluggy.PluginManager, plugin: object) -> tuple[str, ...]:
 
 def load_plugins(extra: list[tuple[str, object]] | None = None) -> Plugins:
     """Build a plugin manager from the `rediacc` entry points (and `extra`, for tests)."""
-    # pluggy and the hook specs are imported here: `rdc --version` lists plugins without them.
+    # importlib.metadata, pluggy and the hook specs are imported here: `rdc --version` lists the
+    # plugins without them (pluggy imports importlib.metadata itself).
+    from importlib import metadata
+
     import pluggy
 
     from rediacc_core import hookspecs
@@ -190,15 +194,15 @@ def set_plugins(plugins: Plugins | None) -> None:
 
 def installed() -> list[PluginInfo]:
     """The plugins `get_plugins()` would load, from their distributions' metadata alone: nothing is
-    imported (`rdc --version`). Whether each loads, and its hooks, is `rdc plugins`' to say."""
+    imported (`rdc --version`), not even `importlib.metadata` (`rediacc_core.entrypoints` reads the
+    same files). Whether each loads, and its hooks, is `rdc plugins`' to say."""
     if _chosen is not None:
         return list(_chosen.infos)
     wanted = _wanted()
     infos: dict[str, PluginInfo] = {}
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: e.name):
         if (wanted is None or ep.name in wanted) and ep.name not in infos:
-            dist = ep.dist.name if ep.dist is not None else None
-            infos[ep.name] = PluginInfo(ep.name, dist, ep.dist.version if ep.dist is not None else None)
+            infos[ep.name] = PluginInfo(ep.name, ep.distribution, ep.version)
     return list(infos.values())
 
 

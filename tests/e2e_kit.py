@@ -18,7 +18,7 @@ from typing import Any
 from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout
 from rediacc_core.testing.dockerenv import docker_api, docker_unavailable
 
 GPU0 = "vendor.example/gpu=0"
@@ -76,7 +76,7 @@ class RepoEnv:
     """One repo that is up: its gate (what users get) and, for checks, its daemon's own socket."""
 
     repo: Repo
-    runtime: lifecycle.RepoRuntime
+    runtime: layout.RepoRuntime
     env: dict[str, str]
 
     @property
@@ -192,7 +192,7 @@ class E2E:
         try:
             up = self.rdc("repo", "up", repo.ref)
             assert up.returncode == 0, up.stderr
-            runtime = lifecycle.runtime_for(self.machine, repo)
+            runtime = layout.runtime_for(self.machine, repo)
             if image:
                 import_busybox(runtime.upstream_socket, IMAGE)
             yield RepoEnv(repo, runtime, {**self.alpha.env, "DOCKER_HOST": runtime.docker_host_url})

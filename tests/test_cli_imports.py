@@ -47,18 +47,26 @@ NEVER = (
 )
 # What only a write, a forward to an SSH machine or a mistyped name needs.
 ASIDE = ("rediacc_core.remote.agentcall", "rediacc_core.telemetry", "difflib", "ctypes")
-# What the stdlib's importlib.metadata loads itself, so only `--version` may load it.
-METADATA = ("importlib.resources", "tempfile")
+# What the stdlib's importlib.metadata loads itself.
+METADATA = ("importlib.resources", "tempfile", "email", "zipfile", "csv")
 # What only a command that works with plugins needs.
-PLUGINS = (
-    "pluggy",
-    "importlib.metadata",
-    "rediacc_core.plugins",
-    "rediacc_nvidia",
-    "rediacc_dri",
-    "rediacc_amd",
-)
+VENDORS = ("rediacc_nvidia", "rediacc_dri", "rediacc_amd")
+PLUGINS = ("pluggy", "importlib.metadata", "rediacc_core.plugins", *VENDORS)
 LIGHT = NEVER + ASIDE + METADATA + PLUGINS
+# What only a command that shows or changes settings needs.
+SETTINGS = ("rediacc_core.settings", "rediacc_core.publishing", "rediacc_core.cli.machine_config")
+# What only a command that shows grants needs.
+GRANTS = ("rediacc_core.grants", "rediacc_core.bindings")
+# What only starting or stopping a repo's parts needs: `repo list` reads which run through their
+# paths and pidfiles (`runtime.layout`, `runtime.status`), never the modules that make them.
+RUNNING = (
+    "rediacc_core.runtime.lifecycle",
+    "rediacc_core.runtime.daemon",
+    "rediacc_core.runtime.netns",
+    "rediacc_core.runtime.rtnetlink",
+    "rediacc_core.runtime.teardown",
+    "socket",
+)
 
 # Settings are declared in the rooms that act on them and collected by the settings file's reader
 # (`rediacc_core.settings`), which every command reading the file loads: those declarations, and the
@@ -75,14 +83,23 @@ DECLARATIONS = frozenset(
 
 READS: list[tuple[list[str], tuple[str, ...]]] = [
     (["repo", "gpu", "list", "alpha@demo"], (*LIGHT, "rediacc_core.runtime")),
-    (["repo", "list", "demo"], LIGHT),
-    (["machine", "gpu", "list", "demo"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.model")),
-    (["machine", "list"], (*LIGHT, "rediacc_core.runtime")),
+    (["repo", "list", "demo"], (*LIGHT, *RUNNING)),
+    # The inventory, grants and health records: not the settings (read only for a card held back).
+    (
+        ["machine", "gpu", "list", "demo"],
+        (*LIGHT, "rediacc_core.runtime", "rediacc_core.model", *SETTINGS),
+    ),
+    # The machines and their settings: not the grants or the GPU tables (`cli.machine_gpu`).
+    (["machine", "list"], (*LIGHT, "rediacc_core.runtime", *GRANTS, "rediacc_core.cli.machine_gpu")),
     # A listing reads each command's one-line help from its record: no command module is imported.
     (["--help"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.cli.machine", "rediacc_core.cli.repo")),
     (["machine", "gpu", "--help"], (*LIGHT, "rediacc_core.runtime", "rediacc_core.cli.repo")),
-    # Each plugin's version comes from its distribution's metadata: no plugin is imported.
-    (["--version"], (*NEVER, *ASIDE, "rediacc_core.runtime", "rediacc_nvidia", "rediacc_dri", "rediacc_amd")),
+    # Each plugin's version comes from its distribution's metadata files (`rediacc_core.entrypoints`):
+    # no plugin is imported, nor pluggy, nor importlib.metadata and what it loads.
+    (
+        ["--version"],
+        (*NEVER, *ASIDE, *METADATA, "pluggy", "importlib.metadata", "rediacc_core.runtime", *VENDORS),
+    ),
 ]
 
 

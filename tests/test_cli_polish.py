@@ -26,7 +26,7 @@ from rediacc_core.config import Config
 from rediacc_core.machine import Machine
 from rediacc_core.remote.address import SshAddress
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime.lifecycle import runtime_for
+from rediacc_core.runtime.layout import runtime_for
 from rediacc_core.testing import FakeMachine
 
 
@@ -272,7 +272,7 @@ def test_a_narrow_table_never_breaks_a_cdi_name_or_a_pci_address(width: int) -> 
 
 
 def test_a_card_two_plugins_report_is_one_row_with_both_names() -> None:
-    from rediacc_core.cli.machine import render_gpu_table
+    from rediacc_core.cli.machine_gpu import render_gpu_table
 
     amd = {"index": 1, "name": "AMD Instinct MI210", "vendor": "amd", "memoryMiB": 65536}
     inventory = {
@@ -298,7 +298,7 @@ def test_a_card_two_plugins_report_is_one_row_with_both_names() -> None:
 def test_gpu_list_fits_80_columns_leaving_what_is_said_elsewhere_to_wide(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rediacc_core.cli import machine
+    from rediacc_core.cli import machine_gpu as machine
 
     uuid = "nvidia.com/gpu=GPU-8f3a0c2e-5b1d-4e7a-9c60-1d2e3f405a61"
     card = {

@@ -30,7 +30,7 @@ from rediacc_core.errors import (
 from rediacc_core.grants.records import read_grants
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime.lifecycle import runtime_for
+from rediacc_core.runtime.layout import runtime_for
 from rediacc_core.statelock import state_lock
 from rediacc_core.testing import FakeMachine
 
@@ -378,7 +378,7 @@ def test_fork_leaves_tenant_content_as_it_is_and_refuses_a_record_it_cannot_rewr
 
 def test_fork_of_a_repo_that_is_up_is_refused_and_creates_nothing(box: Machine) -> None:
     from rediacc_core.repos import RepoStore
-    from rediacc_core.runtime.lifecycle import runtime_for
+    from rediacc_core.runtime.layout import runtime_for
 
     ok("repo", "create", "alpha@box")
     runtime = runtime_for(box, RepoStore(box).get_by_label("alpha"))

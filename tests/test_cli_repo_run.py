@@ -23,7 +23,7 @@ from rediacc_core.gate.audit.peer import Peer
 from rediacc_core.gate.policy.rules import GUARD_RUNTIME
 from rediacc_core.machine import Machine
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import containerd, lifecycle, netns
+from rediacc_core.runtime import containerd, layout, netns
 from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.testing import FakeMachine
 
@@ -46,7 +46,7 @@ def test_docker_host_prints_the_gates_socket_url(box: Machine) -> None:
     result = rdc("repo", "docker-host", "alpha@box")
     assert result.exit_code == 0, result.output
     repo = RepoStore(box).get_by_label("alpha")
-    assert result.stdout == f"unix://{lifecycle.runtime_for(box, repo).gate_socket}\n"
+    assert result.stdout == f"unix://{layout.runtime_for(box, repo).gate_socket}\n"
 
 
 def test_down_on_a_repo_that_is_not_running_says_so(box: Machine) -> None:
@@ -102,7 +102,7 @@ def _audited(box: Machine) -> Path:
     """Repo alpha with three decisions in its audit log: one an hour ago, two now."""
     assert rdc("repo", "create", "alpha@box").exit_code == 0
     repo = RepoStore(box).get_by_label("alpha")
-    path = lifecycle.runtime_for(box, repo).audit_log
+    path = layout.runtime_for(box, repo).audit_log
     log = Audit(path, repo.id, repo.name)
     log.record(Peer(7, 0, 0), "POST", "/v1.45/containers/create", status=200, endpoint="container-create")
     log.record(
@@ -203,11 +203,11 @@ def test_the_dockerd_unit_runs_the_daemon_under_the_runtime_guard(
     """After a reboot systemd starts the daemon: it must apply restart policies under the guard too."""
     ran: list[list[str]] = []
     monkeypatch.setattr(os, "execvp", lambda program, argv: ran.append(list(argv)))
-    networks: list[netns.RepoNetwork] = []  # made for real by the unit; here only recorded
+    networks: list[layout.RepoNetwork] = []  # made for real by the unit; here only recorded
     monkeypatch.setattr(netns, "bring_up", lambda net, root, sock: networks.append(net))
     started: list[DaemonPaths] = []  # its own containerd first, recorded here
 
-    def record(paths: DaemonPaths, network: netns.RepoNetwork) -> int:
+    def record(paths: DaemonPaths, network: layout.RepoNetwork) -> int:
         started.append(paths)
         return 1
 

@@ -37,7 +37,8 @@ PACKAGE = REPO / "rediacc_core"
 # package itself, the public face, is "rediacc_core".
 HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 0 the ground: leaf modules every floor may use
-    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes"),  # import no core module
+    # import no core module
+    ((0, 0), "errors values setting pids blocking unixhttp commands cdi.devnodes entrypoints"),
     ((0, 1), "files leases remote.address cdi.names publishing"),
     ((0, 2), "machine cdi.spec"),  # a machine and its root; one CDI spec
     ((0, 3), "config hostpaths kernlog model statelock cdi.registry"),  # what a machine holds
@@ -74,14 +75,15 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     # 5 a repo's running parts
     ((5, 0), "runtime runtime.process runtime.guard runtime.openers runtime.logfiles runtime.boltdb "
              "runtime.rtnetlink runtime.health_watch"),
-    ((5, 1), "runtime.layout runtime.netns runtime.dataroot runtime.workers"),
-    ((5, 2), "runtime.containerd runtime.uplinkwatch"),
-    ((5, 3), "runtime.daemon runtime.ports"),
-    ((5, 4), "runtime.teardown runtime.filesmount"),
-    ((5, 5), "runtime.lifecycle"),  # up and down
-    ((5, 6), "runtime.holdings runtime.fork"),
-    ((5, 7), "runtime.lapsed"),
-    ((5, 8), "runtime.serve"),  # the gate process
+    ((5, 1), "runtime.layout runtime.dataroot runtime.workers"),  # where a repo's parts live
+    ((5, 2), "runtime.netns runtime.status"),  # its namespace; which of its parts run
+    ((5, 3), "runtime.containerd runtime.uplinkwatch"),
+    ((5, 4), "runtime.daemon runtime.ports"),
+    ((5, 5), "runtime.teardown runtime.filesmount"),
+    ((5, 6), "runtime.lifecycle"),  # up and down
+    ((5, 7), "runtime.holdings runtime.fork"),
+    ((5, 8), "runtime.lapsed"),
+    ((5, 9), "runtime.serve"),  # the gate process
     # 6 other machines, and Slurm's hooks and reconciler (they grant and revoke with --stop)
     ((6, 0), "remote remote.ssh remote.protocol slurm slurm.drains"),
     ((6, 1), "remote.link remote.agent remote.install slurm.hooks"),
@@ -94,9 +96,9 @@ HOUSE: tuple[tuple[tuple[int, int], str], ...] = (
     ((7, 1), "cli.fleet cli.gpu_health cli.machine_ssh cli.plugins cli.repo_lease cli.repo_run "
              "cli.repo_slurm cli.repo_ssh cli.completion cli.compose_bodies demo testing "
              "testing.pytest_plugin"),
-    ((7, 2), "cli.machine cli.slurm cli.check_compose"),
-    ((7, 3), "cli.repo_check cli.demo"),
-    ((7, 4), "cli.repo"),
+    ((7, 2), "cli.machine_gpu cli.slurm cli.check_compose"),
+    ((7, 3), "cli.machine cli.repo_check cli.demo"),
+    ((7, 4), "cli.repo cli.machine_config"),
     ((7, 5), "cli"),  # the `rdc` group
     ((7, 6), "cli.__main__ cli.reference launcher"),  # the console scripts
 )  # fmt: skip
@@ -453,8 +455,10 @@ LATE: dict[str, tuple[int, str]] = {
     "statelock": (2, "filelock (15 ms) only when the lock is taken: every command imports this module"),
     "inventory": (3, "the typed model (11 ms) and the hardware identities only when a document is turned "
                   "into records: a name check reads the inventory's rows"),
-    "plugins": (3, "pluggy and the hook specs (2 ms after the public face) only when plugins load: "
-                "`rdc --version` lists them by their metadata"),
+    "plugins": (4, "importlib.metadata (10 ms), pluggy and the hook specs (2 ms after the public face) "
+                "only when plugins load: `rdc --version` lists them by their metadata files"),
+    "entrypoints": (1, "importlib.metadata (10 ms) only where sys.path holds what the direct reading does "
+                    "not cover (a zip): `rdc --version` reads the metadata files itself"),
     "gate.policy.settings": (4, "each setting's check loads its policy room (41 ms in all) only when a "
                              "value is checked: every reader of the settings file loads these declarations"),
     "gate.policy.pins": (1, "atomic writes (8 ms) only when a pin is recorded: a decision only reads pins"),
@@ -469,18 +473,23 @@ LATE: dict[str, tuple[int, str]] = {
     "runtime.guard": (2, "the guard runs at every `runc create`: calendar (2 ms) only for a lease's end, "
                       "PyYAML (10 ms) only for a YAML spec"),
     "runtime.daemon": (8, "the guard's wrapper and PyYAML (13 ms), the gate's rules (37 ms), the settings "
-                       "(9 ms), an HTTP client (8 ms), each only where a daemon starts: `rdc repo list` "
-                       "reads pidfiles through this module; ctypes only for an unmount"),
-    "runtime.netns": (1, "the repo store and settings only to choose a path at up: `rdc repo list` reads "
-                      "a namespace's paths through this module, never the settings"),
+                       "(9 ms), an HTTP client (8 ms), each only where a daemon starts: teardown and the "
+                       "files mount use this module to unmount; ctypes only for an unmount"),
+    "runtime.netns": (1, "the settings only to choose a path at up: a `repo down` tears the namespace "
+                      "down without them"),
     "runtime.lifecycle": (5, "the CDI specs with jsonschema (52 ms), the files mount and teardown (6 ms) "
-                          "only for up and down: `rdc repo list` reads a repo's status through this module"),
-    "runtime.holdings": (7, "the running parts (17 ms), the CDI registry (42 ms) and the audit log (13 ms) "
-                         "only when a device's holders are looked for: a grant with no holder needs none"),
+                          "only for up and down: `repo delete` and `machine remove` look before they change "
+                          "through this module"),
+    "runtime.layout": (1, "the kernel path's module (3 ms: subprocess, shutil) only for a namespace that is "
+                       "up: `rdc repo list` of repos that are down reads no path record"),
+    "runtime.process": (1, "subprocess (3 ms) only to start a child: `rdc repo list` reads pidfiles through "
+                        "this module"),
+    "runtime.holdings": (5, "teardown (6 ms), the CDI registry (42 ms) and the audit log (13 ms) only when a "
+                         "device's holders are looked for: a grant with no holder needs none"),
     "grants.records": (1, "telemetry only when a write exports: every read imports this module"),
     "machine": (2, "subprocess and shutil only when a tool runs or is looked for: every `rdc` start "
                 "imports this"),
-    "pids": (2, "subprocess only where a child of ours is waited for: reads import this module"),
+    "pids": (1, "subprocess only where a child of ours is waited for: reads import this module"),
     "repos": (2, "difflib only for a repo not found or a mistyped name"),
     "remote.protocol": (1, "importlib.metadata (14 ms) only when the versions are asked"),
     "remote.agent": (1, "the config and placement (21 ms) only when the agent runs a command"),
@@ -497,24 +506,28 @@ LATE: dict[str, tuple[int, str]] = {
                  "only to warm the resident"),
     "testing.realdata": (1, "pytest (65 ms) only when a capture runs: `rdc demo` imports the test kit"),
     # the CLI: each command imports what only it runs (`tests/test_cli_imports.py` holds the budgets)
-    "cli": (8, "a command forwarded to an SSH machine loads no command module: the dispatcher (7 ms), "
+    "cli": (7, "a command forwarded to an SSH machine loads no command module: the dispatcher (7 ms), "
             "completion (3 ms), the plugins (18 ms) for `--version`, the delete prompt (38 ms)"),
     "cli.output": (5, "PyYAML (15 ms) only for `-o yaml`, the config (15 ms) only for a named machine; "
                    "shutil and textwrap only for output to a terminal or a cell too wide"),
     "cli.completion": (4, "the CDI registry (62 ms) and grants (25 ms) only while a shell asks to complete"),
-    "cli.gpu_health": (4, "the plugins (13 ms) and the typed model (10 ms) only to show or clear health"),
+    "cli.gpu_health": (4, "the plugins (13 ms) and the typed model (10 ms) only to show or clear health, "
+                       "the settings (3 ms) only for a card held back: `machine gpu list` reads none"),
     "cli.plugins": (1, "the plugins (16 ms) only for `rdc plugins`"),
     "cli.demo": (4, "the demo machine and setup (574 ms) only for `rdc demo`"),
-    "cli.machine": (17, "setup and the plugins (147 ms), the running parts (15 ms), Slurm's follow-up "
-                    "(33 ms), SSH machines (33 ms) only for the commands that change them: "
-                    "`rdc machine list` loads none"),
-    "cli.repo": (27, "the grant store (14 ms), plugins (8 ms), holders (18 ms), running parts (16 ms) and "
+    "cli.machine": (13, "setup and the plugins (147 ms), the running parts (15 ms), Slurm's follow-up "
+                    "(33 ms), SSH machines (33 ms), the GPU tables (10 ms) only for the commands that "
+                    "change them: `rdc machine list` loads none; the settings (3 ms) only for the list: "
+                    "every `rdc machine gpu …` imports this module, for its group"),
+    "cli.machine_gpu": (2, "the fleet's view only for `--all`, Slurm's follow-up (33 ms) only when "
+                        "`gpu clear` cleared a card"),
+    "cli.repo": (24, "the grant store (14 ms), plugins (8 ms), holders (18 ms), running parts (16 ms) and "
                  "lease tables (81 ms), each only for the command that changes or shows them: "
                  "`rdc repo list` loads none of them; shutil only for a failed fork"),
     "cli.repo_run": (4, "the gate process (85 ms) only for `repo up --foreground` and `repo gate run`; the "
                      "audit reader and containerd only for their commands"),
     "cli.repo_slurm": (3, "Slurm's access records (1 ms) only for `repo slurm`"),
-    "cli.repo_ssh": (1, "the running parts (17 ms) only for a local repo's DOCKER_HOST"),
+    "cli.repo_ssh": (1, "a repo's paths (4 ms) only for a local repo's DOCKER_HOST"),
     "cli.repo_check": (2, "the Compose reader (2 ms) only for `repo check --compose`"),
     "cli.slurm": (8, "Slurm's rooms (gres 62 ms, hooks 20 ms, the bridge 9 ms) only for the command that "
                   "runs them: `rdc --help` loads none"),
@@ -581,14 +594,9 @@ def loaded_on_import(module: str) -> set[str]:
     return seen
 
 
-# Late imports of what the module's own imports load anyway, so waiting saves nothing, in rooms
-# others are rewriting now (issue 41 items 2 and 4): each is to move to the top of its module.
-LOADED_ANYWAY: set[tuple[str, str]] = {
-    ("cli.gpu_health", "cli.output"),
-    ("cli.machine", "grants.records"),
-    ("cli.machine", "repos"),
-    ("cli.repo", "grants.records"),
-}
+# Late imports of what the module's own imports load anyway, so waiting saves nothing, each with why
+# it stays: none now (issue 41 moved the last ones to the top of their modules).
+LOADED_ANYWAY: set[tuple[str, str]] = set()
 
 
 def test_no_late_import_of_what_is_loaded_anyway() -> None:

@@ -19,7 +19,7 @@ from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout, lifecycle, status
 from rediacc_core.testing import FakeMachine
 
 
@@ -38,7 +38,7 @@ def stand_ins() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def run_gate(machine: Machine, repo: Repo, started: list[subprocess.Popen[bytes]]) -> int:
     """A process standing in for the repo's gate, named by its pidfile: the repo runs."""
-    runtime = lifecycle.runtime_for(machine, repo)
+    runtime = layout.runtime_for(machine, repo)
     process = subprocess.Popen(["sleep", "600"])
     started.append(process)
     runtime.run_dir.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def test_demo_refuses_to_rebuild_under_a_running_repo(
     assert f"repos of machine demo are running (y@demo: gate (pid {pid}))" in again.stderr
     assert "What to do: stop them first: rdc repo down y@demo; or rdc demo --stop" in again.stderr
     assert RepoStore(machine).get_by_label("y").id == repo.id  # nothing deleted
-    assert lifecycle.running_parts(machine, repo) == [f"gate (pid {pid})"]
+    assert status.running_parts(machine, repo) == [f"gate (pid {pid})"]
 
 
 def test_demo_stop_stops_the_running_repos_then_rebuilds(
@@ -139,7 +139,7 @@ def test_a_deleted_repos_running_parts_are_named_and_refuse_the_rebuild(
     machine, repo = demo_repo()
     pid = run_gate(machine, repo, stand_ins)
     delete_repo(machine, repo)  # the record only, as an older rdc's walkthrough did
-    run_dir = lifecycle.runtime_for(machine, repo).run_dir
+    run_dir = layout.runtime_for(machine, repo).run_dir
 
     listed = rdc("repo", "list", "demo")
     assert f"Note: a deleted repo's gate (pid {pid}) (under {run_dir}) still run on demo" in listed.stderr

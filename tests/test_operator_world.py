@@ -43,7 +43,7 @@ from rediacc_core.machine import Machine
 from rediacc_core.model import HealthEvent, Inventory
 from rediacc_core.plugins import Plugins, set_plugins
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout, lifecycle, status
 
 NAMES = ("a", "b", "c")  # c lives on an existing daemon: its gate is all of it
 DEVICES = (f"{KIND}=0", f"{KIND}=1", f"{KIND}=all")
@@ -141,7 +141,7 @@ class OperatorWorld(RuleBasedStateMachine):
         repo = self.repo(name)
         if repo is None:
             return
-        runtime = lifecycle.runtime_for(self.machine, repo)
+        runtime = layout.runtime_for(self.machine, repo)
         if runtime.gate.pid() is not None:
             return
         argv = [sys.executable, "-c", "import time; time.sleep(3600)", self.mark, str(runtime.run_dir)]
@@ -159,7 +159,7 @@ class OperatorWorld(RuleBasedStateMachine):
     def delete(self, name: str) -> None:
         repo = self.repo(name)
         result = self.rdc("repo", "delete", f"{name}@box", "--yes")
-        if repo is not None and lifecycle.running_parts(self.machine, repo):
+        if repo is not None and status.running_parts(self.machine, repo):
             assert result.exit_code == 12, result.output
             self.follow_the_downs(result)
 

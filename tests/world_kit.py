@@ -26,7 +26,7 @@ from rediacc_core.grants.units import HardwareUnits, overlapping_units
 from rediacc_core.machine import Machine
 from rediacc_core.plugins import Plugins
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import status
 
 
 def processes_marked(mark: str) -> dict[int, int]:
@@ -57,10 +57,10 @@ def running_named(machine: Machine, listed: Mapping[str, str], processes: Mappin
     problems = []
     named: set[int] = set()
     for repo in RepoStore(machine).list():
-        status, parts = lifecycle.repo_status(machine, repo)
+        state, parts = status.repo_status(machine, repo)
         named.update(_pid(p) for p in parts)
-        if listed.get(repo.ref) != status:
-            problems.append(f"repo list says {repo.ref} is {listed.get(repo.ref)}, its parts say {status}")
+        if listed.get(repo.ref) != state:
+            problems.append(f"repo list says {repo.ref} is {listed.get(repo.ref)}, its parts say {state}")
     for pid, parent in sorted(processes.items()):
         if pid not in named and parent not in named:
             problems.append(f"process {pid} runs, but no repo `rdc repo list` shows names it")

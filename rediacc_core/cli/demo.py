@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from rediacc_core.cli import output
-from rediacc_core.cli.machine import live_grants, render_gpu_table
+from rediacc_core.cli.machine_gpu import live_grants, render_gpu_table
 from rediacc_core.cli.output import TerminalProgress, note
 from rediacc_core.config import Config
 from rediacc_core.errors import StateError

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rediacc_core.cli.output import table
 from rediacc_core.errors import ValidationError
 from rediacc_core.health import Recorded, cards_of_name, clear, read_health, record_events, refuses
 from rediacc_core.health import unhealthy_cards as held_back
 from rediacc_core.inventory import read_inventory
 from rediacc_core.machine import Machine
-from rediacc_core.settings import read_settings
 
 if TYPE_CHECKING:
     from rediacc_core.model import Inventory
@@ -41,7 +41,7 @@ def health_section(target: Machine, cards: Mapping[str, Sequence[Recorded]]) -> 
     """The lines `gpu list` adds under its tables: "" when every GPU is healthy."""
     if not cards:
         return ""
-    from rediacc_core.cli.output import table
+    from rediacc_core.settings import read_settings  # only when a card is held back: its consequence
 
     held = refuses(read_settings(target))
     consequence = (

@@ -11,7 +11,15 @@ from rediacc_core.cli.groups import HintingGroup
 from rediacc_core.cli.output import emit, fitted_width, note, output_option, table
 from rediacc_core.config import Config
 from rediacc_core.errors import EXIT_STATE, RefusedError, StateError, ValidationError
-from rediacc_core.grants.records import Grant, delete_repo, read_grants
+from rediacc_core.grants.records import (
+    Grant,
+    delete_repo,
+    ended_leases,
+    read_all,
+    read_grants,
+    suspension_advice,
+    suspension_text,
+)
 from rediacc_core.repos import Repo, RepoRef, RepoStore, repo_state_dir, resolve_ref
 from rediacc_core.slurm.node import is_slurm_node
 
@@ -116,7 +124,7 @@ def list_repos(machine_name: str | None, every: bool, fmt: str) -> None:
       rdc repo list localhost -o wide
       rdc repo list --all
     """
-    from rediacc_core.runtime.lifecycle import net_path, orphan_text, orphaned_parts, repo_status
+    from rediacc_core.runtime.status import net_path, orphan_text, orphaned_parts, repo_status
 
     if every or machine_name is None:
         from rediacc_core.cli.fleet import fleet_repo_list
@@ -194,10 +202,10 @@ def delete(ref: str, yes: bool) -> None:
     Examples:
       rdc repo delete gpu-a@localhost --yes
     """
-    from rediacc_core.runtime.lifecycle import remove_kernel_path, running_parts
+    from rediacc_core.runtime import filesmount, lifecycle, status
 
     machine, found = resolve_ref(ref, Config.load())
-    running = running_parts(machine, found)
+    running = status.running_parts(machine, found)
     if running:
         # Its daemon would keep serving containers whose grants were just dropped.
         raise StateError(
@@ -212,10 +220,8 @@ def delete(ref: str, yes: bool) -> None:
             )
         if not confirm_delete(found.ref):
             raise click.Abort()
-    from rediacc_core.runtime import filesmount
-
     filesmount.release_repo(machine, found.id, found.ref)  # left by units stopped without `rdc repo down`
-    remove_kernel_path(machine, found)
+    lifecycle.remove_kernel_path(machine, found)
     dropped = delete_repo(machine, found)
     note(f"Deleted repo {found.ref} and {dropped} GPU grant{'s' if dropped != 1 else ''}.")
 
@@ -240,7 +246,7 @@ def fork(ref: str, tag: str, empty: bool, fmt: str) -> None:
       rdc repo fork gpu-a --tag scratch --empty -o json
     """
     from rediacc_core.runtime import fork as fork_copy
-    from rediacc_core.runtime.lifecycle import running_parts
+    from rediacc_core.runtime.status import running_parts
 
     machine, found = resolve_ref(ref, Config.load())
     if not empty:
@@ -632,16 +638,12 @@ def list_grants(ref: str, fmt: str) -> None:
 
     emit(data, fmt, render)
     if fmt == "table":
-        from rediacc_core.grants.records import suspension_advice, suspension_text
-
         for grant_ in sorted(grants, key=lambda g: g.device):
             if grant_.suspended is not None:
                 note(
                     f"{suspension_text(grant_, found.ref)}; it reaches nothing until resolved: "
                     f"{suspension_advice(grant_, found.ref)}."
                 )
-    from rediacc_core.grants.records import ended_leases, read_all
-
     for ended in ended_leases(read_all(machine)):
         if ended.repo_id == found.id:  # a lease that ended within a day
             note(

@@ -18,6 +18,8 @@ from rediacc_core.errors import EXIT_INTERRUPTED, PermissionDeniedError, StateEr
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, resolve_ref
 from rediacc_core.runtime import daemon, filesmount, lifecycle, netns
+from rediacc_core.runtime.layout import runtime_for
+from rediacc_core.runtime.status import repo_status
 
 UNIT_TEMPLATES = ("rediacc-repo-dockerd@.service", "rediacc-repo-gate@.service")
 
@@ -62,7 +64,7 @@ def up(ref: str, foreground: bool, fmt: str) -> None:
 def _up_foreground(machine: Machine, found: Repo) -> None:
     from rediacc_core.runtime.serve import serve_repo
 
-    runtime = lifecycle.runtime_for(machine, found)
+    runtime = runtime_for(machine, found)
     filesmount.secure_repo(machine, found.id)
     started = lifecycle.start_daemon(machine, found, runtime, detach=False)
     try:
@@ -103,7 +105,7 @@ def down(ref: str) -> None:
 
 def _say_where_it_stands(machine: Machine, found: Repo, doing: str) -> None:
     """After a Ctrl-C: what of the repo runs now, as `rdc repo list` will say, and the way on."""
-    status, running = lifecycle.repo_status(machine, found)
+    status, running = repo_status(machine, found)
     if not running:
         note(f"Interrupted while {doing} repo {found.ref}: nothing of it runs (down).")
         return
@@ -126,7 +128,7 @@ def docker_host(ref: str, fmt: str) -> None:
       rdc repo docker-host gpu-a -o json
     """
     machine, found = _resolve(ref)
-    url = lifecycle.runtime_for(machine, found).docker_host_url
+    url = runtime_for(machine, found).docker_host_url
     if fmt == "table":
         click.echo(url)
         return
@@ -163,7 +165,7 @@ def gate_run(ref: str) -> None:
     from rediacc_core.runtime.serve import serve_repo
 
     machine, found = _resolve(ref)
-    runtime = lifecycle.runtime_for(machine, found)
+    runtime = runtime_for(machine, found)
     filesmount.secure_repo(machine, found.id)  # the gate unit starts without `rdc repo up`
     status = serve_repo(machine, found, runtime.gate_socket, runtime.upstream_socket, runtime.gate_pidfile)
     if status:
@@ -201,7 +203,7 @@ def gate_log(ref: str, follow: bool, since: str | None, fmt: str) -> None:
                 f"--since {since!r} is neither a duration nor a timestamp",
                 "give a duration such as 15m, 2h or 1d, or a time such as 2026-12-01T04:00:00Z",
             ) from None
-    path = lifecycle.runtime_for(machine, found).audit_log
+    path = runtime_for(machine, found).audit_log
     if not follow and not any(Path(f"{path}{tail}").exists() for tail in ("", ".1")):
         note(f"Repo {found.ref} has no audit log yet ({path}): its gate has decided nothing so far.")
         return
@@ -280,7 +282,7 @@ def dockerd(ref: str) -> None:
       rdc repo dockerd gpu-a
     """
     machine, found = _resolve(ref)
-    runtime = lifecycle.runtime_for(machine, found)
+    runtime = runtime_for(machine, found)
     if not runtime.owns_daemon:
         raise StateError(
             f"repo {found.ref} uses the existing daemon {found.docker_host}; rdc runs no dockerd for it",
@@ -313,7 +315,7 @@ def units(ref: str, install_dir: Path | None) -> None:
       sudo rdc repo units gpu-a --install /etc/systemd/system
     """
     machine, found = _resolve(ref)
-    runtime = lifecycle.runtime_for(machine, found)
+    runtime = runtime_for(machine, found)
     if install_dir is not None:
         install_dir.mkdir(parents=True, exist_ok=True)
         for name in UNIT_TEMPLATES:

@@ -107,7 +107,7 @@ def _docker_host(ref: str) -> str:
     parsed = RepoRef.parse(ref)
     if parsed.machine is not None and config.machine(parsed.machine).remote is not None:
         return tunnel.open_tunnel(config, config.machine(parsed.machine), ref).docker_host
-    from rediacc_core.runtime.lifecycle import runtime_for
+    from rediacc_core.runtime.layout import runtime_for
 
     machine, found = resolve_ref(ref, config)
     return runtime_for(machine, found).docker_host_url

@@ -23,8 +23,8 @@ from pathlib import Path
 from rediacc_core import pids
 from rediacc_core.errors import ToolError
 from rediacc_core.files import atomic_write_text
-from rediacc_core.runtime.layout import DaemonPaths
-from rediacc_core.runtime.netns import RepoNetwork
+from rediacc_core.runtime.layout import DaemonPaths, RepoNetwork
+from rediacc_core.runtime.netns import enter
 from rediacc_core.unixhttp import listening
 
 START_TIMEOUT = 30.0
@@ -64,7 +64,7 @@ def containerd_argv(
     paths: DaemonPaths, containerd: str = "containerd", network: RepoNetwork | None = None
 ) -> list[str]:
     argv = [containerd, "--config", str(paths.containerd_config)]
-    return network.enter(argv) if network is not None else argv
+    return enter(network, argv) if network is not None else argv
 
 
 def running_pid(paths: DaemonPaths) -> int | None:

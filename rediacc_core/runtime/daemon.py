@@ -38,8 +38,8 @@ from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
 from rediacc_core.machine import Machine
 from rediacc_core.pids import pid_alive, stop_pid
-from rediacc_core.runtime.layout import DaemonPaths
-from rediacc_core.runtime.netns import UPLINK_DNS, UPLINK_MTU, RepoNetwork
+from rediacc_core.runtime.layout import DaemonPaths, RepoNetwork
+from rediacc_core.runtime.netns import UPLINK_DNS, UPLINK_MTU, enter
 from rediacc_core.runtime.process import log_tail
 
 START_TIMEOUT = 60.0
@@ -190,7 +190,7 @@ def dockerd_argv(
     paths: DaemonPaths, dockerd: str = "dockerd", network: RepoNetwork | None = None
 ) -> list[str]:
     argv = [dockerd, "--config-file", str(paths.config)]
-    return network.enter(argv) if network is not None else argv
+    return enter(network, argv) if network is not None else argv
 
 
 _MNT_DETACH = 2

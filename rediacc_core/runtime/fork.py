@@ -36,7 +36,7 @@ from rediacc_core.gate.policy import pins
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, repo_state_dir
 from rediacc_core.runtime import dataroot
-from rediacc_core.runtime.lifecycle import runtime_for
+from rediacc_core.runtime.layout import runtime_for
 
 COPIED = ("files", "docker")  # under the repo's state directory
 
@@ -108,7 +108,7 @@ def rekeyed_pins(index: Mapping[str, Any], moves: Mapping[str, str]) -> dict[str
 
 
 def require_down(source: Repo, running: list[str]) -> None:
-    """Refuse to copy `source` while any of it runs (`running`: `lifecycle.running_parts`)."""
+    """Refuse to copy `source` while any of it runs (`running`: `status.running_parts`)."""
     if running:
         raise StateError(
             f"repo {source.ref} is up ({', '.join(running)}): a running daemon's data cannot be copied whole",

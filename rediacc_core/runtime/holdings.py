@@ -34,14 +34,13 @@ from rediacc_core.holders import Holder as Holder  # made here, named by the gra
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
 from rediacc_core.runtime import openers
+from rediacc_core.runtime.layout import runtime_for
 
 ASK_TIMEOUT = 10.0
 STOP_TIMEOUT = 10  # seconds the daemon waits after SIGTERM before it kills a holder
 
 
 def _socket(machine: Machine, repo: Repo) -> str:
-    from rediacc_core.runtime.lifecycle import runtime_for
-
     return str(runtime_for(machine, repo).upstream_socket)
 
 
@@ -93,9 +92,9 @@ def outside_processes(machine: Machine, repo: Repo) -> list[str]:
     """The processes of `repo` that run outside its running containers: not its daemon's runtime
     (dockerd, containerd, shims, docker-proxy), not in the cgroup of a container that runs. One
     that left its container's cgroup survives `docker stop`; only `rdc repo down` ends it."""
-    from rediacc_core.runtime import lifecycle, teardown
+    from rediacc_core.runtime import teardown
 
-    runtime = lifecycle.runtime_for(machine, repo)
+    runtime = runtime_for(machine, repo)
     if not runtime.owns_daemon:
         return []
     running = {c.id for c in running_containers(machine, repo)}
@@ -164,10 +163,10 @@ def nodes_of(machine: Machine, names: Iterable[str], besides: Iterable[str] = ()
 def device_openers(machine: Machine, repo: Repo, nodes: Iterable[Node]) -> list[Opener]:
     """Every process of `repo` (its containers' and its daemon's own) holding one of `nodes`, by
     device number, whatever path it shows and whether or not a container with the CDI name runs."""
-    from rediacc_core.runtime import lifecycle, teardown
+    from rediacc_core.runtime import teardown
 
     wanted = set(nodes)
-    runtime = lifecycle.runtime_for(machine, repo)
+    runtime = runtime_for(machine, repo)
     if not runtime.owns_daemon or not wanted:
         return []
     fp = teardown.footprint(runtime.daemon_paths)
@@ -215,7 +214,6 @@ def record_handover(
 ) -> None:
     """One line in each repo's audit log: which devices went from `old` to `new`, and what was stopped."""
     from rediacc_core.gate.audit.log import append_event
-    from rediacc_core.runtime.lifecycle import runtime_for
 
     devices = list(names)
     containers = [h.name for h in stopped if h.repo.id == old.id]

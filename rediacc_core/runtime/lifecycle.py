@@ -1,6 +1,7 @@
 """Bringing a repo up and down: its own dockerd (unless it uses an existing daemon) and its gate.
 
-Where things live, for a repo with id ID on a machine rooted at ROOT:
+Where things live, for a repo with id ID on a machine rooted at ROOT (`layout.runtime_for` computes
+it; `status` reads which parts run, without this module):
 
 - `ROOT/run/rediacc/<first 12 of ID>/gate.sock`: the gate, the only socket users get
   (`rdc repo docker-host` prints it); `gate.pid` beside it.
@@ -23,111 +24,22 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 from rediacc_core import pids
-from rediacc_core.errors import StateError, ToolError, ValidationError
+from rediacc_core.errors import StateError, ToolError
 from rediacc_core.machine import Machine
-from rediacc_core.repos import AUDIT_LOG, Repo, RepoStore, repo_state_dir
+from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import daemon, kernelpath, netns, process
-from rediacc_core.runtime.layout import SOCKET_PATH_MAX, DaemonPaths
-from rediacc_core.runtime.process import Child, interrupts_deferred
+from rediacc_core.runtime.layout import RepoRuntime, runtime_for
+from rediacc_core.runtime.process import interrupts_deferred
+from rediacc_core.runtime.status import orphan_text, orphaned_parts, running_parts
 
 # Bringing a repo up or down also needs the gate's pins, the files mount and the teardown sweep; they
 # are imported there, so `rdc repo list` (which only reads paths and pidfiles) never loads the gate.
 
 GATE_START_TIMEOUT = 30.0
-_GATE_SOCKET_NAME = "gate.sock"
-
-
-@dataclass(frozen=True)
-class RepoRuntime:
-    """Every path of one repo's running parts."""
-
-    run_dir: Path
-    data_dir: Path
-    docker_host: str | None  # the repo's own daemon URL when it has one (unix:///...), else None
-
-    @property
-    def gate_socket(self) -> Path:
-        return self.run_dir / _GATE_SOCKET_NAME
-
-    @property
-    def gate_pidfile(self) -> Path:
-        return self.run_dir / "gate.pid"
-
-    @property
-    def gate_log(self) -> Path:
-        return self.data_dir / "gate.log"
-
-    @property
-    def gate(self) -> Child:
-        # The gate writes its pidfile itself, and removes it when it stops (`runtime.serve`).
-        return Child("gate", self.gate_pidfile, self.gate_log)
-
-    @property
-    def audit_log(self) -> Path:
-        return self.data_dir / AUDIT_LOG
-
-    @property
-    def guard_log(self) -> Path:
-        """The runtime guard's refusals (`runtime.guard`), one JSON line each."""
-        return self.data_dir / "guard.log"
-
-    @property
-    def daemon_paths(self) -> DaemonPaths:
-        return DaemonPaths(self.run_dir / "d", self.data_dir / "docker")
-
-    @property
-    def network(self) -> netns.RepoNetwork:
-        """The network namespace the repo's own daemon runs in (named by the first 12 of the id,
-        which `data_dir` ends with)."""
-        return netns.network_for(self.data_dir.name.replace("-", "")[:12], self.run_dir, self.data_dir)
-
-    @property
-    def upstream_socket(self) -> Path:
-        """What the gate forwards to: the existing daemon's socket, or the repo's own."""
-        if self.docker_host is not None:
-            return Path(self.docker_host.removeprefix("unix://"))
-        return self.daemon_paths.socket
-
-    @property
-    def owns_daemon(self) -> bool:
-        return self.docker_host is None
-
-    @property
-    def docker_host_url(self) -> str:
-        return f"unix://{self.gate_socket}"
-
-
-def _fits(run_dir: Path) -> bool:
-    paths = DaemonPaths(run_dir / "d", run_dir / "data")
-    gate = len(os.fsencode(run_dir / _GATE_SOCKET_NAME)) <= SOCKET_PATH_MAX
-    return gate and not paths.too_long()
-
-
-def _fallback_dir(short: str) -> Path:
-    run = Path("/run")
-    if os.access(run, os.W_OK):
-        return run / "rediacc" / short
-    return Path("/tmp") / f"rediacc-{short}"
-
-
-def runtime_for(machine: Machine, repo: Repo) -> RepoRuntime:
-    """The paths for `repo` (computed, the same every time; nothing is created)."""
-    short = repo.id.replace("-", "")[:12]
-    run_dir = machine.run_dir / short
-    if not _fits(run_dir):
-        run_dir = _fallback_dir(short)
-        if not _fits(run_dir):
-            raise ValidationError(
-                f"no short enough directory for the sockets of repo {repo.ref}",
-                "use a machine root with a shorter path",
-            )
-    data_dir = repo_state_dir(machine, repo.id)
-    return RepoRuntime(run_dir, data_dir, repo.docker_host)
 
 
 def metrics_file(machine: Machine, repo: Repo) -> Path:
@@ -300,16 +212,6 @@ def _refuse_autoallowed_devices(machine: Machine, repo: Repo) -> None:
         )
 
 
-def _parts(runtime: RepoRuntime) -> list[Child]:
-    """Every process of a repo that is up: its gate and, with a daemon of its own, that daemon,
-    its containerd, its uplink and its port keeper."""
-    children = [runtime.gate]
-    if runtime.owns_daemon:
-        paths, net = runtime.daemon_paths, runtime.network
-        children += [paths.dockerd, paths.containerd, net.uplink, net.keeper]
-    return children
-
-
 def remove_kernel_path(machine: Machine, repo: Repo) -> list[str]:
     """The repo's veth and host chains, should an `rdc repo up` cut short have left them (found by
     name, as `repo down` finds them), at `rdc repo delete`: nothing of a deleted repo keeps its
@@ -317,33 +219,6 @@ def remove_kernel_path(machine: Machine, repo: Repo) -> list[str]:
     if os.geteuid() != 0 or shutil.which("iptables") is None:
         return []
     return kernelpath.tear_down(runtime_for(machine, repo).network.short)
-
-
-def running_parts(machine: Machine, repo: Repo) -> list[str]:
-    """What of the repo runs now ("gate (pid N)", "dockerd (pid N)", its containerd, uplink and port
-    keeper); empty only when nothing of it runs (a `repo up` cut short leaves some of them)."""
-    return repo_status(machine, repo)[1]
-
-
-def repo_status(machine: Machine, repo: Repo) -> tuple[str, list[str]]:
-    """`up` when every part of the repo runs, `down` when none does, else `partial`; and what runs."""
-    children = _parts(runtime_for(machine, repo))
-    running = []
-    for child in children:
-        pid = child.pid()
-        if pid is not None:
-            running.append(f"{child.what} (pid {pid})")
-    if not running:
-        return "down", running
-    return ("up" if len(running) == len(children) else "partial"), running
-
-
-def net_path(machine: Machine, repo: Repo) -> str | None:
-    """The path out the repo's namespace took at its up (`kernel` or `user`, setting `net-path`);
-    None while it has none (down, or on an existing daemon)."""
-    runtime = runtime_for(machine, repo)
-    found = netns.path_of(runtime.network) if runtime.owns_daemon and netns.exists(runtime.network) else None
-    return found[0] if found is not None else None
 
 
 def _release_pins(machine: Machine, repo: Repo) -> list[str]:
@@ -413,31 +288,6 @@ def running_repos(machine: Machine) -> list[tuple[Repo, list[str]]]:
     return found
 
 
-def orphaned_parts(machine: Machine) -> list[tuple[Path, list[str]]]:
-    """What runs of repos the machine no longer records (deleted by hand or by an older rdc while
-    up): each run directory with the parts still running there, found by the same pidfiles."""
-    known = {repo.id.replace("-", "")[:12] for repo in RepoStore(machine).list()}
-    places: dict[str, Path] = {}
-    if machine.run_dir.is_dir():
-        for entry in machine.run_dir.iterdir():
-            is_short_id = len(entry.name) == 12 and all(c in "0123456789abcdef" for c in entry.name)
-            if entry.is_dir() and is_short_id and entry.name not in known:
-                places[entry.name] = entry
-            elif entry.suffix == ".rundir" and entry.stem.replace("-", "")[:12] not in known:
-                with contextlib.suppress(OSError):  # a run directory moved for its socket paths
-                    places[entry.stem.replace("-", "")[:12]] = Path(entry.read_text().strip())
-    found = []
-    for short, run_dir in sorted(places.items()):
-        # Its daemon's own parts too: which it had is not recorded any more, so every kind is read.
-        runtime = RepoRuntime(run_dir, machine.root / "var/lib/rediacc/repos" / short, None)
-        children = [runtime.gate, runtime.daemon_paths.dockerd, runtime.daemon_paths.containerd]
-        children += [runtime.network.uplink, runtime.network.keeper]
-        running = [f"{c.what} (pid {pid})" for c in children if (pid := c.pid()) is not None]
-        if running:
-            found.append((run_dir, running))
-    return found
-
-
 def refuse_while_running(machine: Machine, doing: str, *, instead: str = "") -> None:
     """Raise StateError naming each running repo of the machine and the `rdc repo down` that frees
     it, so that `doing` never orphans what runs (a daemon whose repo record or machine is gone)."""
@@ -455,7 +305,3 @@ def refuse_while_running(machine: Machine, doing: str, *, instead: str = "") -> 
         f"not {doing}: repos of machine {machine.name} are running ({what})",
         f"stop them first: {todo}" + (f"; or {instead}" if instead and not orphans else ""),
     )
-
-
-def orphan_text(run_dir: Path, parts: list[str]) -> str:
-    return f"a deleted repo's {', '.join(parts)} (under {run_dir})"

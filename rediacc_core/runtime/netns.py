@@ -34,16 +34,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from rediacc_core import publishing
+from rediacc_core import publishing, repos
 from rediacc_core.errors import StateError, ToolError
 from rediacc_core.machine import Machine
 from rediacc_core.runtime import kernelpath, rtnetlink
-from rediacc_core.runtime.process import Child
+from rediacc_core.runtime.layout import RepoNetwork, path_of
 
-NETNS_DIR = Path("/run/netns")
 UPLINK_DEVICE = "tap0"
 UPLINK_ADDRESS = "10.0.2.100"  # the namespace's address on the uplink (slirp4netns's default)
 UPLINK_DNS = "10.0.2.3"  # slirp4netns's DNS forwarder (its default 10.0.2.0/24 network)
@@ -58,80 +56,10 @@ LOOPBACK_INDEX = 1  # the kernel gives `lo` index 1 in every network namespace
 _INSTALL_HINT = "install slirp4netns (Debian/Ubuntu: apt install slirp4netns) and iproute2"
 
 
-@dataclass(frozen=True)
-class RepoNetwork:
-    """One repo's namespace and the files of its uplink (under the repo's run directory)."""
-
-    name: str
-    workdir: Path
-    state_dir: Path | None = None  # the repo's state directory: where its kernel path's slot is kept
-
-    @property
-    def short(self) -> str:
-        return self.name.removeprefix("rdc-")
-
-    @property
-    def path_record(self) -> Path:
-        """Which path out this namespace was brought up with (`kernel N`, N its slot, or `user`):
-        kept while the namespace lives, so a setting changed meanwhile applies at the next up."""
-        return self.workdir / "path"
-
-    @property
-    def path(self) -> Path:
-        return NETNS_DIR / self.name
-
-    @property
-    def pidfile(self) -> Path:
-        return self.workdir / "uplink.pid"
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / "uplink.log"
-
-    @property
-    def api_socket(self) -> Path:
-        """slirp4netns's API: the port keeper (`ports`) adds and removes forwards through it."""
-        return self.workdir / "uplink.sock"
-
-    @property
-    def ports_pidfile(self) -> Path:
-        return self.workdir / "ports.pid"
-
-    @property
-    def ports_log(self) -> Path:
-        return self.workdir / "ports.log"
-
-    # Both are told apart from a process that reused their pid by their command line.
-    @property
-    def uplink(self) -> Child:
-        return Child("network uplink", self.pidfile, self.log, mark=str(self.path))
-
-    @property
-    def keeper(self) -> Child:
-        return Child("port keeper", self.ports_pidfile, self.ports_log, mark=str(self.api_socket))
-
-    def enter(self, argv: Sequence[str]) -> list[str]:
-        """`argv` run inside the namespace (nsenter keeps every other namespace: dockerd still
-        sees the host's filesystem, device nodes and CDI specs)."""
-        return [_tool("nsenter"), f"--net={self.path}", "--", *argv]
-
-
-def network_for(short_id: str, run_dir: Path, state_dir: Path | None = None) -> RepoNetwork:
-    return RepoNetwork(f"rdc-{short_id}", run_dir / "net", state_dir)
-
-
-def path_of(net: RepoNetwork) -> tuple[str, kernelpath.Slot | None] | None:
-    """The path out `net` was brought up with, and its slot on the kernel path; None when not up."""
-    try:
-        words = net.path_record.read_text().split()
-    except OSError:
-        return None
-    if words == [kernelpath.USER]:
-        return kernelpath.USER, None
-    if len(words) == 2 and words[0] == kernelpath.KERNEL and words[1].isdigit():
-        with contextlib.suppress(ValueError):
-            return kernelpath.KERNEL, kernelpath.slot(int(words[1]))
-    return None
+def enter(net: RepoNetwork, argv: Sequence[str]) -> list[str]:
+    """`argv` run inside the namespace (nsenter keeps every other namespace: dockerd still sees the
+    host's filesystem, device nodes and CDI specs)."""
+    return [_tool("nsenter"), f"--net={net.path}", "--", *argv]
 
 
 def blocked_destinations(
@@ -255,7 +183,7 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None
     if at is not None:  # the uplink then carries only published ports and DNS, the veth the rest
         uplink = [f"addr replace {UPLINK_ADDRESS}/24 dev {UPLINK_DEVICE}"]
         uplink.append(f"link set {UPLINK_DEVICE} mtu {UPLINK_MTU} up")
-        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, net.enter([]), blocked, uplink)
+        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, enter(net, []), blocked, uplink)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
@@ -270,7 +198,7 @@ def _path_for(net: RepoNetwork, root: Path, forced: str | None = None) -> tuple[
     recorded = path_of(net)
     if recorded is not None:
         return recorded
-    from rediacc_core import repos, settings  # here: `rdc repo list` reads paths, never settings
+    from rediacc_core import settings  # here: only choosing a path at up reads the settings
 
     machine = Machine(name="local", root=root)
     setting = forced or settings.effective(settings.read_settings(machine))["net-path"]
@@ -300,17 +228,17 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
     recorded = path_of(net)
     if recorded is not None and recorded[1] is not None:
         kernelpath.apply(net.short, recorded[1], blocked)
-    inside = net.enter([_tool("iptables-restore"), "--noflush"])
+    inside = enter(net, [_tool("iptables-restore"), "--noflush"])
     done = subprocess.run(inside, input=uplink_rules(blocked), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ToolError(f"cannot write the uplink rules of {net.name}: {done.stderr.strip()}", _INSTALL_HINT)
     iptables = _tool("iptables")
-    if subprocess.run(net.enter([iptables, "-n", "-L", "DOCKER-USER"]), capture_output=True).returncode != 0:
-        _run(net.enter([iptables, "-N", "DOCKER-USER"]))
+    if subprocess.run(enter(net, [iptables, "-n", "-L", "DOCKER-USER"]), capture_output=True).returncode != 0:
+        _run(enter(net, [iptables, "-N", "DOCKER-USER"]))
     for chain in JUMPS:
         jump = [chain, "-j", CHAIN]
-        if subprocess.run(net.enter([iptables, "-C", *jump]), capture_output=True).returncode != 0:
-            _run(net.enter([iptables, "-I", chain, "1", "-j", CHAIN]))
+        if subprocess.run(enter(net, [iptables, "-C", *jump]), capture_output=True).returncode != 0:
+            _run(enter(net, [iptables, "-I", chain, "1", "-j", CHAIN]))
 
 
 def host_rules_intact(net: RepoNetwork, blocked: Sequence[str]) -> bool:

@@ -42,6 +42,7 @@ from rediacc_core import unixhttp
 from rediacc_core.machine import Machine
 from rediacc_core.publishing import ANY_ADDRESS, PROTOCOLS, Policy, Port, policy_from, write_state
 from rediacc_core.runtime import netns, uplinkwatch
+from rediacc_core.runtime.layout import RepoNetwork
 from rediacc_core.settings import effective, read_settings
 from rediacc_core.values import split_list
 
@@ -229,9 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--netns", help="the repo's network namespace, whose uplink rules follow the host")
     args = parser.parse_args(argv)
     if args.netns:  # a thread of this process, so it starts and stops with the keeper
-        uplinkwatch.start(
-            netns.RepoNetwork(args.netns, args.api.parent), lambda line: print(line, flush=True)
-        )
+        uplinkwatch.start(RepoNetwork(args.netns, args.api.parent), lambda line: print(line, flush=True))
     # `repo down` sends SIGTERM: the state file goes first, so no gate counts what is withdrawn.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rediacc_core.files import atomic_write_text
 from rediacc_core.pids import pid_alive, stop_pid
+
+if TYPE_CHECKING:
+    import subprocess
 
 # Every child this process started, in order: a command cut short by Ctrl-C stops those it started
 # (`stop_launched`), even one whose pidfile is not written yet (the gate and dockerd write their own
@@ -137,6 +140,8 @@ class Child:
     ) -> subprocess.Popen[bytes]:
         """Start the child with its output appended to its log (or discarded), and record its pid
         unless the child writes its pidfile itself. OSError when it cannot be run."""
+        import subprocess  # late: a command that only reads pidfiles (`rdc repo list`) starts nothing
+
         out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - the child's
         try:
             with interrupts_deferred():  # started and known, or not started

@@ -35,6 +35,7 @@ from rediacc_core.repos import Repo, RepoStore
 from rediacc_core.runtime import lifecycle
 from rediacc_core.runtime.health_watch import refresh_health
 from rediacc_core.runtime.lapsed import refresh_telemetry, stop_lapsed_holders
+from rediacc_core.runtime.layout import runtime_for
 from rediacc_core.runtime.logfiles import LogKeeper
 from rediacc_core.runtime.settings import MAX_WORKERS
 from rediacc_core.runtime.workers import Publish, Supervisor
@@ -188,7 +189,7 @@ def build_gate(machine: Machine, repo: Repo, listen: Path, upstream: Path) -> Ga
     stale = decider.spec_age()
     if stale:  # said at start; every device request is refused the same way until the refresh
         log(f"{stale}; device requests are refused until `rdc machine refresh {machine.name}`")
-    runtime = lifecycle.runtime_for(machine, repo)
+    runtime = runtime_for(machine, repo)
     audit = Audit(runtime.audit_log, repo.id, repo.name, lifecycle.metrics_file(machine, repo))
     return GateServer(listen, upstream, decider, log=log, repo_ref=repo.ref, audit=audit)
 
@@ -208,7 +209,7 @@ def log_keeper(machine: Machine, repo: Repo, log: Callable[[str], None]) -> LogK
     GPU telemetry (a lease ended) and the GPU health records up to date; and runs the plugins'
     chores (`rdc_housekeeping`: Slurm's reconciler and health sync, `slurm.plugin`)."""
 
-    runtime = lifecycle.runtime_for(machine, repo)
+    runtime = runtime_for(machine, repo)
     paths = [runtime.gate_log]
     if runtime.owns_daemon:
         paths.append(runtime.daemon_paths.log)

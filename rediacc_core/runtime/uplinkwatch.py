@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rediacc_core.runtime import netns, rtnetlink
+from rediacc_core.runtime.layout import RepoNetwork
 
 GROUPS = rtnetlink.RTMGRP_IPV4_IFADDR | rtnetlink.RTMGRP_IPV4_ROUTE
 SETTLE = 0.05  # one change comes as several messages (an address, then its routes): applied once
@@ -77,7 +78,7 @@ def _wait_for_change(events: socket.socket) -> None:
                 raise
 
 
-def follow(net: netns.RepoNetwork, log: Log) -> None:
+def follow(net: RepoNetwork, log: Log) -> None:
     """Keep `net`'s uplink rules equal to the host's destinations, for as long as the process lives."""
     applied: list[str] | None = None
     said = ""  # the last failure: said once, not every second while it lasts
@@ -103,7 +104,7 @@ def follow(net: netns.RepoNetwork, log: Log) -> None:
             time.sleep(RETRY)
 
 
-def start(net: netns.RepoNetwork, log: Log) -> threading.Thread:
+def start(net: RepoNetwork, log: Log) -> threading.Thread:
     thread = threading.Thread(target=follow, args=(net, log), name="uplink-watch", daemon=True)
     thread.start()
     return thread

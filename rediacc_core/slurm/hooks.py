@@ -207,7 +207,7 @@ def epilog(machine: Machine, env: Mapping[str, str]) -> Outcome:
 def audit(machine: Machine, repo: Repo, endpoint: str, names: Iterable[str], message: str) -> None:
     """One line in the repo's audit log (best effort: the grant or revoke stands without it)."""
     from rediacc_core.gate.audit.log import append_event
-    from rediacc_core.runtime.lifecycle import runtime_for
+    from rediacc_core.runtime.layout import runtime_for
 
     with contextlib.suppress(OSError):
         append_event(

@@ -26,7 +26,7 @@ import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, post, raw_exchange, refused
 
 from rediacc_core.repos import RepoStore, files_dir
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout
 from rediacc_core.runtime.process import read_pid
 from rediacc_core.testing.dockerenv import import_busybox
 
@@ -360,14 +360,14 @@ def test_a_stopped_container_with_a_bind_starts_again_after_the_repo_restarts(e2
     created = e2e.rdc("repo", "create", "epsilon@m1")
     assert created.returncode == 0, created.stderr
     repo = RepoStore(e2e.machine).get_by_label("epsilon")
-    env = {**e2e.alpha.env, "DOCKER_HOST": lifecycle.runtime_for(e2e.machine, repo).docker_host_url}
+    env = {**e2e.alpha.env, "DOCKER_HOST": layout.runtime_for(e2e.machine, repo).docker_host_url}
     keep = files_dir(e2e.machine, repo.id) / "keep"
     keep.mkdir(parents=True, exist_ok=True)
     (keep / "note").write_text("kept")
     try:
         assert e2e.rdc("repo", "up", repo.ref).returncode == 0
-        import_busybox(lifecycle.runtime_for(e2e.machine, repo).upstream_socket, IMAGE)
-        docker = RepoEnv(repo, lifecycle.runtime_for(e2e.machine, repo), env).docker
+        import_busybox(layout.runtime_for(e2e.machine, repo).upstream_socket, IMAGE)
+        docker = RepoEnv(repo, layout.runtime_for(e2e.machine, repo), env).docker
         created = docker("create", "--name", "keeper", "-v", f"{keep}:/k", IMAGE, "cat", "/k/note")
         assert created.returncode == 0, created.stderr
         down = e2e.rdc("repo", "down", repo.ref)

@@ -13,7 +13,7 @@ import pytest
 from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
 from rediacc_core.repos import Repo, RepoStore, files_dir, repo_state_dir
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout
 from rediacc_core.testing.dockerenv import import_busybox
 
 DEVICE = "vendor.example/gpu=1"
@@ -22,7 +22,7 @@ STEP = "cat /v/m /d/m 2>/dev/null; echo step >> /v/m; echo step >> /d/m"
 
 
 def _env(e2e: E2E, repo: Repo) -> RepoEnv:
-    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    runtime = layout.runtime_for(e2e.machine, repo)
     return RepoEnv(repo, runtime, {**e2e.alpha.env, "DOCKER_HOST": runtime.docker_host_url})
 
 
@@ -209,7 +209,7 @@ def test_nothing_in_a_forks_copy_names_the_source(
     )
     built = source.docker("build", "-t", "made:1", str(tmp_short), timeout=300)
     assert built.returncode == 0, built.stderr
-    needles = [source.repo.id, str(lifecycle.runtime_for(e2e.machine, source.repo).run_dir)]
+    needles = [source.repo.id, str(layout.runtime_for(e2e.machine, source.repo).run_dir)]
     source_dir = repo_state_dir(e2e.machine, source.repo.id)
     # The source's own records do name its paths, in the bolt files too: the walk finds them.
     assert {"volumes/metadata.db", "volumes/vb/opts.json", "volumes/vm/opts.json"} <= set(

@@ -22,7 +22,7 @@ from e2e_kit import E2E
 
 from rediacc_core.errors import EXIT_INTERRUPTED
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout, status
 
 POINTS = 20
 LANDED: list[str] = []  # the commands an interrupt reached while they worked, one entry each
@@ -61,7 +61,7 @@ def interrupted(e2e: E2E, after: float, *args: str) -> tuple[int, str]:
     return running.returncode, err
 
 
-def processes_of(repo: Repo, runtime: lifecycle.RepoRuntime) -> dict[int, int]:
+def processes_of(repo: Repo, runtime: layout.RepoRuntime) -> dict[int, int]:
     """Every process whose command line names the repo's run directory, data directory or namespace
     (the gate, its workers, dockerd, containerd, the uplink, the port keeper): pid -> parent pid."""
     marks = [str(runtime.run_dir).encode(), str(runtime.data_dir).encode(), runtime.network.name.encode()]
@@ -82,19 +82,19 @@ def processes_of(repo: Repo, runtime: lifecycle.RepoRuntime) -> dict[int, int]:
 
 
 def check_named_truthfully(e2e: E2E, repo: Repo, code: int, err: str, doing: str, before: str) -> None:
-    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    runtime = layout.runtime_for(e2e.machine, repo)
     listed = e2e.rdc("repo", "list", "m1", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     [row] = [r for r in json.loads(listed.stdout) if r["name"] == LABEL]
-    status, parts = lifecycle.repo_status(e2e.machine, repo)
-    assert row["status"] == status
+    state, parts = status.repo_status(e2e.machine, repo)
+    assert row["status"] == state
     named = {int(p.rsplit("pid ", 1)[1].rstrip(")")) for p in parts}
     found = processes_of(repo, runtime)
     unnamed = {pid for pid, parent in found.items() if pid not in named and parent not in named}
     assert not unnamed, (
         f"{doing} interrupted: processes of the repo that `repo list` does not name: {unnamed}"
     )
-    if status == "down":
+    if state == "down":
         assert not found, f"{doing} interrupted: listed down, but {found} run"
     if code == 0:
         return
@@ -105,11 +105,11 @@ def check_named_truthfully(e2e: E2E, repo: Repo, code: int, err: str, doing: str
         # Cut short before the command began (Python starting, rdc importing): nothing changed; or
         # after it finished (Python exiting), its last word said so.
         finished = f"Repo {LABEL}@m1 is up." if doing == "starting" else f"of repo {LABEL}@m1."
-        assert status == before or finished in err, f"{doing} interrupted with no word: {before} -> {status}"
+        assert state == before or finished in err, f"{doing} interrupted with no word: {before} -> {state}"
         return
     assert f"Interrupted while {doing} repo {LABEL}@m1" in err, err
     LANDED.append(doing)
-    assert (f"it is {status}" if parts else "nothing of it runs (down)") in err, err
+    assert (f"it is {state}" if parts else "nothing of it runs (down)") in err, err
 
 
 @pytest.fixture(scope="module")

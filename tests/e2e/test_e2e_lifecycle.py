@@ -14,7 +14,7 @@ from rediacc_core import pids
 from rediacc_core.cdi.spec import BUILDKIT_AUTOALLOW
 from rediacc_core.errors import EXIT_STATE
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import daemon, lifecycle
+from rediacc_core.runtime import daemon, layout
 from rediacc_core.runtime.process import read_pid
 
 
@@ -93,7 +93,7 @@ def attached(e2e: E2E) -> Iterator[Repo]:
 def test_a_repo_on_an_existing_daemon_gets_a_gate_and_no_daemon(e2e: E2E, attached: Repo) -> None:
     up = e2e.rdc("repo", "up", attached.ref)
     assert up.returncode == 0, up.stderr
-    runtime = lifecycle.runtime_for(e2e.machine, attached)
+    runtime = layout.runtime_for(e2e.machine, attached)
     assert not runtime.daemon_paths.pidfile.exists()
     privileged = json.dumps({"Image": IMAGE, "HostConfig": {"Privileged": True}}).encode()
     status, answer = raw_exchange(runtime.gate_socket, post("/v1.45/containers/create", privileged))
@@ -108,7 +108,7 @@ def test_down_stops_gate_and_daemon_and_up_brings_them_back(e2e: E2E) -> None:
     created = e2e.rdc("repo", "create", "delta@m1")
     assert created.returncode == 0, created.stderr
     repo = RepoStore(e2e.machine).get_by_label("delta")
-    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    runtime = layout.runtime_for(e2e.machine, repo)
     try:
         up = e2e.rdc("repo", "up", repo.ref)
         assert up.returncode == 0, up.stderr
@@ -129,7 +129,7 @@ def test_a_stopped_daemon_behind_a_live_gate_is_a_clear_502(e2e: E2E) -> None:
     created = e2e.rdc("repo", "create", "epsilon@m1")
     assert created.returncode == 0, created.stderr
     repo = RepoStore(e2e.machine).get_by_label("epsilon")
-    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    runtime = layout.runtime_for(e2e.machine, repo)
     try:
         assert e2e.rdc("repo", "up", repo.ref).returncode == 0
         pid = read_pid(runtime.daemon_paths.pidfile)
@@ -157,7 +157,7 @@ def test_up_refuses_while_a_cdi_spec_hands_its_device_to_every_build_step(e2e: E
     created = e2e.rdc("repo", "create", "zeta@m1")
     assert created.returncode == 0, created.stderr
     repo = RepoStore(e2e.machine).get_by_label("zeta")
-    runtime = lifecycle.runtime_for(e2e.machine, repo)
+    runtime = layout.runtime_for(e2e.machine, repo)
     try:
         spec.write_text(json.dumps(document))
         up = e2e.rdc("repo", "up", repo.ref)

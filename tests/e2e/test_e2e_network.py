@@ -22,7 +22,7 @@ from e2e_kit import E2E, IMAGE, RepoEnv, refused
 
 from rediacc_core import pids
 from rediacc_core.publishing import short_id, state_file
-from rediacc_core.runtime import kernelpath, netns
+from rediacc_core.runtime import kernelpath, layout, netns
 from rediacc_core.runtime.process import read_pid
 from rediacc_core.settings import set_setting, unset_setting
 from rediacc_core.testing.dockerenv import docker_api
@@ -192,7 +192,7 @@ def _network(env: RepoEnv, name: str) -> str:
 
 def _path(env: RepoEnv) -> str:
     """The path out `env`'s namespace took: `kernel` or `user` (RDC_E2E_NET_PATH picks it)."""
-    found = netns.path_of(env.runtime.network)
+    found = layout.path_of(env.runtime.network)
     assert found is not None, "the repo's namespace has no recorded path"
     return found[0]
 
@@ -225,7 +225,10 @@ def test_each_repo_daemon_runs_in_a_network_namespace_of_its_own(e2e: E2E) -> No
         bridge = f"br-{made.stdout.strip()[:12]}"
         assert bridge not in os.listdir("/sys/class/net")
         inside = subprocess.run(
-            e2e.alpha.runtime.network.enter(["ip", "-br", "link"]), capture_output=True, text=True, check=True
+            netns.enter(e2e.alpha.runtime.network, ["ip", "-br", "link"]),
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert bridge in inside.stdout
     finally:
@@ -241,7 +244,7 @@ def test_each_repo_takes_the_path_out_the_setting_names_and_repo_list_shows_it(e
         veth = kernelpath.veth_name(short)
         on_host = subprocess.run(["ip", "link", "show", "dev", veth], capture_output=True).returncode == 0
         route = subprocess.run(
-            env.runtime.network.enter(["ip", "route", "show", "default"]),
+            netns.enter(env.runtime.network, ["ip", "route", "show", "default"]),
             capture_output=True,
             text=True,
             check=True,
@@ -329,7 +332,7 @@ def test_a_container_reaches_neither_another_repos_namespace_nor_its_veth(e2e: E
     refused (its namespace end, and its host end, an address of the host's own)."""
     if _path(e2e.beta) != "kernel":
         pytest.skip("the user path gives a namespace no address the host routes to")
-    found = netns.path_of(e2e.beta.runtime.network)
+    found = layout.path_of(e2e.beta.runtime.network)
     assert found is not None and found[1] is not None
     at = found[1]
     server = (
@@ -340,7 +343,7 @@ def test_a_container_reaches_neither_another_repos_namespace_nor_its_veth(e2e: E
         f"    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\n{TOKEN}'); c.close()\n"
     )
     inside = subprocess.Popen(
-        e2e.beta.runtime.network.enter(["python3", "-c", server]), stdout=subprocess.PIPE, text=True
+        netns.enter(e2e.beta.runtime.network, ["python3", "-c", server]), stdout=subprocess.PIPE, text=True
     )
     try:
         assert inside.stdout is not None
@@ -391,13 +394,13 @@ def _forged_reaches_beta(e2e: E2E, echo_port: int, beta_inside: str, beta_port: 
     """What beta's listener hears after alpha's namespace sends the outside echo a packet with
     beta's address as its source (the echo answers whoever the source says)."""
     hear = subprocess.Popen(
-        e2e.beta.runtime.network.enter(["python3", "-c", _HEAR, str(beta_port), "3"]),
+        netns.enter(e2e.beta.runtime.network, ["python3", "-c", _HEAR, str(beta_port), "3"]),
         stdout=subprocess.PIPE,
         text=True,
     )
     time.sleep(0.5)
     forge = ["python3", "-c", _FORGE, beta_inside, str(beta_port), OUTSIDE, str(echo_port)]
-    subprocess.run(e2e.alpha.runtime.network.enter(forge), check=True)
+    subprocess.run(netns.enter(e2e.alpha.runtime.network, forge), check=True)
     out, _ = hear.communicate(timeout=10)
     return out.strip()
 
@@ -409,7 +412,7 @@ def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e
     Control: without all three, it does."""
     if _path(e2e.beta) != "kernel":
         pytest.skip("the user path gives a namespace no address the host routes to")
-    alpha_at, beta_at = netns.path_of(e2e.alpha.runtime.network), netns.path_of(e2e.beta.runtime.network)
+    alpha_at, beta_at = layout.path_of(e2e.alpha.runtime.network), layout.path_of(e2e.beta.runtime.network)
     assert alpha_at is not None and alpha_at[1] is not None and beta_at is not None and beta_at[1] is not None
     space = f"rdc-e2e-out{os.getpid() % 10000}"  # the outside fixture's
     echo = subprocess.Popen(
@@ -423,7 +426,7 @@ def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e
         assert echo.stdout is not None
         port = int(echo.stdout.readline())
         asked = subprocess.run(
-            e2e.alpha.runtime.network.enter(["python3", "-c", _ASK, OUTSIDE, str(port)]),
+            netns.enter(e2e.alpha.runtime.network, ["python3", "-c", _ASK, OUTSIDE, str(port)]),
             capture_output=True,
             text=True,
             check=False,
@@ -435,9 +438,10 @@ def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e
         raw_drop = [kernelpath.raw_chain(short), "!", "-s", f"{alpha_at[1].inside}/32", "-j", "DROP"]
         subprocess.run(["iptables", "-t", "raw", "-D", *raw_drop], check=True)
         lift = ["iptables", *inside_masq[:2], "-D", *inside_masq[2:]]
-        subprocess.run(e2e.alpha.runtime.network.enter(lift), check=True)
+        subprocess.run(netns.enter(e2e.alpha.runtime.network, lift), check=True)
         subprocess.run(
-            e2e.beta.runtime.network.enter(["iptables", "-t", "mangle", "-F", "PREROUTING"]), check=True
+            netns.enter(e2e.beta.runtime.network, ["iptables", "-t", "mangle", "-F", "PREROUTING"]),
+            check=True,
         )
         # (another source port: the first packet's conntrack entry keeps its masquerade)
         assert _forged_reaches_beta(e2e, port, beta_at[1].inside, 5398) == "echo:forged"
@@ -446,8 +450,8 @@ def test_a_forged_source_from_one_repo_never_reaches_another_repos_namespace(e2e
         echo.wait()
         kernelpath.apply(short, alpha_at[1], netns.host_destinations())
         restore = ["sh", "-c", kernelpath.inside_rules()]
-        subprocess.run(e2e.alpha.runtime.network.enter(restore), check=True)
-        subprocess.run(e2e.beta.runtime.network.enter(restore), check=True)
+        subprocess.run(netns.enter(e2e.alpha.runtime.network, restore), check=True)
+        subprocess.run(netns.enter(e2e.beta.runtime.network, restore), check=True)
 
 
 HOST_ONLY, HOST_ONLY_NET = ("198.18.7.1", "198.18.7.2"), "198.18.7.0/24"
@@ -655,7 +659,7 @@ def eta(e2e: E2E) -> Iterator[RepoEnv]:
 def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) -> None:
     network = eta.runtime.network
     uplink = netns.uplink_pid(network)
-    path = netns.path_of(network)
+    path = layout.path_of(network)
     assert network.path.exists() and uplink is not None and path is not None
     published = state_file(e2e.machine.run_dir, short_id(eta.repo.id))
     assert _until(published.exists)  # the keeper's state, for the other repos' gates
@@ -666,12 +670,12 @@ def test_repo_down_removes_the_namespace_and_its_uplink(e2e: E2E, eta: RepoEnv) 
     assert not network.path.exists()
     assert not pids.pid_alive(uplink)
     _assert_nothing_on_the_host(network.short)
-    assert netns.path_of(network) is None
+    assert layout.path_of(network) is None
     # Up again: a new namespace, and the repo works in it, on the slot its state kept.
     again = e2e.rdc("repo", "up", eta.repo.ref)
     assert again.returncode == 0, again.stderr
     assert network.path.exists()
-    assert netns.path_of(network) == path
+    assert layout.path_of(network) == path
     ran = eta.docker("run", "--rm", IMAGE, "true")
     assert ran.returncode == 0, ran.stderr
 
@@ -975,7 +979,7 @@ def _lift_refusal(env: RepoEnv) -> None:
     for cidr in (f"{LATE_V4}/32", LATE_NET):
         rule = ["-D", netns.CHAIN, "-o", device, "-d", cidr, "-j", "REJECT"]
         rule += ["--reject-with", "icmp-admin-prohibited"]
-        subprocess.run(env.runtime.network.enter(["iptables", *rule]), check=True)
+        subprocess.run(netns.enter(env.runtime.network, ["iptables", *rule]), check=True)
     if not kernel:
         return
     short = env.runtime.network.short
@@ -992,7 +996,10 @@ def _lift_refusal(env: RepoEnv) -> None:
 
 def _uplink_rules(env: RepoEnv) -> str:
     listed = subprocess.run(
-        env.runtime.network.enter(["iptables", "-S", netns.CHAIN]), capture_output=True, text=True, check=True
+        netns.enter(env.runtime.network, ["iptables", "-S", netns.CHAIN]),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return listed.stdout
 
@@ -1116,7 +1123,7 @@ def test_an_ipv6_address_the_host_gains_is_out_of_reach_since_the_uplink_carries
             assert TOKEN not in said and "unreachable" in said.lower(), said
             # Nor does the daemon: its namespace has no IPv6 route out at all.
             route = subprocess.run(
-                e2e.alpha.runtime.network.enter(["ip", "-6", "route", "get", LATE_V6]),
+                netns.enter(e2e.alpha.runtime.network, ["ip", "-6", "route", "get", LATE_V6]),
                 capture_output=True,
                 text=True,
             )

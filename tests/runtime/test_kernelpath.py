@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rediacc_core.errors import StateError
-from rediacc_core.runtime import kernelpath, netns
+from rediacc_core.runtime import kernelpath, layout
 
 SHORT = "0123456789ab"
 BLOCKED = ["169.254.0.0/16", "172.17.0.0/16", "192.0.2.2/32"]
@@ -255,15 +255,15 @@ def test_a_rule_set_written_again_gains_only_the_jumps_it_lacks() -> None:
 
 
 def test_the_path_record_reads_back_what_was_written(tmp_path: Path) -> None:
-    net = netns.network_for(SHORT, tmp_path, tmp_path / "state")
-    assert netns.path_of(net) is None
+    net = layout.network_for(SHORT, tmp_path, tmp_path / "state")
+    assert layout.path_of(net) is None
     net.workdir.mkdir()
     net.path_record.write_text("kernel 7\n")
-    assert netns.path_of(net) == ("kernel", kernelpath.slot(7))
+    assert layout.path_of(net) == ("kernel", kernelpath.slot(7))
     net.path_record.write_text("user\n")
-    assert netns.path_of(net) == ("user", None)
+    assert layout.path_of(net) == ("user", None)
     net.path_record.write_text("kernel 999999\n")  # out of the range: no path
-    assert netns.path_of(net) is None
+    assert layout.path_of(net) is None
     assert ipaddress.ip_network(kernelpath.RANGE).is_private
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout
 from rediacc_core.runtime.logfiles import LogKeeper, bound, previous
 from rediacc_core.runtime.serve import log_keeper
 
@@ -137,7 +137,7 @@ def test_the_gate_keeps_its_own_log_and_its_own_daemons(tmp_path: Path) -> None:
     own = Repo(
         id="id-1", name="alpha", tag=None, machine="m1", docker_host=None, created_at="2026-01-01T00:00:00Z"
     )
-    runtime = lifecycle.runtime_for(machine, own)
+    runtime = layout.runtime_for(machine, own)
     assert log_keeper(machine, own, print).paths == (runtime.gate_log, runtime.daemon_paths.log)
     shared = Repo(
         id="id-2",
@@ -147,4 +147,4 @@ def test_the_gate_keeps_its_own_log_and_its_own_daemons(tmp_path: Path) -> None:
         docker_host="unix:///run/docker.sock",
         created_at="2026-01-01T00:00:00Z",
     )
-    assert log_keeper(machine, shared, print).paths == (lifecycle.runtime_for(machine, shared).gate_log,)
+    assert log_keeper(machine, shared, print).paths == (layout.runtime_for(machine, shared).gate_log,)

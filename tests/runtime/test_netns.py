@@ -109,7 +109,7 @@ def test_the_rules_replace_the_chain_in_one_step() -> None:
 
 
 def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() -> None:
-    network = netns.network_for("0123456789ab", Path("/run/rediacc/0123456789ab"))
+    network = layout.network_for("0123456789ab", Path("/run/rediacc/0123456789ab"))
     paths = layout.DaemonPaths(Path("/run/rediacc/0123456789ab/d"), Path("/var/lib/rediacc/repos/x/docker"))
     argv = daemon.dockerd_argv(paths, network=network)
     assert argv[0].endswith("nsenter") and argv[1] == "--net=/run/netns/rdc-0123456789ab"

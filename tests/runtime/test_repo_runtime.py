@@ -32,7 +32,7 @@ def make_repo(docker_host: str | None = None) -> Repo:
 
 def test_a_repo_runs_under_the_machines_run_dir(tmp_path: Path) -> None:
     machine = Machine("m1", Path("/tmp/m"))
-    runtime = lifecycle.runtime_for(machine, make_repo())
+    runtime = layout.runtime_for(machine, make_repo())
     assert runtime.run_dir == Path("/tmp/m/run/rediacc/6f1d0d6e3a57")
     assert runtime.gate_socket == runtime.run_dir / "gate.sock"
     assert runtime.daemon_paths.socket == runtime.run_dir / "d" / "docker.sock"
@@ -45,7 +45,7 @@ def test_a_repo_runs_under_the_machines_run_dir(tmp_path: Path) -> None:
 
 def test_a_deep_machine_root_moves_the_sockets_somewhere_short() -> None:
     machine = Machine("m1", Path("/tmp/" + "deep/" * 20))
-    runtime = lifecycle.runtime_for(machine, make_repo())
+    runtime = layout.runtime_for(machine, make_repo())
     assert runtime.run_dir.name.endswith("6f1d0d6e3a57")
     assert not runtime.daemon_paths.too_long()
     assert len(str(runtime.gate_socket)) <= layout.SOCKET_PATH_MAX
@@ -53,7 +53,7 @@ def test_a_deep_machine_root_moves_the_sockets_somewhere_short() -> None:
 
 
 def test_a_repo_on_an_existing_daemon_forwards_to_that_socket() -> None:
-    runtime = lifecycle.runtime_for(Machine("m1", Path("/tmp/m")), make_repo("unix:///var/run/other.sock"))
+    runtime = layout.runtime_for(Machine("m1", Path("/tmp/m")), make_repo("unix:///var/run/other.sock"))
     assert not runtime.owns_daemon
     assert runtime.upstream_socket == Path("/var/run/other.sock")
 
@@ -110,7 +110,7 @@ def test_socket_paths_that_do_not_fit_are_refused_before_anything_starts(tmp_pat
 def test_the_gate_runs_as_a_module_of_this_python() -> None:
     machine = Machine("m1", Path("/tmp/m"))
     repo = make_repo()
-    argv = lifecycle.gate_argv(machine, repo, lifecycle.runtime_for(machine, repo))
+    argv = lifecycle.gate_argv(machine, repo, layout.runtime_for(machine, repo))
     assert argv[:3] == [sys.executable, "-m", "rediacc_core.runtime.serve"]
     assert "--repo-id" in argv and repo.id in argv
 
@@ -213,7 +213,7 @@ def interrupted_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]
     monkeypatch.setattr(filesmount, "secure_repo", lambda machine, repo_id: None)
     monkeypatch.setattr(lifecycle, "_refuse_autoallowed_devices", lambda machine, repo: None)
 
-    def cut(*args: Any) -> lifecycle.RepoRuntime:
+    def cut(*args: Any) -> layout.RepoRuntime:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(lifecycle, "_start", cut)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from rediacc_core.runtime import netns, ports, rtnetlink, uplinkwatch
+from rediacc_core.runtime import layout, netns, ports, rtnetlink, uplinkwatch
 
-NET = netns.RepoNetwork("rdc-0123456789ab", Path("/run/rediacc/0123456789ab/net"))
+NET = layout.RepoNetwork("rdc-0123456789ab", Path("/run/rediacc/0123456789ab/net"))
 
 
 class Stop(BaseException):
@@ -48,7 +48,7 @@ def _follow(
             raise Stop
         return reads.pop(0)
 
-    def apply(net: netns.RepoNetwork, blocked: list[str]) -> None:
+    def apply(net: layout.RepoNetwork, blocked: list[str]) -> None:
         applied.append(list(blocked))
         if len(applied) in failing:
             raise OSError("iptables-restore: resource busy")
@@ -131,7 +131,7 @@ def test_the_port_keeper_that_bring_up_starts_follows_the_host_for_its_namespace
 ) -> None:
     """`rdc repo up` and the dockerd unit (`rdc repo dockerd`) both start the keeper through
     `bring_up`; the keeper runs the watcher as a thread of its own, so it starts and stops with it."""
-    net = netns.RepoNetwork("rdc-0123456789ab", tmp_path)
+    net = layout.RepoNetwork("rdc-0123456789ab", tmp_path)
     started: list[list[str]] = []
     monkeypatch.setattr(netns, "_tool", lambda name: f"/usr/sbin/{name}")
     monkeypatch.setattr(netns, "exists", lambda net: True)
@@ -149,7 +149,7 @@ def test_the_port_keeper_that_bring_up_starts_follows_the_host_for_its_namespace
     (argv,) = started
     assert argv[argv.index("--netns") + 1] == net.name
 
-    watched: list[netns.RepoNetwork] = []
+    watched: list[layout.RepoNetwork] = []
     monkeypatch.setattr(uplinkwatch, "start", lambda net, log: watched.append(net))
     monkeypatch.setattr(ports, "follow", lambda root, daemon, api, state: None)
     assert ports.main(argv[argv.index("-m") + 2 :]) == 0

@@ -32,7 +32,7 @@ from rediacc_core.gate.server import GateLimits, bind_listener
 from rediacc_core.gate.wire.decode import MAX_INSPECTED_BODY
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo, RepoStore
-from rediacc_core.runtime import lifecycle, workers
+from rediacc_core.runtime import layout, lifecycle, workers
 from rediacc_core.runtime.settings import MAX_WORKERS, check_worker_setting
 from rediacc_core.runtime.workers import Supervisor
 from rediacc_core.settings import set_setting
@@ -133,7 +133,7 @@ class Gate:
         return lifecycle.metrics_file(self.machine, self.repo).read_text()
 
     def audit_entries(self) -> list[dict[str, object]]:
-        return list(read.read_entries(lifecycle.runtime_for(self.machine, self.repo).audit_log))
+        return list(read.read_entries(layout.runtime_for(self.machine, self.repo).audit_log))
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import pytest
 from ssh_kit import Fleet, unmet_requirement
 
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout
 from rediacc_core.testing.dockerenv import docker_unavailable, import_busybox
 
 DEVICE = "rediacc.io/dri=renderD128"
@@ -39,7 +39,7 @@ def test_the_docker_cli_on_the_client_is_admitted_with_a_grant_and_refused_gpus_
     up = rdc("repo", "up", "dock@m1", timeout=180)
     assert up.returncode == 0, up.stderr
     machine = fleet.machines["m1"].machine
-    runtime = lifecycle.runtime_for(machine, RepoStore(machine).get_by_label("dock"))
+    runtime = layout.runtime_for(machine, RepoStore(machine).get_by_label("dock"))
     try:
         import_busybox(runtime.upstream_socket)  # the image, loaded on the machine's side
         env_line = rdc("repo", "env", "dock")  # the README way: no @machine
@@ -114,7 +114,7 @@ def test_the_docker_cli_reaches_a_fresh_tunnel_after_the_repo_and_the_machine_ca
         assert up.returncode == 0, up.stderr
         host = json.loads(up.stdout)["dockerHost"]
         assert str(fleet.client.home) in host and f"export DOCKER_HOST={host}" in up.stderr
-        runtime = lifecycle.runtime_for(machine, RepoStore(machine).get_by_label("again"))
+        runtime = layout.runtime_for(machine, RepoStore(machine).get_by_label("again"))
         import_busybox(runtime.upstream_socket)
         return str(host)
 

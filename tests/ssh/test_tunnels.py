@@ -18,7 +18,7 @@ from pathlib import Path
 from ssh_kit import Client, Fleet
 
 from rediacc_core.repos import RepoStore
-from rediacc_core.runtime import lifecycle
+from rediacc_core.runtime import layout
 from rediacc_core.testing.fakemachine import FakeMachine
 from rediacc_core.unixhttp import UnixHTTPConnection
 
@@ -41,7 +41,7 @@ class _PingHandler(socketserver.StreamRequestHandler):
 def fake_gate(fm: FakeMachine, label: str) -> Iterator[Path]:
     """A stand-in gate for repo `label` of machine `fm`, answering with the machine's name."""
     machine = fm.machine
-    path = lifecycle.runtime_for(machine, RepoStore(machine).get_by_label(label)).gate_socket
+    path = layout.runtime_for(machine, RepoStore(machine).get_by_label(label)).gate_socket
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     server = socketserver.ThreadingUnixStreamServer(str(path), _PingHandler)
