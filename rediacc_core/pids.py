@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     import subprocess
 
 KILL_WAIT = 10.0  # seconds for the kernel to take a SIGKILLed process away
+# Seconds a stop interrupted by Ctrl-C still waits for the process it already told to stop, so that
+# what the caller then reports (`rdc repo down`'s "it is …") is not undone a moment later by that
+# process exiting. A second Ctrl-C ends the wait.
+INTERRUPTED_GRACE = 3.0
 
 
 def pid_alive(pid: int) -> bool:
@@ -34,18 +38,28 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def stop_pid(pid: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> bool:
-    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent. Whether
-    the process is gone (one stuck in the kernel can outlive even SIGKILL for a while)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+def _gone_within(pid: int, process: subprocess.Popen[bytes] | None, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             return True
         if process is None and not pid_alive(pid):
             return True
-        time.sleep(0.1)
+        time.sleep(0.05)
+    return False
+
+
+def stop_pid(pid: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> bool:
+    """SIGTERM, wait up to `timeout`, then SIGKILL. Reaps `process` when we are its parent. Whether
+    the process is gone (one stuck in the kernel can outlive even SIGKILL for a while)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    try:
+        if _gone_within(pid, process, timeout):
+            return True
+    except KeyboardInterrupt:
+        _gone_within(pid, process, INTERRUPTED_GRACE)
+        raise
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     if process is not None:
