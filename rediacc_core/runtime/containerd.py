@@ -29,6 +29,7 @@ from rediacc_core.unixhttp import listening
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0  # seconds it has to stop after its dockerd did
+POLL = 0.01  # seconds between looks at its socket: a repo's start waits on it (it listens in ~50 ms)
 
 # The CRI plugin is Kubernetes' (it would look for CNI and serve a second API); none of it is used.
 _DISABLED = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime")
@@ -108,7 +109,7 @@ def start_containerd(
                 "lines:\n" + paths.containerd.log_tail(),
                 f"read {paths.containerd_log}",
             )
-        time.sleep(0.05)
+        time.sleep(POLL)
     return process.pid
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -249,13 +250,16 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None
         _run([ip, "-n", net.name, "link", "set", "lo", "up"])
     path, at = _path_for(net, root, path)
     blocked = host_destinations()
+    # Before any route out exists (the uplink's, the veth's): the namespace's refusals and, on the
+    # kernel path (recorded by `_path_for`), the repo's chains and jumps on the host, which match
+    # the veth by name, so they are in place before `kernelpath.set_up` makes it.
     apply_rules(net, blocked)
     if uplink_pid(net) is None:
         _start_uplink(net, configure=path == kernelpath.USER)
     if at is not None:  # the uplink then carries only published ports and DNS, the veth the rest
         uplink = [f"addr replace {UPLINK_ADDRESS}/24 dev {UPLINK_DEVICE}"]
         uplink.append(f"link set {UPLINK_DEVICE} mtu {UPLINK_MTU} up")
-        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, net.enter([]), blocked, uplink)
+        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, net.enter([]), uplink)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
@@ -300,17 +304,22 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
     recorded = path_of(net)
     if recorded is not None and recorded[1] is not None:
         kernelpath.apply(net.short, recorded[1], blocked)
-    inside = net.enter([_tool("iptables-restore"), "--noflush"])
+    # One process in the namespace: the chain filled (atomic), then DOCKER-USER and each jump to
+    # the chain made where missing, in that order, stopping at the first failure (each command
+    # through nsenter of its own cost a repo's start some milliseconds).
+    iptables = shlex.quote(_tool("iptables"))
+    steps = [
+        f"{shlex.quote(_tool('iptables-restore'))} --noflush",
+        f"{{ {iptables} -n -L DOCKER-USER >/dev/null 2>&1 || {iptables} -N DOCKER-USER; }}",
+        *(
+            f"{{ {iptables} -C {chain} -j {CHAIN} 2>/dev/null || {iptables} -I {chain} 1 -j {CHAIN}; }}"
+            for chain in JUMPS
+        ),
+    ]
+    inside = net.enter(["sh", "-c", " && ".join(steps)])
     done = subprocess.run(inside, input=uplink_rules(blocked), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ToolError(f"cannot write the uplink rules of {net.name}: {done.stderr.strip()}", _INSTALL_HINT)
-    iptables = _tool("iptables")
-    if subprocess.run(net.enter([iptables, "-n", "-L", "DOCKER-USER"]), capture_output=True).returncode != 0:
-        _run(net.enter([iptables, "-N", "DOCKER-USER"]))
-    for chain in JUMPS:
-        jump = [chain, "-j", CHAIN]
-        if subprocess.run(net.enter([iptables, "-C", *jump]), capture_output=True).returncode != 0:
-            _run(net.enter([iptables, "-I", chain, "1", "-j", CHAIN]))
 
 
 def host_rules_intact(net: RepoNetwork, blocked: Sequence[str]) -> bool:
