@@ -187,8 +187,9 @@ def _namespaced() -> dict[str, Any]:
 def _host_namespace() -> dict[str, Any]:
     # A daemon in the host's namespace (tests, benchmarks) leaves the host's netfilter and its
     # IP forwarding (a host-wide sysctl) as they are and makes no default bridge, so several run
-    # side by side.
-    return {"bridge": "none", "iptables": False, "ip-forward": False}
+    # side by side. ip6tables too: Engine 28 (its default is true, whatever "iptables" says) would
+    # otherwise add its chains and FORWARD jumps to the host's ip6tables at each start.
+    return {"bridge": "none", "iptables": False, "ip6tables": False, "ip-forward": False}
 
 
 def dockerd_argv(

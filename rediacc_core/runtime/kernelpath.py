@@ -347,16 +347,10 @@ def set_up(
 
 def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
     """Write the repo's chains and whichever of its jumps is missing, atomically per table (one
-    iptables-restore; the jumps are looked up in one listing per table)."""
+    iptables-restore; the jumps are looked up in one `iptables-save`)."""
     filt, nat = host_rules(short, at, blocked)
     raw = raw_rules(short, at, blocked)
-    have = {
-        table: subprocess.run(
-            ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False
-        ).stdout
-        for table in TABLES
-    }
-    missing = missing_jumps(have, short, at)
+    missing = missing_jumps(saved(), short, at)
     _run(
         ["iptables-restore", "--noflush"],
         with_lines(raw, missing["raw"])

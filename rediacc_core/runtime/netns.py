@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import select
 import shlex
 import shutil
 import socket
@@ -365,16 +366,18 @@ def _start_uplink(net: RepoNetwork, *, configure: bool = True) -> None:
 
 
 def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> bool:
-    # slirp4netns writes "1" to the ready fd once tap0 is configured in the namespace.
+    # slirp4netns writes "1" to the ready fd once tap0 is configured in the namespace: woken by it
+    # (a repo's start waits on this), looking at the process itself every 0.1 s. The fd reads
+    # empty once slirp4netns exited without writing (it held the pipe's only write end).
     deadline = time.monotonic() + READY_TIMEOUT
     os.set_blocking(fd, False)
     while time.monotonic() < deadline:
-        with contextlib.suppress(BlockingIOError):
-            if os.read(fd, 1) == b"1":
-                return True
+        readable, _, _ = select.select([fd], [], [], 0.1)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                return os.read(fd, 1) == b"1"
         if process.poll() is not None:
             return False
-        time.sleep(0.02)
     return False
 
 

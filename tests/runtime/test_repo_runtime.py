@@ -63,7 +63,8 @@ def test_the_daemon_reads_cdi_specs_only_from_the_machine_and_keeps_to_itself() 
     config = daemon.daemon_config(Path("/tmp/m"), paths)
     assert config["features"] == {"cdi": True}
     assert config["cdi-spec-dirs"] == ["/tmp/m/etc/cdi"]
-    assert (config["bridge"], config["iptables"]) == ("none", False)
+    # The host's netfilter left alone, IPv6's too (Engine 28's ip6tables is on unless said).
+    assert (config["bridge"], config["iptables"], config["ip6tables"]) == ("none", False, False)
     assert config["data-root"] == "/tmp/data" and config["exec-root"] == "/tmp/w/exec"
     assert config["pidfile"] == "/tmp/w/dockerd.pid" and config["hosts"] == ["unix:///tmp/w/docker.sock"]
 
