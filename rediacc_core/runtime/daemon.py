@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
 from rediacc_core.machine import Machine
 from rediacc_core.pids import pid_alive, stop_pid
+from rediacc_core.runtime import netns
 from rediacc_core.runtime.layout import DaemonPaths
 from rediacc_core.runtime.netns import UPLINK_DNS, UPLINK_MTU, RepoNetwork
 from rediacc_core.runtime.process import log_tail
@@ -318,12 +319,15 @@ def start_dockerd(
     extra_args: Sequence[str] = (),
     guard: Guard | None = None,
     network: RepoNetwork | None = None,
+    bring_up: Callable[[], None] | None = None,
 ) -> RunningDaemon:
     """Start a private dockerd for the machine rooted at `root`; return once it answers /_ping.
 
     `workdir` holds its socket, pidfile, exec-root and log (and data, unless `data_root` is given).
-    `detach=True` puts it in its own session so it outlives the caller (`rdc repo up`). Raises
-    StateError when a daemon from this workdir is still running, ToolError when it does not start.
+    `detach=True` puts it in its own session so it outlives the caller (`rdc repo up`). With
+    `network`, the daemon and its containerd run in that namespace, made here when missing, and
+    `bring_up` (`netns.bring_up` of it) is run while its containerd starts. Raises StateError when a
+    daemon from this workdir is still running, ToolError when it does not start.
     """
     paths = DaemonPaths(workdir, data_root if data_root is not None else workdir / "data")
     running = paths.dockerd.pid()
@@ -337,9 +341,25 @@ def start_dockerd(
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
     # Imported here: a command that only reads pidfiles needs no socket client.
-    from rediacc_core.runtime.containerd import start_containerd
+    from rediacc_core.runtime.containerd import launch_containerd, start_containerd
 
-    start_containerd(paths, network, detach=detach)
+    if network is not None:
+        netns.create(network)
+    # containerd starts (about 40 ms until it answers) while `bring_up` gives the namespace its
+    # refusal rules and then its way out. Nothing can leave meanwhile: until `bring_up`'s uplink
+    # or veth exists the namespace has its loopback alone, and `bring_up` makes neither before
+    # the rules (its order is unchanged); containerd fetches nothing and starts no container by
+    # itself (its CRI plugin is off; containers are dockerd's, restart policies too, and dockerd
+    # starts only once `bring_up` has returned).
+    launched = launch_containerd(paths, network, detach=detach)
+    if bring_up is not None:
+        try:
+            bring_up()
+        except BaseException:
+            if launched is not None:
+                paths.containerd.stop(5)  # as though `bring_up` had come first
+            raise
+    start_containerd(paths, network, detach=detach, launched=launched)
     try:
         # dockerd writes its own pidfile (daemon.json), once it is ready to.
         process = paths.dockerd.start(

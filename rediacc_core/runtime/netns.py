@@ -237,6 +237,17 @@ def exists(net: RepoNetwork) -> bool:
     return net.path.exists()
 
 
+def create(net: RepoNetwork) -> None:
+    """The namespace itself, with its loopback up and nothing else (no route out), unless it
+    exists: what a process needs to start in it (`bring_up` gives it the rest)."""
+    if exists(net):
+        return
+    ip = _tool("ip")
+    net.path_record.unlink(missing_ok=True)  # a namespace gone (a reboot) takes its path with it
+    _run([ip, "netns", "add", net.name])
+    _run([ip, "-n", net.name, "link", "set", "lo", "up"])
+
+
 def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None = None) -> None:
     """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
     (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
@@ -244,11 +255,7 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None
     `uplinkwatch` thread keeps them so while the host changes. The path out is the one the
     namespace came up with while it lives, else `path` (`kernel` or `user`, the bench's), else
     the machine's `net-path` setting."""
-    ip = _tool("ip")
-    if not exists(net):
-        net.path_record.unlink(missing_ok=True)  # a namespace gone (a reboot) takes its path with it
-        _run([ip, "netns", "add", net.name])
-        _run([ip, "-n", net.name, "link", "set", "lo", "up"])
+    create(net)
     path, at = _path_for(net, root, path)
     blocked = host_destinations()
     # Before any route out exists (the uplink's, the veth's): the namespace's refusals and, on the
