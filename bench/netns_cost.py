@@ -23,7 +23,11 @@ the kernel path: where it does not, run it under .ci/forwarding-host (a throwawa
 forwarding on, standing for the host; its "host" daemon and server are in there too). ~4 minutes.
 
     bash .ci/forwarding-host .venv/bin/python bench/netns_cost.py [--rounds 7] [--mib 256] \
-        [--out bench/results/netns-cost.md]
+        [--starts 5] [--out bench/results/netns-cost.md]
+
+`--starts-only` measures the daemon starts alone (`--starts` times each, interleaved), and the part
+of each namespace's that is `netns.bring_up` (its rules, uplink and veth, made while the daemon's
+containerd starts). Under a minute.
 """
 
 from __future__ import annotations
@@ -112,16 +116,24 @@ def gateway_of(sock: Path) -> str:
 
 
 def start_all(
-    root: Path, base: Path, nets: dict[str, layout.RepoNetwork]
+    root: Path, base: Path, nets: dict[str, layout.RepoNetwork], parts: Times | None = None
 ) -> tuple[dict[str, daemon.RunningDaemon], dict[str, float]]:
-    """A daemon on each path (host, then each namespace on its own path), each start timed."""
+    """A daemon on each path (host, then each namespace on its own path), each start timed; with
+    `parts`, each path's `bring_up` there too (as `<path> bring_up`)."""
     began = time.perf_counter()
     running = {"host": daemon.start_dockerd(root, base / "h")}
     took = {"host": time.perf_counter() - began}
     for path, net in nets.items():
+
+        def bring_up(net: layout.RepoNetwork = net, path: str = path) -> None:
+            # As `rdc repo up` does it: while the daemon's containerd starts.
+            began = time.perf_counter()
+            netns.bring_up(net, root, base / path[0] / "docker.sock", path)
+            if parts is not None:
+                parts.setdefault(f"{path} bring_up", []).append(time.perf_counter() - began)
+
         began = time.perf_counter()
-        netns.bring_up(net, root, base / path[0] / "docker.sock", path)
-        running[path] = daemon.start_dockerd(root, base / path[0], network=net)
+        running[path] = daemon.start_dockerd(root, base / path[0], network=net, bring_up=bring_up)
         took[path] = time.perf_counter() - began
     return running, took
 
@@ -133,15 +145,39 @@ def stop_all(running: dict[str, daemon.RunningDaemon], nets: dict[str, layout.Re
         netns.tear_down(net, "bench")
 
 
-def measure_starts(root: Path, base: Path, nets: dict[str, layout.RepoNetwork], times: int = 5) -> Times:
-    """Daemon start: all of them again each time."""
+def measure_starts(
+    root: Path, base: Path, nets: dict[str, layout.RepoNetwork], times: int = 5, parts: Times | None = None
+) -> Times:
+    """Daemon start: all of them again each time, the order of the paths rotating."""
     starts: Times = {path: [] for path in PATHS}
+    order = list(nets)
     for _ in range(times):
-        running, took = start_all(root, base, nets)
+        order = order[1:] + order[:1]
+        running, took = start_all(root, base, {path: nets[path] for path in order}, parts)
         for path, seconds in took.items():
             starts[path].append(seconds)
         stop_all(running, nets)
     return starts
+
+
+def starts_report(starts: Times, parts: Times) -> str:
+    """The start row alone, and each namespace's `bring_up` (done while its containerd starts)."""
+    ms: Callable[[Sequence[float]], str] = lambda s: f"{statistics.median(s) * 1e3:.0f} ms"  # noqa: E731
+    lines = [
+        "| daemon start | " + " | ".join(PATHS) + " | " + " | ".join(f"{p} / host" for p in OWNS) + " |",
+        "|---|" + "---|" * (len(PATHS) + len(OWNS)),
+        f"| whole | {' | '.join(ms(starts[p]) for p in PATHS)} | "
+        + " | ".join(f"{ratio(starts['host'], starts[p]):.2f}x" for p in OWNS)
+        + " |",
+        f"| `netns.bring_up` | — | {' | '.join(ms(parts[f'{p} bring_up']) for p in OWNS)} | | |",
+    ]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    return (
+        f"# Daemon start ({time.strftime('%Y-%m-%d')}, commit {commit}, {len(starts['host'])} starts "
+        f"each, medians; {os.cpu_count()} CPUs)\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 # The whole body must arrive (nc's own status says nothing of a connection cut short).
@@ -252,6 +288,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--starts", type=int, default=5, help="daemon starts on each path")
+    parser.add_argument("--starts-only", action="store_true", help="measure the daemon starts alone")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="rdcn", dir="/tmp"))
@@ -270,7 +308,14 @@ def main() -> int:
     server = subprocess.Popen(["busybox", "httpd", "-f", "-p", f"0.0.0.0:{PORT}", "-h", str(www)])
     running: dict[str, daemon.RunningDaemon] = {}
     try:
-        starts = measure_starts(root, base, nets)
+        parts: Times = {}
+        starts = measure_starts(root, base, nets, args.starts, parts)
+        if args.starts_only:
+            text = starts_report(starts, parts)
+            print(text)
+            if args.out is not None:
+                args.out.write_text(text)
+            return 0
         running, _ = start_all(root, base, nets)
         # The bench's server stands for the outside: the rules against the host's address lifted
         # (the uplink's; the kernel path's jump for what comes to the host itself), and the

@@ -10,6 +10,7 @@ its own, whatever the host runs, laid out exactly as dockerd lays out the one it
 find it where they always did.
 
     start_containerd(paths, network) -> pid   # returns once its socket accepts connections
+    launch_containerd(paths, network) -> process | None   # returns at once (start_containerd waits)
     stop_containerd(paths) -> pid | None
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from rediacc_core.unixhttp import listening
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0  # seconds it has to stop after its dockerd did
+POLL = 0.01  # seconds between looks at its socket: a repo's start waits on it (it listens in ~50 ms)
 
 # The CRI plugin is Kubernetes' (it would look for CNI and serve a second API); none of it is used.
 _DISABLED = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime")
@@ -73,18 +76,23 @@ def running_pid(paths: DaemonPaths) -> int | None:
     return pid if pid is not None and listening(paths.containerd_socket) else None
 
 
-def start_containerd(
+def launch_containerd(
     paths: DaemonPaths,
     network: RepoNetwork | None = None,
     *,
     containerd: str = "containerd",
     detach: bool = False,
-    timeout: float = START_TIMEOUT,
-) -> int:
-    """Start the repo daemon's containerd unless it already runs; its pid, once its socket answers."""
-    running = running_pid(paths)
-    if running is not None:
-        return running
+) -> subprocess.Popen[bytes] | None:
+    """Start the repo daemon's containerd unless it already runs and answers, without waiting for
+    it: the process, for `start_containerd(launched=…)` to wait on (None when one answers)."""
+    if running_pid(paths) is not None:
+        return None
+    return _launch(paths, network, containerd, detach)
+
+
+def _launch(
+    paths: DaemonPaths, network: RepoNetwork | None, containerd: str, detach: bool
+) -> subprocess.Popen[bytes]:
     for directory in (paths.containerd_root, paths.containerd_state):
         directory.mkdir(parents=True, exist_ok=True)
         os.chmod(directory, 0o700)
@@ -94,22 +102,40 @@ def start_containerd(
             stale.unlink()
     try:
         # nsenter execs containerd in its own place: the pid recorded is containerd's.
-        process = paths.containerd.start(containerd_argv(paths, containerd, network), detach=detach)
+        return paths.containerd.start(containerd_argv(paths, containerd, network), detach=detach)
     except OSError as exc:
         raise ToolError(
             f"cannot run {containerd}: {exc.strerror}", "install containerd (Docker Engine needs it)"
         ) from exc
+
+
+def start_containerd(
+    paths: DaemonPaths,
+    network: RepoNetwork | None = None,
+    *,
+    containerd: str = "containerd",
+    detach: bool = False,
+    timeout: float = START_TIMEOUT,
+    launched: subprocess.Popen[bytes] | None = None,
+) -> int:
+    """Start the repo daemon's containerd unless it already runs; its pid, once its socket answers.
+    `launched`: the one `launch_containerd` started, waited for rather than started again."""
+    if launched is None:
+        running = running_pid(paths)
+        if running is not None:
+            return running
+        launched = _launch(paths, network, containerd, detach)
     deadline = time.monotonic() + timeout
     while not listening(paths.containerd_socket):
-        if process.poll() is not None or time.monotonic() > deadline:
-            pids.stop_pid(process.pid, 5, process)
+        if launched.poll() is not None or time.monotonic() > deadline:
+            pids.stop_pid(launched.pid, 5, launched)
             raise ToolError(
                 f"the repo daemon's containerd did not answer on {paths.containerd_socket}; last log "
                 "lines:\n" + paths.containerd.log_tail(),
                 f"read {paths.containerd_log}",
             )
-        time.sleep(0.05)
-    return process.pid
+        time.sleep(POLL)
+    return launched.pid
 
 
 def stop_containerd(paths: DaemonPaths, timeout: float = STOP_TIMEOUT) -> int | None:

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from rediacc_core.errors import StateError, ToolError, ValidationError
 from rediacc_core.files import atomic_write_json, atomic_write_text
 from rediacc_core.machine import Machine
 from rediacc_core.pids import pid_alive, stop_pid
+from rediacc_core.runtime import netns
 from rediacc_core.runtime.layout import DaemonPaths, RepoNetwork
 from rediacc_core.runtime.netns import UPLINK_DNS, UPLINK_MTU, enter
 from rediacc_core.runtime.process import log_tail
@@ -170,8 +171,13 @@ def _namespaced() -> dict[str, Any]:
     # about half the host's rate at twice the CPU (bench/netns_cost.py). A network created with
     # its own `com.docker.network.driver.mtu` keeps that.
     mtu = {"com.docker.network.driver.mtu": str(UPLINK_MTU)}
+    # No ip6tables: the namespace has no IPv6 route out (the uplink carries none, the veth's IPv6 is
+    # off at both ends), so IPv6 rules would guard nothing that leaves it; Engine 28 sets up every
+    # chain again for IPv6 at each start (its default is true; 26.1's is false), about 55 ms
+    # of its start (bench/results/netns-cost.md). Both engines accept the key.
     return {
         "iptables": True,
+        "ip6tables": False,
         "ip-forward": True,
         "dns": [UPLINK_DNS],
         "mtu": UPLINK_MTU,
@@ -182,8 +188,9 @@ def _namespaced() -> dict[str, Any]:
 def _host_namespace() -> dict[str, Any]:
     # A daemon in the host's namespace (tests, benchmarks) leaves the host's netfilter and its
     # IP forwarding (a host-wide sysctl) as they are and makes no default bridge, so several run
-    # side by side.
-    return {"bridge": "none", "iptables": False, "ip-forward": False}
+    # side by side. ip6tables too: Engine 28 (its default is true, whatever "iptables" says) would
+    # otherwise add its chains and FORWARD jumps to the host's ip6tables at each start.
+    return {"bridge": "none", "iptables": False, "ip6tables": False, "ip-forward": False}
 
 
 def dockerd_argv(
@@ -258,17 +265,22 @@ def ping(sock: Path, timeout: float = 2.0) -> bool:
     return status == 200
 
 
+# How often a starting daemon is asked whether it answers. Short and fixed: a growing delay (it
+# was 0.05 s times 1.5 up to 0.5 s) found a daemon ready at 410 ms only at 660 ms. A ping before the
+# socket exists costs one failed connect(); once dockerd listens (at its start, before it serves),
+# the ping waits in the socket's backlog until the daemon answers it.
+PING_POLL = 0.01
+
+
 def wait_for_ping(sock: Path, timeout: float, alive: Any = None) -> bool:
     """Poll `sock` until it answers; gives up early when `alive()` turns False."""
     deadline = time.monotonic() + timeout
-    delay = 0.05
     while time.monotonic() < deadline:
-        if ping(sock):
+        if ping(sock, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
             return True
         if alive is not None and not alive():
             return False
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+        time.sleep(PING_POLL)
     return False
 
 
@@ -307,12 +319,15 @@ def start_dockerd(
     extra_args: Sequence[str] = (),
     guard: Guard | None = None,
     network: RepoNetwork | None = None,
+    bring_up: Callable[[], None] | None = None,
 ) -> RunningDaemon:
     """Start a private dockerd for the machine rooted at `root`; return once it answers /_ping.
 
     `workdir` holds its socket, pidfile, exec-root and log (and data, unless `data_root` is given).
-    `detach=True` puts it in its own session so it outlives the caller (`rdc repo up`). Raises
-    StateError when a daemon from this workdir is still running, ToolError when it does not start.
+    `detach=True` puts it in its own session so it outlives the caller (`rdc repo up`). With
+    `network`, the daemon and its containerd run in that namespace, made here when missing, and
+    `bring_up` (`netns.bring_up` of it) is run while its containerd starts. Raises StateError when a
+    daemon from this workdir is still running, ToolError when it does not start.
     """
     paths = DaemonPaths(workdir, data_root if data_root is not None else workdir / "data")
     running = paths.dockerd.pid()
@@ -326,9 +341,25 @@ def start_dockerd(
     with contextlib.suppress(FileNotFoundError):
         paths.socket.unlink()
     # Imported here: a command that only reads pidfiles needs no socket client.
-    from rediacc_core.runtime.containerd import start_containerd
+    from rediacc_core.runtime.containerd import launch_containerd, start_containerd
 
-    start_containerd(paths, network, detach=detach)
+    if network is not None:
+        netns.create(network)
+    # containerd starts (about 40 ms until it answers) while `bring_up` gives the namespace its
+    # refusal rules and then its way out. Nothing can leave meanwhile: until `bring_up`'s uplink
+    # or veth exists the namespace has its loopback alone, and `bring_up` makes neither before
+    # the rules (its order is unchanged); containerd fetches nothing and starts no container by
+    # itself (its CRI plugin is off; containers are dockerd's, restart policies too, and dockerd
+    # starts only once `bring_up` has returned).
+    launched = launch_containerd(paths, network, detach=detach)
+    if bring_up is not None:
+        try:
+            bring_up()
+        except BaseException:
+            if launched is not None:
+                paths.containerd.stop(5)  # as though `bring_up` had come first
+            raise
+    start_containerd(paths, network, detach=detach, launched=launched)
     try:
         # dockerd writes its own pidfile (daemon.json), once it is ready to.
         process = paths.dockerd.start(

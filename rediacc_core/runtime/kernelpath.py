@@ -316,13 +316,13 @@ def set_up(
     at: Slot,
     mtu: int,
     enter: Sequence[str],
-    blocked: Sequence[str],
     inside_too: Sequence[str] = (),
 ) -> None:
-    """The veth pair, its addresses and the namespace's default route through it, then the host's
-    rules (`apply`); idempotent. `enter` runs a command inside the namespace, where `inside_too`
-    (`ip -batch` lines) is done in the same step. A handful of commands in all: each costs a repo's
-    start some milliseconds."""
+    """The veth pair, its addresses and the namespace's default route through it; idempotent. The
+    host's rules (`apply`) must be written before (`netns.bring_up` does, in `netns.apply_rules`):
+    the link comes up here, so nothing passes it unruled. `enter` runs a command inside the
+    namespace, where `inside_too` (`ip -batch` lines) is done in the same step. A handful of
+    commands in all: each costs a repo's start some milliseconds."""
     veth = veth_name(short)
     if not _has_link(veth):
         peer = ["peer", "name", INSIDE_DEVICE, "mtu", str(mtu), "netns", namespace]  # made inside: no clash
@@ -332,7 +332,6 @@ def set_up(
     if ipv6.exists():  # absent where the kernel runs without IPv6 at all
         ipv6.write_text("1\n")
     _guard_ipv6()
-    apply(short, at, blocked)  # the rules before the link is up: nothing passes unruled
     _run(["ip", "-batch", "-"], f"addr replace {at.host}/{SLOT_PREFIX} dev {veth}\nlink set {veth} up\n")
     inside = [
         f"addr replace {at.inside}/{SLOT_PREFIX} dev {INSIDE_DEVICE}",
@@ -348,16 +347,10 @@ def set_up(
 
 def apply(short: str, at: Slot, blocked: Sequence[str]) -> None:
     """Write the repo's chains and whichever of its jumps is missing, atomically per table (one
-    iptables-restore; the jumps are looked up in one listing per table)."""
+    iptables-restore; the jumps are looked up in one `iptables-save`)."""
     filt, nat = host_rules(short, at, blocked)
     raw = raw_rules(short, at, blocked)
-    have = {
-        table: subprocess.run(
-            ["iptables", "-t", table, "-S"], capture_output=True, text=True, check=False
-        ).stdout
-        for table in TABLES
-    }
-    missing = missing_jumps(have, short, at)
+    missing = missing_jumps(saved(), short, at)
     _run(
         ["iptables-restore", "--noflush"],
         with_lines(raw, missing["raw"])

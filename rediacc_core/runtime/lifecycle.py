@@ -95,7 +95,6 @@ def start_daemon(
             netns.bring_up(runtime.network, machine.root, paths.socket)
         return None
     runtime.data_dir.mkdir(parents=True, exist_ok=True)
-    netns.bring_up(runtime.network, machine.root, paths.socket)
     return daemon.start_dockerd(
         machine.root,
         paths.workdir,
@@ -103,6 +102,7 @@ def start_daemon(
         detach=detach,
         guard=daemon_guard(repo, runtime),
         network=runtime.network,
+        bring_up=lambda: netns.bring_up(runtime.network, machine.root, paths.socket),
     )
 
 

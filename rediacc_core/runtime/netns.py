@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import select
+import shlex
 import shutil
 import socket
 import subprocess
@@ -163,6 +165,17 @@ def exists(net: RepoNetwork) -> bool:
     return net.path.exists()
 
 
+def create(net: RepoNetwork) -> None:
+    """The namespace itself, with its loopback up and nothing else (no route out), unless it
+    exists: what a process needs to start in it (`bring_up` gives it the rest)."""
+    if exists(net):
+        return
+    ip = _tool("ip")
+    net.path_record.unlink(missing_ok=True)  # a namespace gone (a reboot) takes its path with it
+    _run([ip, "netns", "add", net.name])
+    _run([ip, "-n", net.name, "link", "set", "lo", "up"])
+
+
 def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None = None) -> None:
     """Make the namespace, its rules, its uplink and its port keeper, whatever of them is missing
     (idempotent: `rdc repo up` after a crash or a reboot finds some, all or none of them). The
@@ -170,20 +183,19 @@ def bring_up(net: RepoNetwork, root: Path, daemon_socket: Path, path: str | None
     `uplinkwatch` thread keeps them so while the host changes. The path out is the one the
     namespace came up with while it lives, else `path` (`kernel` or `user`, the bench's), else
     the machine's `net-path` setting."""
-    ip = _tool("ip")
-    if not exists(net):
-        net.path_record.unlink(missing_ok=True)  # a namespace gone (a reboot) takes its path with it
-        _run([ip, "netns", "add", net.name])
-        _run([ip, "-n", net.name, "link", "set", "lo", "up"])
+    create(net)
     path, at = _path_for(net, root, path)
     blocked = host_destinations()
+    # Before any route out exists (the uplink's, the veth's): the namespace's refusals and, on the
+    # kernel path (recorded by `_path_for`), the repo's chains and jumps on the host, which match
+    # the veth by name, so they are in place before `kernelpath.set_up` makes it.
     apply_rules(net, blocked)
     if uplink_pid(net) is None:
         _start_uplink(net, configure=path == kernelpath.USER)
     if at is not None:  # the uplink then carries only published ports and DNS, the veth the rest
         uplink = [f"addr replace {UPLINK_ADDRESS}/24 dev {UPLINK_DEVICE}"]
         uplink.append(f"link set {UPLINK_DEVICE} mtu {UPLINK_MTU} up")
-        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, enter(net, []), blocked, uplink)
+        kernelpath.set_up(net.name, net.short, at, UPLINK_MTU, enter(net, []), uplink)
     if ports_pid(net) is None:
         keeper = [sys.executable, "-m", "rediacc_core.runtime.ports", "--root", str(root)]
         keeper += ["--daemon", str(daemon_socket), "--api", str(net.api_socket), "--netns", net.name]
@@ -228,17 +240,22 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
     recorded = path_of(net)
     if recorded is not None and recorded[1] is not None:
         kernelpath.apply(net.short, recorded[1], blocked)
-    inside = enter(net, [_tool("iptables-restore"), "--noflush"])
+    # One process in the namespace: the chain filled (atomic), then DOCKER-USER and each jump to
+    # the chain made where missing, in that order, stopping at the first failure (each command
+    # through nsenter of its own cost a repo's start some milliseconds).
+    iptables = shlex.quote(_tool("iptables"))
+    steps = [
+        f"{shlex.quote(_tool('iptables-restore'))} --noflush",
+        f"{{ {iptables} -n -L DOCKER-USER >/dev/null 2>&1 || {iptables} -N DOCKER-USER; }}",
+        *(
+            f"{{ {iptables} -C {chain} -j {CHAIN} 2>/dev/null || {iptables} -I {chain} 1 -j {CHAIN}; }}"
+            for chain in JUMPS
+        ),
+    ]
+    inside = enter(net, ["sh", "-c", " && ".join(steps)])
     done = subprocess.run(inside, input=uplink_rules(blocked), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ToolError(f"cannot write the uplink rules of {net.name}: {done.stderr.strip()}", _INSTALL_HINT)
-    iptables = _tool("iptables")
-    if subprocess.run(enter(net, [iptables, "-n", "-L", "DOCKER-USER"]), capture_output=True).returncode != 0:
-        _run(enter(net, [iptables, "-N", "DOCKER-USER"]))
-    for chain in JUMPS:
-        jump = [chain, "-j", CHAIN]
-        if subprocess.run(enter(net, [iptables, "-C", *jump]), capture_output=True).returncode != 0:
-            _run(enter(net, [iptables, "-I", chain, "1", "-j", CHAIN]))
 
 
 def host_rules_intact(net: RepoNetwork, blocked: Sequence[str]) -> bool:
@@ -284,16 +301,18 @@ def _start_uplink(net: RepoNetwork, *, configure: bool = True) -> None:
 
 
 def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> bool:
-    # slirp4netns writes "1" to the ready fd once tap0 is configured in the namespace.
+    # slirp4netns writes "1" to the ready fd once tap0 is configured in the namespace: woken by it
+    # (a repo's start waits on this), looking at the process itself every 0.1 s. The fd reads
+    # empty once slirp4netns exited without writing (it held the pipe's only write end).
     deadline = time.monotonic() + READY_TIMEOUT
     os.set_blocking(fd, False)
     while time.monotonic() < deadline:
-        with contextlib.suppress(BlockingIOError):
-            if os.read(fd, 1) == b"1":
-                return True
+        readable, _, _ = select.select([fd], [], [], 0.1)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                return os.read(fd, 1) == b"1"
         if process.poll() is not None:
             return False
-        time.sleep(0.02)
     return False
 
 

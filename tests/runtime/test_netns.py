@@ -116,6 +116,8 @@ def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() ->
     assert argv[argv.index("--") + 1 :] == ["dockerd", "--config-file", str(paths.config)]
     inside = daemon.daemon_config(Path("/m"), paths, network=network)
     assert inside["iptables"] is True and inside["ip-forward"] is True
+    # No IPv6 leaves the namespace, so no ip6tables set-up at each start (Engine 28's default).
+    assert inside["ip6tables"] is False
     assert inside["dns"] == [netns.UPLINK_DNS]
     # Every bridge, the default one and each network created later, at the uplink's MTU.
     assert inside["mtu"] == netns.UPLINK_MTU == 65520

@@ -20,7 +20,7 @@ from rediacc_core.errors import ValidationError
 from rediacc_core.gate.decide.images import ImageConfigs
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
-from rediacc_core.runtime import daemon, layout, lifecycle
+from rediacc_core.runtime import daemon, layout, lifecycle, netns
 from rediacc_core.settings import change_settings
 
 
@@ -63,7 +63,8 @@ def test_the_daemon_reads_cdi_specs_only_from_the_machine_and_keeps_to_itself() 
     config = daemon.daemon_config(Path("/tmp/m"), paths)
     assert config["features"] == {"cdi": True}
     assert config["cdi-spec-dirs"] == ["/tmp/m/etc/cdi"]
-    assert (config["bridge"], config["iptables"]) == ("none", False)
+    # The host's netfilter left alone, IPv6's too (Engine 28's ip6tables is on unless said).
+    assert (config["bridge"], config["iptables"], config["ip6tables"]) == ("none", False, False)
     assert config["data-root"] == "/tmp/data" and config["exec-root"] == "/tmp/w/exec"
     assert config["pidfile"] == "/tmp/w/dockerd.pid" and config["hosts"] == ["unix:///tmp/w/docker.sock"]
 
@@ -88,9 +89,13 @@ def test_the_image_store_setting_puts_images_in_the_repos_own_containerd(tmp_pat
 
 
 @pytest.mark.skipif(shutil.which("dockerd") is None, reason="needs Docker Engine's dockerd")
-def test_the_installed_dockerd_accepts_every_key_of_the_repo_daemon_configuration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_a_namespace", [False, True], ids=["host-namespace", "own-namespace"])
+def test_the_installed_dockerd_accepts_every_key_of_the_repo_daemon_configuration(
+    tmp_path: Path, in_a_namespace: bool
+) -> None:
     paths = layout.DaemonPaths(tmp_path / "w", tmp_path / "data")
-    daemon.prepare(tmp_path, paths)
+    network = layout.network_for("0123456789ab", tmp_path / "run") if in_a_namespace else None
+    daemon.prepare(tmp_path, paths, network=network)
     checked = subprocess.run(
         ["dockerd", "--validate", "--config-file", str(paths.config)],
         capture_output=True,
