@@ -193,11 +193,19 @@ def _host_namespace() -> dict[str, Any]:
     return {"bridge": "none", "iptables": False, "ip6tables": False, "ip-forward": False}
 
 
+# A dockerd in a repo's namespace must not find the system bus: where firewalld runs, dockerd hands
+# every iptables rule to it over D-Bus, and firewalld writes it into the host's tables, not the
+# namespace's (the repo's NAT and isolation would land on the host). With no bus, dockerd sees no
+# firewalld and runs iptables itself, in the namespace. (Only dockerd: runc, under containerd,
+# may need the bus for systemd's cgroups.)
+NO_SYSTEM_BUS = "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"
+
+
 def dockerd_argv(
     paths: DaemonPaths, dockerd: str = "dockerd", network: RepoNetwork | None = None
 ) -> list[str]:
     argv = [dockerd, "--config-file", str(paths.config)]
-    return enter(network, argv) if network is not None else argv
+    return enter(network, ["env", NO_SYSTEM_BUS, *argv]) if network is not None else argv
 
 
 _MNT_DETACH = 2

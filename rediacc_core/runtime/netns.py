@@ -51,6 +51,7 @@ UPLINK_MTU = 65520  # slirp4netns's recommended MTU: fewer, larger packets throu
 READY_TIMEOUT = 10.0
 PROCESS_STOP_TIMEOUT = 5.0  # seconds the uplink and the port keeper get after SIGTERM
 CHAIN = "RDC-UPLINK"
+GUARD = "RDC-UPLINK-GUARD"  # the refusals again, in mangle POSTROUTING (`uplink_rules`)
 # Always unreachable through the uplink: link-local (169.254.169.254 is the metadata service of
 # every major cloud) and "this network".
 ALWAYS_BLOCKED = ("169.254.0.0/16", "0.0.0.0/8")
@@ -93,8 +94,9 @@ def blocked_destinations(
 
 
 def uplink_rules(blocked: Sequence[str]) -> str:
-    """iptables-restore input (for `--noflush`) that fills CHAIN with rejections of `blocked`,
-    replacing what it held: one atomic step, so a namespace never has half a rule set."""
+    """iptables-restore input (for `--noflush`) that fills CHAIN with rejections of `blocked`, and
+    GUARD with drops of the same, replacing what they held: one atomic step per table, so a
+    namespace never has half a rule set."""
     lines = ["*filter", f":{CHAIN} - [0:0]"]
     # Only what leaves through the uplink: a network of the repo's own that happens to overlap one
     # of `blocked` (its default bridge and a system Docker's docker0 are both 172.17.0.0/16) is
@@ -110,7 +112,16 @@ def uplink_rules(blocked: Sequence[str]) -> str:
         f"-A {CHAIN} -o {kernelpath.INSIDE_DEVICE} -d {cidr} -j REJECT --reject-with icmp-admin-prohibited"
         for cidr in [str(kernelpath.RANGE), *blocked]
     ]
-    return "\n".join([*lines, "COMMIT", ""])
+    # The same again as drops in mangle POSTROUTING (GUARD), which dockerd never writes: dockerd
+    # takes FORWARD's jump to DOCKER-USER out and puts it back in two iptables runs at every network
+    # a tenant creates (Engine 26), and a packet sent in between would pass the filter chain by.
+    guard = ["*mangle", f":{GUARD} - [0:0]"]
+    guard += [f"-A {GUARD} -o {UPLINK_DEVICE} -d {cidr} -j DROP" for cidr in blocked]
+    guard += [
+        f"-A {GUARD} -o {kernelpath.INSIDE_DEVICE} -d {cidr} -j DROP"
+        for cidr in [str(kernelpath.RANGE), *blocked]
+    ]
+    return "\n".join([*lines, "COMMIT", *guard, "COMMIT", ""])
 
 
 # Where CHAIN is jumped to from: the daemon's own connections (OUTPUT) and its containers'
@@ -251,6 +262,8 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
             f"{{ {iptables} -C {chain} -j {CHAIN} 2>/dev/null || {iptables} -I {chain} 1 -j {CHAIN}; }}"
             for chain in JUMPS
         ),
+        f"{{ {iptables} -t mangle -C POSTROUTING -j {GUARD} 2>/dev/null || "
+        f"{iptables} -t mangle -I POSTROUTING 1 -j {GUARD}; }}",
     ]
     inside = enter(net, ["sh", "-c", " && ".join(steps)])
     done = subprocess.run(inside, input=uplink_rules(blocked), capture_output=True, text=True, check=False)

@@ -596,6 +596,25 @@ def test_a_container_reaches_no_container_of_another_repo_by_its_address(e2e: E2
         e2e.alpha.docker("network", "rm", "probe-a")
 
 
+def test_a_moment_without_forwards_jump_to_docker_user_lets_nothing_out(
+    e2e: E2E, host_services: list[Listener]
+) -> None:
+    """Engine 26 takes FORWARD's jump to DOCKER-USER (where the uplink's refusals hang) out and puts
+    it back, in two iptables runs, at every network a tenant creates; a packet sent in between is
+    still dropped, in mangle, which dockerd never writes."""
+    _, own_address = host_services
+    net = _network(e2e.alpha, "jumpless")
+    inside = e2e.alpha.runtime.network
+    subprocess.run(netns.enter(inside, ["iptables", "-D", "FORWARD", "-j", "DOCKER-USER"]), check=True)
+    try:
+        assert TOKEN not in _fetch(e2e.alpha, net, own_address.address, own_address.port)
+    finally:
+        back = ["iptables", "-I", "FORWARD", "1", "-j", "DOCKER-USER"]
+        subprocess.run(netns.enter(inside, back), check=True)
+        e2e.alpha.docker("network", "rm", net)
+    assert own_address.seen == []
+
+
 def test_a_container_reaches_no_service_of_the_host(
     e2e: E2E, host_services: list[Listener], metadata_service: Metadata | None
 ) -> None:
@@ -969,17 +988,19 @@ def _late_bridge() -> Iterator[str]:
 
 
 def _lift_refusal(env: RepoEnv) -> None:
-    """Take away what refuses the late address to `env` (a control): the uplink rules inside
-    (for tap0 on the user path, kpath0 on the kernel path), and on the kernel path the host's
-    refusals of it, each turned into an ACCEPT in place (as many rules as before: the watcher's
-    look at the host's rules finds nothing missing, and mends them only at the host's next
-    change, which writes the whole rule set again)."""
+    """Take away what refuses the late address to `env` (a control): the uplink rules inside, the
+    filter chain's and mangle's (for tap0 on the user path, kpath0 on the kernel path), and on the
+    kernel path the host's refusals of it, each turned into an ACCEPT in place (as many rules as
+    before: the watcher's look at the host's rules finds nothing missing, and mends them only at
+    the host's next change, which writes the whole rule set again)."""
     kernel = _path(env) == "kernel"
     device = kernelpath.INSIDE_DEVICE if kernel else netns.UPLINK_DEVICE
     for cidr in (f"{LATE_V4}/32", LATE_NET):
         rule = ["-D", netns.CHAIN, "-o", device, "-d", cidr, "-j", "REJECT"]
         rule += ["--reject-with", "icmp-admin-prohibited"]
         subprocess.run(netns.enter(env.runtime.network, ["iptables", *rule]), check=True)
+        guard = ["-t", "mangle", "-D", netns.GUARD, "-o", device, "-d", cidr, "-j", "DROP"]
+        subprocess.run(netns.enter(env.runtime.network, ["iptables", *guard]), check=True)
     if not kernel:
         return
     short = env.runtime.network.short

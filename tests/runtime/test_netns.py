@@ -99,6 +99,7 @@ def test_the_rules_replace_the_chain_in_one_step() -> None:
     text = netns.uplink_rules(["169.254.0.0/16", "192.0.2.2/32"])
     lines = text.splitlines()
     assert lines[0] == "*filter" and lines[-1] == "COMMIT"
+    assert lines.index("*mangle") > lines.index("COMMIT")  # each table committed whole
     assert f":{netns.CHAIN} - [0:0]" in lines  # declared: iptables-restore --noflush empties it first
     # Only on the way out through the uplink: the repo's own bridges may use any subnet.
     assert f"-A {netns.CHAIN} -o tap0 -d 192.0.2.2/32 -j REJECT --reject-with icmp-admin-prohibited" in lines
@@ -106,6 +107,13 @@ def test_the_rules_replace_the_chain_in_one_step() -> None:
     # the host's firewall lose the repo's chains.
     for cidr in ("10.199.0.0/16", "169.254.0.0/16", "192.0.2.2/32"):
         assert f"-A {netns.CHAIN} -o kpath0 -d {cidr} -j REJECT --reject-with icmp-admin-prohibited" in lines
+    # Every refusal again as a drop in mangle, which dockerd never writes: it holds while dockerd
+    # moves FORWARD's jump to DOCKER-USER.
+    assert f":{netns.GUARD} - [0:0]" in lines
+    for cidr in ("169.254.0.0/16", "192.0.2.2/32"):
+        assert f"-A {netns.GUARD} -o tap0 -d {cidr} -j DROP" in lines
+    for cidr in ("10.199.0.0/16", "169.254.0.0/16", "192.0.2.2/32"):
+        assert f"-A {netns.GUARD} -o kpath0 -d {cidr} -j DROP" in lines
 
 
 def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() -> None:
@@ -113,7 +121,11 @@ def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() ->
     paths = layout.DaemonPaths(Path("/run/rediacc/0123456789ab/d"), Path("/var/lib/rediacc/repos/x/docker"))
     argv = daemon.dockerd_argv(paths, network=network)
     assert argv[0].endswith("nsenter") and argv[1] == "--net=/run/netns/rdc-0123456789ab"
-    assert argv[argv.index("--") + 1 :] == ["dockerd", "--config-file", str(paths.config)]
+    # With no system bus: a firewalld on the host would otherwise write the daemon's rules into
+    # the host's tables instead of the namespace's.
+    assert argv[argv.index("--") + 1 :] == [
+        "env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent", "dockerd", "--config-file", str(paths.config)
+    ]  # fmt: skip
     inside = daemon.daemon_config(Path("/m"), paths, network=network)
     assert inside["iptables"] is True and inside["ip-forward"] is True
     # No IPv6 leaves the namespace, so no ip6tables set-up at each start (Engine 28's default).

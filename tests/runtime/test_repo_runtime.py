@@ -20,7 +20,7 @@ from rediacc_core.errors import ValidationError
 from rediacc_core.gate.decide.images import ImageConfigs
 from rediacc_core.machine import Machine
 from rediacc_core.repos import Repo
-from rediacc_core.runtime import daemon, layout, lifecycle, netns
+from rediacc_core.runtime import daemon, layout, lifecycle
 from rediacc_core.settings import change_settings
 
 
