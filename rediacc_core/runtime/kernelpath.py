@@ -389,8 +389,17 @@ def intact(have: Mapping[str, str], short: str, at: Slot, blocked: Sequence[str]
 
 
 def saved() -> dict[str, str]:
-    """The host's rules now, per table (one `iptables-save`)."""
-    done = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False)
+    """The host's rules now, per table (one `iptables-save`). A failed save raises: read as no
+    rules at all, every jump would look missing and be added again, a duplicate each time."""
+    try:
+        done = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise ToolError(f"cannot run iptables-save: {exc.strerror}", "install iptables") from exc
+    if done.returncode != 0:
+        raise ToolError(
+            f"iptables-save failed: {done.stderr.strip() or done.stdout.strip()}",
+            "run rdc as root with iptables installed",
+        )
     return tables_of(done.stdout)
 
 

@@ -255,8 +255,10 @@ def apply_rules(net: RepoNetwork, blocked: Sequence[str]) -> None:
     # the chain made where missing, in that order, stopping at the first failure (each command
     # through nsenter of its own cost a repo's start some milliseconds).
     iptables = shlex.quote(_tool("iptables"))
+    # `-w`: wait for the xtables lock dockerd may hold (legacy iptables), rather than fail.
+    iptables += " -w"
     steps = [
-        f"{shlex.quote(_tool('iptables-restore'))} --noflush",
+        f"{shlex.quote(_tool('iptables-restore'))} -w --noflush",
         f"{{ {iptables} -n -L DOCKER-USER >/dev/null 2>&1 || {iptables} -N DOCKER-USER; }}",
         *(
             f"{{ {iptables} -C {chain} -j {CHAIN} 2>/dev/null || {iptables} -I {chain} 1 -j {CHAIN}; }}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rediacc_core.errors import StateError
+from rediacc_core.errors import StateError, ToolError
 from rediacc_core.runtime import kernelpath, layout
 
 SHORT = "0123456789ab"
@@ -285,3 +285,17 @@ def test_the_rules_are_intact_only_with_every_jump_and_every_rule_of_the_repos_c
     emptied = dict(have, raw="\n".join(line for line in have["raw"].splitlines() if "DROP" not in line))
     assert not kernelpath.intact(emptied, SHORT, at, BLOCKED)  # the jump there, its chain empty
     assert not kernelpath.intact(have, SHORT, at, [*BLOCKED, "198.18.0.0/15"])  # a destination since
+
+
+def test_a_failed_iptables_save_is_an_error_not_a_host_with_no_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as empty, every jump of the repo's would look missing and be added again each time."""
+    (tmp_path / "iptables-save").write_text("#!/bin/sh\necho 'iptables-save: lock held' >&2\nexit 4\n")
+    (tmp_path / "iptables-save").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolError, match="iptables-save failed: iptables-save: lock held"):
+        kernelpath.saved()
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    with pytest.raises(ToolError, match="cannot run iptables-save"):
+        kernelpath.saved()
