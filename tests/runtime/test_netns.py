@@ -6,7 +6,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from rediacc_core.runtime import daemon, layout, netns, rtnetlink
+import pytest
+
+from rediacc_core.runtime import daemon, kernelpath, layout, netns, rtnetlink
 
 V4, V6 = socket.AF_INET, socket.AF_INET6
 LO, ETH0, DOCKER0, VIRBR0, TUN0 = 1, 2, 3, 4, 5
@@ -137,3 +139,27 @@ def test_the_daemon_runs_inside_the_namespace_and_manages_only_its_iptables() ->
     outside = daemon.daemon_config(Path("/m"), paths)
     assert outside["iptables"] is False and outside["ip-forward"] is False  # the host's are left alone
     assert outside["bridge"] == "none" and "bridge" not in inside  # docker0 only inside the namespace
+
+
+@pytest.mark.parametrize("path", ["user", "kernel"])
+def test_bring_up_writes_every_refusal_before_any_way_out_exists(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The namespace's rules and the host's chains (the kernel path's, in `apply_rules`) come
+    before the uplink and the veth: a container whose restart policy starts it the moment its
+    daemon is up finds them in place."""
+    steps: list[str] = []
+    slot = kernelpath.slot(5)
+    monkeypatch.setattr(netns, "create", lambda net: steps.append("namespace"))
+    monkeypatch.setattr(
+        netns, "_path_for", lambda net, root, forced=None: (path, slot if path == "kernel" else None)
+    )
+    monkeypatch.setattr(netns, "host_destinations", lambda: ["192.0.2.7/32"])
+    monkeypatch.setattr(netns, "apply_rules", lambda net, blocked: steps.append("rules"))
+    monkeypatch.setattr(netns, "uplink_pid", lambda net: None)
+    monkeypatch.setattr(netns, "_start_uplink", lambda net, configure: steps.append("uplink"))
+    monkeypatch.setattr(kernelpath, "set_up", lambda *args: steps.append("veth"))
+    monkeypatch.setattr(netns, "ports_pid", lambda net: 1)  # a keeper runs
+    net = layout.network_for("0123456789ab", tmp_path / "run", tmp_path / "state")
+    netns.bring_up(net, tmp_path, tmp_path / "docker.sock")
+    assert steps == ["namespace", "rules", "uplink", *(["veth"] if path == "kernel" else [])]
